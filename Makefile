@@ -1,0 +1,92 @@
+# fastensor - plain GNU make.
+#   make            library (build/libfastensor.{so,a}) and CLI (build/fastensor)
+#   make test       dependencies checked, C tests, Python tests; SAN=address,undefined or
+#                   SAN=thread builds a sanitizer variant under build/san-*/
+#   make demo       the demo of `fastensor demo`
+#   make install    PREFIX=/usr/local DESTDIR=
+
+VERSION := 0.1.0
+PREFIX ?= /usr/local
+DESTDIR ?=
+CC ?= cc
+SAN ?=
+
+ifeq ($(SAN),)
+BUILD ?= build
+SANFLAGS :=
+else
+BUILD ?= build/san-$(subst $(comma),-,$(SAN))
+SANFLAGS := -fsanitize=$(SAN) -fno-omit-frame-pointer -g
+endif
+comma := ,
+
+CFLAGS ?= -O2 -g
+WARN := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wno-missing-field-initializers
+ALL_CFLAGS := -std=c11 -D_GNU_SOURCE -fPIC -pthread $(WARN) $(CFLAGS) $(SANFLAGS) -Iinclude
+# liburing is linked in statically so the library runs where liburing is not installed.
+URING_LIBS := -Wl,-Bstatic -luring -Wl,-Bdynamic
+LIBS := $(URING_LIBS) -lpthread
+
+LIB_SRC := $(wildcard src/core/*.c src/engine/*.c)
+LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
+CLI_SRC := $(wildcard tools/*.c)
+CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/%.o)
+TEST_SRC := $(filter-out tests/testlib.c,$(wildcard tests/test_*.c))
+TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
+
+.PHONY: all lib cli tests test test-c test-python demo deps install clean bench
+all: lib cli
+
+lib: $(BUILD)/libfastensor.so $(BUILD)/libfastensor.a
+cli: $(BUILD)/fastensor
+
+$(BUILD)/%.o: %.c $(wildcard include/*.h src/*/*.h tools/*.h tests/*.h)
+	@mkdir -p $(dir $@)
+	@echo "  CC $<"; $(CC) $(ALL_CFLAGS) -c $< -o $@
+
+$(BUILD)/libfastensor.so: $(LIB_OBJ) src/fastensor.map
+	$(CC) -shared -pthread $(SANFLAGS) -Wl,--version-script=src/fastensor.map \
+	    -Wl,-soname,libfastensor.so.0 -o $@ $(LIB_OBJ) $(LIBS)
+
+$(BUILD)/libfastensor.a: $(LIB_OBJ)
+	rm -f $@
+	ar rcs $@ $(LIB_OBJ)
+
+# The CLI uses only the public header; it links the static library (and liburing inside).
+$(BUILD)/fastensor: $(CLI_OBJ) $(BUILD)/libfastensor.a
+	$(CC) -pthread $(SANFLAGS) -o $@ $(CLI_OBJ) $(BUILD)/libfastensor.a $(LIBS) -lm
+
+# Tests link the static library so they can reach the internal syscall table.
+$(BUILD)/tests/%: $(BUILD)/tests/%.o $(BUILD)/tests/testlib.o $(BUILD)/libfastensor.a
+	$(CC) -pthread $(SANFLAGS) -o $@ $< $(BUILD)/tests/testlib.o $(BUILD)/libfastensor.a $(LIBS) -lm
+
+tests: $(TEST_BIN)
+
+deps:
+	@scripts/deps.sh
+
+test: deps
+	$(MAKE) --no-print-directory all tests
+	@BUILD=$(BUILD) SAN="$(SAN)" tests/run.sh
+
+demo: deps
+	$(MAKE) --no-print-directory all
+	$(BUILD)/fastensor demo
+
+bench: all
+	bench/vs-fio.sh
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/bin \
+	    $(DESTDIR)$(PREFIX)/lib/pkgconfig
+	install -m 644 include/fastensor.h $(DESTDIR)$(PREFIX)/include/
+	install -m 755 $(BUILD)/libfastensor.so $(DESTDIR)$(PREFIX)/lib/libfastensor.so.$(VERSION)
+	ln -sf libfastensor.so.$(VERSION) $(DESTDIR)$(PREFIX)/lib/libfastensor.so.0
+	ln -sf libfastensor.so.0 $(DESTDIR)$(PREFIX)/lib/libfastensor.so
+	install -m 644 $(BUILD)/libfastensor.a $(DESTDIR)$(PREFIX)/lib/
+	install -m 755 $(BUILD)/fastensor $(DESTDIR)$(PREFIX)/bin/
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' src/fastensor.pc.in \
+	    > $(DESTDIR)$(PREFIX)/lib/pkgconfig/fastensor.pc
+
+clean:
+	rm -rf build

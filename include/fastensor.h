@@ -1,0 +1,252 @@
+/*
+ * fastensor.h - move tensors between files and memory as fast as the hardware allows.
+ *
+ * The only public header of libfastensor. Conventions, everywhere:
+ *  - success is 0 or a non-negative count, failure is -errno;
+ *  - after a failure, ft_last_error() gives a detail message for the calling thread;
+ *  - handles are opaque, made by *_create / *_open and released by *_destroy / *_close,
+ *    which accept NULL;
+ *  - every function is safe to call from several threads at once on the same context and
+ *    the same file, unless its comment says otherwise.
+ */
+#ifndef FASTENSOR_H
+#define FASTENSOR_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define FT_VERSION_MAJOR 0
+#define FT_VERSION_MINOR 1
+#define FT_VERSION_PATCH 0
+#define FT_VERSION_STRING "0.1.0"
+
+/** @return the library's version string ("MAJOR.MINOR.PATCH"). */
+const char *ft_version(void);
+
+/**
+ * Parse a byte count: decimal digits with an optional suffix K, M, G or T (powers of 1024;
+ * "KiB", "k" and "KB" are read the same), e.g. "4096", "4K", "64M", "1G".
+ * @return 0 and *out set, or -EINVAL (malformed), -ERANGE (above 2^64 - 1).
+ */
+int ft_parse_size(const char *text, uint64_t *out);
+
+/* ------------------------------------------------------------------------------------------
+ * Errors
+ * ---------------------------------------------------------------------------------------- */
+
+/**
+ * Describe an error code returned by any ft_ function.
+ * @param err  a negative errno value (as returned) or a positive errno value.
+ * @return a static, thread-safe string; never NULL.
+ */
+const char *ft_strerror(int err);
+
+/**
+ * The detail message of the last failure on the calling thread (which file, which offset,
+ * which engine, what the kernel said). Set by every failing ft_ call; left unchanged by
+ * successful calls. @return a thread-local string, "" when there is none; valid until the
+ * next ft_ call on this thread.
+ */
+const char *ft_last_error(void);
+
+/* ------------------------------------------------------------------------------------------
+ * Engines
+ * ---------------------------------------------------------------------------------------- */
+
+/** Transfer engines. Values are stable (they are stored in profiles and passed from Python). */
+typedef enum ft_engine {
+    FT_ENGINE_AUTO = 0,   /**< let the library choose per call */
+    FT_ENGINE_POSIX = 1,  /**< buffered pread/pwrite in parallel chunks */
+    FT_ENGINE_DIRECT = 2, /**< O_DIRECT through aligned bounce buffers, several in flight */
+    FT_ENGINE_URING = 3,  /**< io_uring with O_DIRECT, registered buffers, deep queue */
+    FT_ENGINE_MMAP = 4,   /**< mapped file and parallel copy */
+    FT_ENGINE_COUNT
+} ft_engine;
+
+/** @return the engine's short name ("auto", "posix", ...), or "unknown". */
+const char *ft_engine_name(ft_engine engine);
+
+/**
+ * Parse an engine name (case-insensitive): "auto", "posix", "direct", "uring", "mmap".
+ * @return the engine (>= 0), or -EINVAL for an unknown name.
+ */
+int ft_engine_from_name(const char *name);
+
+/* ------------------------------------------------------------------------------------------
+ * Context
+ * ---------------------------------------------------------------------------------------- */
+
+/** Context settings. Zero in a field means "the default". */
+typedef struct ft_config {
+    unsigned threads;      /**< worker threads (default: max(8, 2 x CPUs), at most 256) */
+    size_t chunk_size;     /**< unit of parallel splitting and of one io_uring request (8 MiB) */
+    unsigned queue_depth;  /**< io_uring requests in flight per transfer (16) */
+    size_t bounce_size;    /**< size of one aligned bounce buffer (4 MiB) */
+    ft_engine engine;      /**< engine for calls that ask for AUTO (default AUTO: library's choice) */
+} ft_config;
+
+/**
+ * Fill @p cfg with the defaults, then apply the environment variables FASTENSOR_THREADS,
+ * FASTENSOR_CHUNK_SIZE, FASTENSOR_QUEUE_DEPTH, FASTENSOR_BOUNCE_SIZE (sizes accept K/M/G
+ * suffixes) and FASTENSOR_ENGINE (an engine name).
+ * @return 0, or -EINVAL when a variable is malformed (ft_last_error names it); @p cfg then
+ *         holds the defaults plus the variables read before the bad one.
+ */
+int ft_config_init(ft_config *cfg);
+
+typedef struct ft_ctx ft_ctx;
+
+/**
+ * Create a context: a thread pool, buffer pools and per-engine state shared by its files.
+ * @param cfg  settings, or NULL for ft_config_init()'s result (defaults + environment).
+ * @return 0 and *out set, or -EINVAL (bad settings), -ENOMEM, -EAGAIN (threads).
+ */
+int ft_ctx_create(ft_ctx **out, const ft_config *cfg);
+
+/** Destroy a context. All its files must be closed and requests finished. NULL is a no-op. */
+void ft_ctx_destroy(ft_ctx *ctx);
+
+/** Copy the effective settings of @p ctx (defaults resolved) into @p cfg. */
+void ft_ctx_config(const ft_ctx *ctx, ft_config *cfg);
+
+/**
+ * Whether @p engine can run in this process (io_uring allowed by the kernel, ...).
+ * @param reason  if not NULL, set to a static explanation when unavailable, else to "".
+ * @return 1 available, 0 not available (the library then falls back, see each engine).
+ */
+int ft_engine_available(ft_ctx *ctx, ft_engine engine, const char **reason);
+
+/* ------------------------------------------------------------------------------------------
+ * Files
+ * ---------------------------------------------------------------------------------------- */
+
+enum {
+    FT_OPEN_READ = 1u << 0,   /**< open for reading */
+    FT_OPEN_WRITE = 1u << 1,  /**< open for writing */
+    FT_OPEN_CREATE = 1u << 2, /**< create if missing (with the given mode) */
+    FT_OPEN_TRUNC = 1u << 3,  /**< truncate to 0 on open */
+    FT_OPEN_EXCL = 1u << 4,   /**< fail with -EEXIST if it exists (with CREATE) */
+};
+
+typedef struct ft_file ft_file;
+
+/**
+ * Open a file for transfers. The library keeps a buffered descriptor and opens an O_DIRECT
+ * one and mappings on demand, per engine.
+ * @param flags  FT_OPEN_* bits; at least one of READ and WRITE.
+ * @param mode   permission bits for FT_OPEN_CREATE (e.g. 0644).
+ * @return 0 and *out set, or -errno (-ENOENT, -EACCES, -EISDIR, -EINVAL, ...).
+ */
+int ft_file_open(ft_ctx *ctx, ft_file **out, const char *path, unsigned flags, mode_t mode);
+
+/**
+ * Close a file. Pending requests on it must have been waited for. NULL is a no-op.
+ * @return 0, or -errno from close(2) (the descriptor is released all the same).
+ */
+int ft_file_close(ft_file *file);
+
+/** @return the file's current size in bytes (>= 0), or -errno. */
+int64_t ft_file_size(ft_file *file);
+
+/** Set the file's size (extend with a hole or shrink). @return 0 or -errno. */
+int ft_file_truncate(ft_file *file, uint64_t size);
+
+/** Reserve disk blocks for [offset, offset+len) (fallocate). @return 0 or -errno. */
+int ft_file_allocate(ft_file *file, uint64_t offset, uint64_t len);
+
+/** Make written data durable (fdatasync). @return 0 or -errno. */
+int ft_file_sync(ft_file *file);
+
+/** @return the path the file was opened with (owned by the file). */
+const char *ft_file_path(const ft_file *file);
+
+/* ------------------------------------------------------------------------------------------
+ * Memory and transfers
+ * ---------------------------------------------------------------------------------------- */
+
+/** Where a buffer lives. */
+typedef enum ft_mem_kind {
+    FT_MEM_HOST = 0, /**< ordinary host memory (any alignment) */
+} ft_mem_kind;
+
+/** A memory range taking part in a transfer. */
+typedef struct ft_buf {
+    void *ptr;        /**< start of the range (any alignment) */
+    size_t len;       /**< bytes to transfer */
+    ft_mem_kind kind; /**< memory kind */
+    int device;       /**< device ordinal for device memory, else 0 */
+} ft_buf;
+
+/** @return a host buffer descriptor for [ptr, ptr+len). */
+static inline ft_buf ft_host_buf(void *ptr, size_t len)
+{
+    ft_buf b = {ptr, len, FT_MEM_HOST, 0};
+    return b;
+}
+
+enum {
+    FT_IO_SYNC = 1u << 0, /**< fdatasync the file once a write completes (durable on return) */
+};
+
+/** Per-call options; NULL means engine AUTO and no flags. */
+typedef struct ft_io_opts {
+    ft_engine engine; /**< engine for this call, FT_ENGINE_AUTO to let the library choose */
+    unsigned flags;   /**< FT_IO_* bits */
+} ft_io_opts;
+
+/**
+ * Read up to buf->len bytes at @p offset of @p file into @p buf.
+ * Any offset, length and buffer alignment. Blocks until done.
+ * @return bytes read: buf->len, or fewer when the file ends first (0 at or past EOF);
+ *         or -errno (-EIO, -EBADF if the file is not readable, -EINVAL, ...).
+ */
+int64_t ft_read(ft_file *file, const ft_buf *buf, uint64_t offset, const ft_io_opts *opts);
+
+/**
+ * Write buf->len bytes from @p buf at @p offset of @p file, extending the file as needed.
+ * With FT_IO_SYNC the data is durable when the call returns.
+ * @return buf->len, or -errno (-ENOSPC, -EIO, -EBADF if the file is not writable, ...);
+ *         after a failure the range's contents are unspecified.
+ */
+int64_t ft_write(ft_file *file, const ft_buf *buf, uint64_t offset, const ft_io_opts *opts);
+
+typedef struct ft_req ft_req;
+
+/**
+ * Start an asynchronous read (same semantics as ft_read) and return at once.
+ * The buffer must stay valid and untouched until the request is waited for.
+ * @return 0 and *out set, or -errno (the request was not started).
+ */
+int ft_submit_read(ft_file *file, const ft_buf *buf, uint64_t offset, const ft_io_opts *opts,
+                   ft_req **out);
+
+/** Start an asynchronous write (same semantics as ft_write). @see ft_submit_read */
+int ft_submit_write(ft_file *file, const ft_buf *buf, uint64_t offset, const ft_io_opts *opts,
+                    ft_req **out);
+
+/**
+ * Ask whether a request has finished, without blocking.
+ * @return 1 finished (ft_req_wait returns at once), 0 still running.
+ */
+int ft_req_poll(ft_req *req);
+
+/**
+ * Wait for a request to finish and collect its result. The request stays allocated until
+ * ft_req_free; waiting again returns the same result.
+ * @return what ft_read / ft_write would have returned; on failure the detail message is
+ *         made the calling thread's ft_last_error().
+ */
+int64_t ft_req_wait(ft_req *req);
+
+/** Free a request, waiting for it first if it is still running. NULL is a no-op. */
+void ft_req_free(ft_req *req);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* FASTENSOR_H */

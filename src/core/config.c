@@ -1,0 +1,131 @@
+/* Context settings: defaults, FASTENSOR_* environment variables, validation. */
+#include "internal.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+int ft_parse_size(const char *text, uint64_t *out)
+{
+    if (!text || !isdigit((unsigned char)*text))
+        return -EINVAL;
+    errno = 0;
+    char *end;
+    unsigned long long v = strtoull(text, &end, 10);
+    if (errno == ERANGE)
+        return -ERANGE;
+    unsigned shift = 0;
+    switch (toupper((unsigned char)*end)) {
+    case '\0': break;
+    case 'K': shift = 10; break;
+    case 'M': shift = 20; break;
+    case 'G': shift = 30; break;
+    case 'T': shift = 40; break;
+    default: return -EINVAL;
+    }
+    if (shift) {
+        end++;
+        if (strcasecmp(end, "iB") == 0 || strcasecmp(end, "B") == 0)
+            end += strlen(end);
+    } else if (strcasecmp(end, "B") == 0) {
+        end++;
+    }
+    if (*end != '\0')
+        return -EINVAL;
+    if (shift && v > (UINT64_MAX >> shift))
+        return -ERANGE;
+    *out = (uint64_t)v << shift;
+    return 0;
+}
+
+static unsigned default_threads(void)
+{
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    if (cpus < 1)
+        cpus = 1;
+    /* Blocking disk I/O needs more threads in flight than there are CPUs. */
+    return (unsigned)FT__MIN(FT__MAX(8, 2 * cpus), 256);
+}
+
+static void config_defaults(ft_config *cfg)
+{
+    memset(cfg, 0, sizeof *cfg);
+    cfg->threads = default_threads();
+    cfg->chunk_size = 8u << 20;
+    cfg->queue_depth = 16;
+    cfg->bounce_size = 4u << 20;
+    cfg->engine = FT_ENGINE_AUTO;
+}
+
+static int env_size(const char *name, size_t *field)
+{
+    const char *v = getenv(name);
+    if (!v || !*v)
+        return 0;
+    uint64_t n;
+    if (ft_parse_size(v, &n) < 0 || n == 0 || n > SIZE_MAX)
+        return ft__err(-EINVAL, "%s=\"%s\" is not a byte count (e.g. 4M)", name, v);
+    *field = (size_t)n;
+    return 0;
+}
+
+static int env_count(const char *name, unsigned *field)
+{
+    const char *v = getenv(name);
+    if (!v || !*v)
+        return 0;
+    uint64_t n;
+    if (ft_parse_size(v, &n) < 0 || n == 0 || n > 65536)
+        return ft__err(-EINVAL, "%s=\"%s\" is not a count between 1 and 65536", name, v);
+    *field = (unsigned)n;
+    return 0;
+}
+
+int ft_config_init(ft_config *cfg)
+{
+    config_defaults(cfg);
+    int rc;
+    if ((rc = env_count("FASTENSOR_THREADS", &cfg->threads)) < 0 ||
+        (rc = env_size("FASTENSOR_CHUNK_SIZE", &cfg->chunk_size)) < 0 ||
+        (rc = env_count("FASTENSOR_QUEUE_DEPTH", &cfg->queue_depth)) < 0 ||
+        (rc = env_size("FASTENSOR_BOUNCE_SIZE", &cfg->bounce_size)) < 0)
+        return rc;
+    const char *e = getenv("FASTENSOR_ENGINE");
+    if (e && *e) {
+        int id = ft_engine_from_name(e);
+        if (id < 0)
+            return ft__err(-EINVAL, "FASTENSOR_ENGINE=\"%s\" is not an engine name", e);
+        cfg->engine = (ft_engine)id;
+    }
+    return 0;
+}
+
+/* Fill zero fields with defaults and check the rest. */
+int ft__config_resolve(ft_config *cfg)
+{
+    ft_config d;
+    config_defaults(&d);
+    if (!cfg->threads)
+        cfg->threads = d.threads;
+    if (!cfg->chunk_size)
+        cfg->chunk_size = d.chunk_size;
+    if (!cfg->queue_depth)
+        cfg->queue_depth = d.queue_depth;
+    if (!cfg->bounce_size)
+        cfg->bounce_size = d.bounce_size;
+    if (cfg->threads > 4096)
+        return ft__err(-EINVAL, "threads=%u is above 4096", cfg->threads);
+    if (cfg->queue_depth > 4096)
+        return ft__err(-EINVAL, "queue_depth=%u is above 4096", cfg->queue_depth);
+    if (cfg->chunk_size % FT__DIRECT_ALIGN || cfg->bounce_size % FT__DIRECT_ALIGN)
+        return ft__err(-EINVAL, "chunk_size (%zu) and bounce_size (%zu) must be multiples of %u",
+                       cfg->chunk_size, cfg->bounce_size, FT__DIRECT_ALIGN);
+    if (cfg->bounce_size > (1u << 30) || cfg->chunk_size > (1u << 30))
+        return ft__err(-EINVAL, "chunk_size and bounce_size must be at most 1 GiB");
+    if ((unsigned)cfg->engine >= FT_ENGINE_COUNT)
+        return ft__err(-EINVAL, "engine %d is not an engine", (int)cfg->engine);
+    return 0;
+}

@@ -1,0 +1,51 @@
+/* The context: settings, thread pool, bounce-buffer pool and per-engine state. */
+#include "internal.h"
+#include "../engine/engine.h"
+
+#include <errno.h>
+#include <stdlib.h>
+
+int ft_ctx_create(ft_ctx **out, const ft_config *cfg_in)
+{
+    if (!out)
+        return ft__err(-EINVAL, "ft_ctx_create: out is NULL");
+    ft_config cfg;
+    int rc;
+    if (cfg_in)
+        cfg = *cfg_in;
+    else if ((rc = ft_config_init(&cfg)) < 0)
+        return rc;
+    if ((rc = ft__config_resolve(&cfg)) < 0)
+        return rc;
+    ft_ctx *ctx = calloc(1, sizeof *ctx);
+    if (!ctx)
+        return ft__err(-ENOMEM, "context");
+    ctx->cfg = cfg;
+    if ((rc = ft__bufpool_create(&ctx->bounce, cfg.bounce_size, 2 * cfg.threads + 2)) < 0 ||
+        (rc = ft__uring_cache_create(&ctx->uring)) < 0 ||
+        (rc = ft__pool_create(&ctx->pool, cfg.threads)) < 0) {
+        ft_ctx_destroy(ctx);
+        return rc == -ENOMEM ? ft__err(rc, "context") : rc;
+    }
+    *out = ctx;
+    return 0;
+}
+
+void ft_ctx_destroy(ft_ctx *ctx)
+{
+    if (!ctx)
+        return;
+    ft__pool_destroy(ctx->pool);
+    for (int id = 0; id < FT_ENGINE_COUNT; id++) {
+        const ft__engine_ops *ops = ft__engine_get((ft_engine)id);
+        if (ops && ops->ctx_fini)
+            ops->ctx_fini(ctx);
+    }
+    ft__bufpool_destroy(ctx->bounce);
+    free(ctx);
+}
+
+void ft_ctx_config(const ft_ctx *ctx, ft_config *cfg)
+{
+    *cfg = ctx->cfg;
+}

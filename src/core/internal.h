@@ -1,0 +1,152 @@
+/* Internal declarations shared by the library's files (ft__ prefix, never exported). */
+#ifndef FT_CORE_INTERNAL_H
+#define FT_CORE_INTERNAL_H
+
+#include "fastensor.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+
+/* O_DIRECT alignment for offsets, lengths and memory. 4096 is at least the logical block
+ * size of every device we target, and the page size, so it is always safe. */
+#define FT__DIRECT_ALIGN 4096u
+/* Largest count one read/write system call is asked for (Linux's MAX_RW_COUNT). */
+#define FT__MAX_RW 0x7ffff000u
+#define FT__DETAIL_MAX 512
+
+#define FT__MIN(a, b) ((a) < (b) ? (a) : (b))
+#define FT__MAX(a, b) ((a) > (b) ? (a) : (b))
+
+/* ---- errors (error.c) ---- */
+
+/** Set the thread's detail message (printf-style) and return @p err (a -errno). */
+int ft__err(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/** Copy the thread's detail message into @p dst (FT__DETAIL_MAX bytes). */
+void ft__detail_save(char *dst);
+/** Make @p src the thread's detail message. */
+void ft__detail_restore(const char *src);
+
+/* ---- settings (config.c) ---- */
+
+/** Fill zero fields of @p cfg with defaults and check the rest. @return 0 or -EINVAL. */
+int ft__config_resolve(ft_config *cfg);
+
+/* ---- thread pool (pool.c) ---- */
+
+typedef struct ft__pool ft__pool;
+typedef struct ft__task ft__task;
+
+int ft__pool_create(ft__pool **out, unsigned threads);
+void ft__pool_destroy(ft__pool *pool);
+
+/**
+ * Run fn(arg, i) for i in [0, n) on the pool and the calling thread; return when all are
+ * done. Results land in results[i]. The caller only ever helps with its own tasks, so a
+ * worker that calls this cannot deadlock the pool. @return 0, or -ENOMEM (nothing ran).
+ */
+int ft__pool_run(ft__pool *pool, unsigned n, int64_t (*fn)(void *arg, unsigned i), void *arg,
+                 int64_t *results);
+
+/** Queue a detached task: fn(arg) runs once on a worker. @return 0 or -ENOMEM. */
+int ft__pool_post(ft__pool *pool, void (*fn)(void *arg), void *arg);
+
+/* ---- aligned buffer pool (bufpool.c) ---- */
+
+typedef struct ft__bufpool ft__bufpool;
+
+int ft__bufpool_create(ft__bufpool **out, size_t buf_size, unsigned max_cached);
+void ft__bufpool_destroy(ft__bufpool *pool);
+/** @return a FT__DIRECT_ALIGN-aligned buffer of the pool's size, or NULL (ENOMEM). */
+void *ft__bufpool_get(ft__bufpool *pool);
+void ft__bufpool_put(ft__bufpool *pool, void *buf);
+size_t ft__bufpool_size(const ft__bufpool *pool);
+
+/* ---- context (ctx.c) ---- */
+
+typedef struct ft__uring_cache ft__uring_cache;
+int ft__uring_cache_create(ft__uring_cache **out);
+
+struct ft_ctx {
+    ft_config cfg;
+    ft__pool *pool;
+    ft__bufpool *bounce;
+    ft__uring_cache *uring; /* rings kept for reuse by the uring engine */
+};
+
+/* ---- files (file.c) ---- */
+
+struct ft_file {
+    ft_ctx *ctx;
+    char *path;
+    int fd;            /* buffered descriptor */
+    int open_flags;    /* the O_* flags of fd, reused for the O_DIRECT descriptor */
+    bool readable;     /* opened with FT_OPEN_READ */
+    bool writable;     /* opened with FT_OPEN_WRITE */
+    bool fd_readable;  /* fd may be read (O_RDWR or O_RDONLY) */
+    pthread_mutex_t lock;   /* guards the lazily opened state below and file growth */
+    int direct_fd;          /* O_DIRECT descriptor, -1 until first use */
+    int direct_err;         /* cached -errno when O_DIRECT cannot be opened, else 0 */
+};
+
+/** @return the O_DIRECT descriptor (opened once, on first use) or -errno (cached). */
+int ft__file_direct_fd(ft_file *file);
+
+/** @return the file's size or -errno. */
+int64_t ft__file_size(ft_file *file);
+
+/* ---- transfers (io.c) ---- */
+
+/** Check a transfer's arguments. @return 0 or -errno with a detail. */
+int ft__io_check(ft_file *f, const ft_buf *buf, uint64_t offset, const ft_io_opts *opts,
+                 bool write);
+/** Run a checked transfer on the calling thread (what ft_read/ft_write do). */
+int64_t ft__transfer(ft_file *f, const ft_buf *buf, uint64_t offset, const ft_io_opts *opts,
+                     bool write);
+
+/* ---- full transfers (rw.c): loop on short counts and EINTR, cap at FT__MAX_RW ---- */
+
+/** @return bytes read (< len only at EOF) or -errno. */
+int64_t ft__pread_full(int fd, void *buf, uint64_t len, uint64_t off);
+/** @return len or -errno (a write making no progress gives -EIO). */
+int64_t ft__pwrite_full(int fd, const void *buf, uint64_t len, uint64_t off);
+
+/* ---- transfer description shared by the engines ---- */
+
+typedef struct ft__io {
+    ft_ctx *ctx;
+    ft_file *file;
+    uint8_t *ptr;  /* memory side */
+    uint64_t len;  /* bytes; for reads already clamped to the file's end */
+    uint64_t off;  /* file offset */
+    void *aux;     /* engine's own data for its piece functions */
+} ft__io;
+
+/** One piece of a transfer: [off, off+len) of the file <-> ptr. */
+typedef int64_t (*ft__piece_fn)(const ft__io *io, uint8_t *ptr, uint64_t off, uint64_t len);
+
+/**
+ * Split @p io into pieces of @p piece bytes, run @p fn on each in parallel over the context's
+ * pool, and combine: the first failing piece's -errno (with its detail), else the bytes done
+ * up to the first short piece.
+ */
+int64_t ft__io_parallel(const ft__io *io, uint64_t piece, ft__piece_fn fn);
+
+/** @return whether [off, off+len) is whole O_DIRECT blocks and ptr is aligned for it. */
+static inline bool ft__is_direct_aligned(const void *ptr, uint64_t off, uint64_t len)
+{
+    return ((uintptr_t)ptr % FT__DIRECT_ALIGN) == 0 && off % FT__DIRECT_ALIGN == 0 &&
+           len % FT__DIRECT_ALIGN == 0;
+}
+
+/**
+ * Run an O_DIRECT transfer: the block-aligned middle of [off, off+len) goes to @p mid (with
+ * an ft__io for just that part), the unaligned head and tail go through buffered I/O on the
+ * ordinary descriptor, which stays coherent with O_DIRECT and needs no read-modify-write of
+ * blocks shared with neighbouring writes. Transfers smaller than one block are all buffered.
+ * @return what ft_read/ft_write return.
+ */
+int64_t ft__direct_transfer(const ft__io *io, bool write, int64_t (*mid)(const ft__io *part,
+                                                                         bool write, int fd));
+
+#endif

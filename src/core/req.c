@@ -1,0 +1,105 @@
+/* Asynchronous requests: a transfer run as a detached task on the context's pool. */
+#include "internal.h"
+
+#include <errno.h>
+#include <stdlib.h>
+
+struct ft_req {
+    ft_file *file;
+    ft_buf buf;
+    uint64_t offset;
+    ft_io_opts opts;
+    bool has_opts;
+    bool write;
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    atomic_bool done;
+    int64_t result;
+    char detail[FT__DETAIL_MAX];
+};
+
+static void req_run(void *arg)
+{
+    ft_req *req = arg;
+    int64_t r = ft__transfer(req->file, &req->buf, req->offset,
+                             req->has_opts ? &req->opts : NULL, req->write);
+    pthread_mutex_lock(&req->lock);
+    req->result = r;
+    if (r < 0)
+        ft__detail_save(req->detail);
+    atomic_store_explicit(&req->done, true, memory_order_release);
+    pthread_cond_broadcast(&req->cond);
+    pthread_mutex_unlock(&req->lock);
+}
+
+static int submit(ft_file *f, const ft_buf *buf, uint64_t offset, const ft_io_opts *opts,
+                  ft_req **out, bool write)
+{
+    if (!out)
+        return ft__err(-EINVAL, "submit: request output is NULL");
+    int rc = ft__io_check(f, buf, offset, opts, write);
+    if (rc < 0)
+        return rc;
+    ft_req *req = calloc(1, sizeof *req);
+    if (!req)
+        return ft__err(-ENOMEM, "request for %s", f->path);
+    *req = (ft_req){.file = f, .buf = *buf, .offset = offset, .write = write};
+    if (opts) {
+        req->opts = *opts;
+        req->has_opts = true;
+    }
+    pthread_mutex_init(&req->lock, NULL);
+    pthread_cond_init(&req->cond, NULL);
+    if ((rc = ft__pool_post(f->ctx->pool, req_run, req)) < 0) {
+        pthread_cond_destroy(&req->cond);
+        pthread_mutex_destroy(&req->lock);
+        free(req);
+        return ft__err(rc, "cannot queue a request for %s", f->path);
+    }
+    *out = req;
+    return 0;
+}
+
+int ft_submit_read(ft_file *f, const ft_buf *buf, uint64_t offset, const ft_io_opts *opts,
+                   ft_req **out)
+{
+    return submit(f, buf, offset, opts, out, false);
+}
+
+int ft_submit_write(ft_file *f, const ft_buf *buf, uint64_t offset, const ft_io_opts *opts,
+                    ft_req **out)
+{
+    return submit(f, buf, offset, opts, out, true);
+}
+
+int ft_req_poll(ft_req *req)
+{
+    return req && atomic_load_explicit(&req->done, memory_order_acquire);
+}
+
+int64_t ft_req_wait(ft_req *req)
+{
+    if (!req)
+        return ft__err(-EINVAL, "ft_req_wait: request is NULL");
+    pthread_mutex_lock(&req->lock);
+    while (!atomic_load_explicit(&req->done, memory_order_acquire))
+        pthread_cond_wait(&req->cond, &req->lock);
+    int64_t r = req->result;
+    pthread_mutex_unlock(&req->lock);
+    if (r < 0)
+        ft__detail_restore(req->detail);
+    return r;
+}
+
+void ft_req_free(ft_req *req)
+{
+    if (!req)
+        return;
+    char keep[FT__DETAIL_MAX]; /* freeing must not disturb the caller's last error */
+    ft__detail_save(keep);
+    (void)ft_req_wait(req);
+    ft__detail_restore(keep);
+    pthread_cond_destroy(&req->cond);
+    pthread_mutex_destroy(&req->lock);
+    free(req);
+}

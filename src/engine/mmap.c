@@ -1,0 +1,91 @@
+/*
+ * mmap: map the range and copy in parallel chunks. Fast when the file is in the page cache.
+ * Writes reserve the blocks first (fallocate), so a full disk is an -ENOSPC here rather than
+ * a SIGBUS in the copy; where the filesystem cannot reserve, or the descriptor cannot be
+ * mapped for writing, the write goes through the posix engine instead.
+ */
+#include "engine.h"
+#include "../core/syscall.h"
+
+#include <errno.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+typedef struct mapping {
+    uint8_t *base;     /* mmap result */
+    size_t map_len;
+    uint8_t *at_off;   /* base + (io->off - page-aligned offset) */
+} mapping;
+
+static int map_range(const ft__io *io, bool write, mapping *m)
+{
+    long page = sysconf(_SC_PAGESIZE);
+    uint64_t start = io->off / (uint64_t)page * (uint64_t)page;
+    m->map_len = (size_t)(io->off + io->len - start);
+    int prot = write ? PROT_READ | PROT_WRITE : PROT_READ;
+    void *p = ft__sys.mmap(NULL, m->map_len, prot, MAP_SHARED, io->file->fd, (off_t)start);
+    if (p == MAP_FAILED)
+        return ft__err(-errno, "mmap of %zu bytes at offset %llu of %s", m->map_len,
+                       (unsigned long long)start, io->file->path);
+    m->base = p;
+    m->at_off = m->base + (io->off - start);
+    if (!write) /* start readahead over the whole range before the copies fault it in */
+        (void)ft__sys.madvise(m->base, m->map_len, MADV_WILLNEED);
+    return 0;
+}
+
+static int64_t copy_out(const ft__io *io, uint8_t *ptr, uint64_t off, uint64_t len)
+{
+    const mapping *m = io->aux;
+    memcpy(ptr, m->at_off + (off - io->off), (size_t)len);
+    return (int64_t)len;
+}
+
+static int64_t copy_in(const ft__io *io, uint8_t *ptr, uint64_t off, uint64_t len)
+{
+    const mapping *m = io->aux;
+    memcpy(m->at_off + (off - io->off), ptr, (size_t)len);
+    return (int64_t)len;
+}
+
+static int64_t mmap_transfer(const ft__io *io, bool write)
+{
+    mapping m;
+    int rc = map_range(io, write, &m);
+    if (rc < 0)
+        return rc;
+    ft__io job = *io;
+    job.aux = &m;
+    int64_t r = ft__io_parallel(&job, io->ctx->cfg.chunk_size, write ? copy_in : copy_out);
+    if (ft__sys.munmap(m.base, m.map_len) != 0 && r >= 0)
+        r = ft__err(-errno, "munmap of %s", io->file->path);
+    return r;
+}
+
+static int64_t mmap_read(const ft__io *io)
+{
+    return mmap_transfer(io, false);
+}
+
+static int64_t mmap_write(const ft__io *io)
+{
+    if (!io->file->fd_readable)
+        return ft__engine_posix.write(io);
+    if (ft__sys.fallocate(io->file->fd, 0, (off_t)io->off, (off_t)io->len) != 0) {
+        int e = errno;
+        if (e == EOPNOTSUPP || e == ENOSYS)
+            return ft__engine_posix.write(io);
+        return ft__err(-e, "cannot reserve %llu bytes at offset %llu of %s for mmap",
+                       (unsigned long long)io->len, (unsigned long long)io->off, io->file->path);
+    }
+    return mmap_transfer(io, true);
+}
+
+const ft__engine_ops ft__engine_mmap = {
+    .name = "mmap",
+    .id = FT_ENGINE_MMAP,
+    .caps = FT__CAP_PARALLEL,
+    .read = mmap_read,
+    .write = mmap_write,
+};

@@ -1,0 +1,285 @@
+#include "testlib.h"
+#include "../src/core/syscall.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <liburing.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+const char *t_name;
+int t_failures;
+
+size_t t_first_diff(const void *a, const void *b, size_t n)
+{
+    if (memcmp(a, b, n) == 0)
+        return (size_t)-1;
+    const uint8_t *x = a, *y = b;
+    for (size_t i = 0; i < n; i++)
+        if (x[i] != y[i])
+            return i;
+    return (size_t)-1;
+}
+
+void t_fill_random(void *buf, size_t n, uint64_t seed)
+{
+    uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
+    uint8_t *p = buf;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        s ^= s >> 12;
+        s ^= s << 25;
+        s ^= s >> 27;
+        uint64_t v = s * 0x2545F4914F6CDD1Dull;
+        memcpy(p + i, &v, 8);
+    }
+    for (; i < n; i++) {
+        s ^= s >> 12;
+        s ^= s << 25;
+        s ^= s >> 27;
+        p[i] = (uint8_t)((s * 0x2545F4914F6CDD1Dull) >> 56);
+    }
+}
+
+static char dir_path[4096];
+
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
+}
+
+static void dir_cleanup(void)
+{
+    if (dir_path[0] && !getenv("FT_TEST_KEEP"))
+        nftw(dir_path, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+const char *t_dir(void)
+{
+    if (dir_path[0])
+        return dir_path;
+    const char *base = getenv("FT_TEST_DIR");
+    snprintf(dir_path, sizeof dir_path, "%s/fastensor-test-XXXXXX", base && *base ? base : ".");
+    if (!mkdtemp(dir_path)) {
+        perror("mkdtemp");
+        exit(1);
+    }
+    atexit(dir_cleanup);
+    return dir_path;
+}
+
+const char *t_path(const char *name)
+{
+    static char slots[8][4200];
+    static atomic_uint next;
+    char *p = slots[atomic_fetch_add(&next, 1) % 8];
+    snprintf(p, 4200, "%s/%s", t_dir(), name);
+    return p;
+}
+
+void t_skip(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    printf("SKIP: ");
+    vprintf(fmt, ap);
+    printf("\n");
+    va_end(ap);
+    fflush(stdout);
+    exit(T_SKIP);
+}
+
+bool t_have_odirect(void)
+{
+    const char *p = t_path("odirect-probe");
+    int fd = open(p, O_CREAT | O_RDWR | O_DIRECT, 0600);
+    if (fd >= 0)
+        close(fd);
+    unlink(p);
+    return fd >= 0;
+}
+
+bool t_large_tests(void)
+{
+    const char *q = getenv("FT_TEST_QUICK");
+    return !(q && *q && strcmp(q, "0") != 0);
+}
+
+void *t_alloc_misaligned(size_t n, size_t misalign)
+{
+    void *p;
+    if (posix_memalign(&p, 4096, n + misalign + 1) != 0)
+        return NULL;
+    return (uint8_t *)p + misalign;
+}
+
+void t_free_misaligned(void *p, size_t misalign)
+{
+    if (p)
+        free((uint8_t *)p - misalign);
+}
+
+/* ---- fault injection ---- */
+
+static struct {
+    bool on;
+    enum t_fault_op op;
+    enum t_fault_kind kind;
+    int err;
+    unsigned nth, count;
+    atomic_uint calls;
+    atomic_uint injected;
+} fault;
+
+/* Whether this call of @p op gets the fault. */
+static bool fault_hit(enum t_fault_op op)
+{
+    if (!fault.on || fault.op != op)
+        return false;
+    unsigned call = atomic_fetch_add(&fault.calls, 1) + 1;
+    if (call < fault.nth || (fault.count && call >= fault.nth + fault.count))
+        return false;
+    atomic_fetch_add(&fault.injected, 1);
+    return true;
+}
+
+static ssize_t f_pread(int fd, void *buf, size_t len, off_t off)
+{
+    if (fault_hit(T_OP_PREAD)) {
+        if (fault.kind == T_FAULT_SHORT && len > 1)
+            len /= 2;
+        else {
+            errno = fault.kind == T_FAULT_EINTR ? EINTR : fault.err;
+            return -1;
+        }
+    }
+    return ft__sys_real.pread(fd, buf, len, off);
+}
+
+static ssize_t f_pwrite(int fd, const void *buf, size_t len, off_t off)
+{
+    if (fault_hit(T_OP_PWRITE)) {
+        if (fault.kind == T_FAULT_SHORT && len > 1)
+            len /= 2;
+        else {
+            errno = fault.kind == T_FAULT_EINTR ? EINTR : fault.err;
+            return -1;
+        }
+    }
+    return ft__sys_real.pwrite(fd, buf, len, off);
+}
+
+static int f_fdatasync(int fd)
+{
+    if (fault_hit(T_OP_FDATASYNC)) {
+        errno = fault.kind == T_FAULT_EINTR ? EINTR : fault.err;
+        return -1;
+    }
+    return ft__sys_real.fdatasync(fd);
+}
+
+static int f_open(const char *path, int flags, mode_t mode)
+{
+    if (fault_hit(T_OP_OPEN)) {
+        errno = fault.kind == T_FAULT_EINTR ? EINTR : fault.err;
+        return -1;
+    }
+    return ft__sys_real.open(path, flags, mode);
+}
+
+static void *f_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
+{
+    if (fault_hit(T_OP_MMAP)) {
+        errno = fault.err;
+        return MAP_FAILED;
+    }
+    return ft__sys_real.mmap(addr, len, prot, flags, fd, off);
+}
+
+static int f_fallocate(int fd, int mode, off_t off, off_t len)
+{
+    if (fault_hit(T_OP_FALLOCATE)) {
+        errno = fault.kind == T_FAULT_EINTR ? EINTR : fault.err;
+        return -1;
+    }
+    return ft__sys_real.fallocate(fd, mode, off, len);
+}
+
+/* io_uring completions are rewritten in the (writable) completion ring. */
+static int f_uring_wait_cqe(struct io_uring *ring, struct io_uring_cqe **cqe)
+{
+    int rc = ft__sys_real.uring_wait_cqe(ring, cqe);
+    if (rc == 0 && (*cqe)->res > 0 && fault_hit(T_OP_URING_CQE)) {
+        if (fault.kind == T_FAULT_SHORT)
+            (*cqe)->res = (*cqe)->res > 1 ? (*cqe)->res / 2 : 1;
+        else
+            (*cqe)->res = fault.kind == T_FAULT_EINTR ? -EINTR : -fault.err;
+    }
+    return rc;
+}
+
+void t_fault_set(enum t_fault_op op, enum t_fault_kind kind, int err, unsigned nth,
+                 unsigned count)
+{
+    ft__sys_reset();
+    fault.op = op;
+    fault.kind = kind;
+    fault.err = err;
+    fault.nth = nth;
+    fault.count = count;
+    atomic_store(&fault.calls, 0);
+    atomic_store(&fault.injected, 0);
+    fault.on = true;
+    ft__sys.pread = f_pread;
+    ft__sys.pwrite = f_pwrite;
+    ft__sys.fdatasync = f_fdatasync;
+    ft__sys.open = f_open;
+    ft__sys.mmap = f_mmap;
+    ft__sys.fallocate = f_fallocate;
+    ft__sys.uring_wait_cqe = f_uring_wait_cqe;
+}
+
+unsigned t_fault_clear(void)
+{
+    fault.on = false;
+    ft__sys_reset();
+    return atomic_load(&fault.injected);
+}
+
+int t_run(const t_case *cases, size_t n)
+{
+    int failed_cases = 0;
+    for (size_t i = 0; i < n; i++) {
+        t_name = cases[i].name;
+        int before = t_failures;
+        cases[i].fn();
+        t_fault_clear();
+        if (t_failures != before)
+            failed_cases++;
+        printf("%s %s\n", t_failures != before ? "  fail" : "  ok  ", cases[i].name);
+        fflush(stdout);
+    }
+    printf("%zu cases, %d failed\n", n, failed_cases);
+    return failed_cases ? 1 : 0;
+}
+
+ft_ctx *t_ctx(unsigned threads)
+{
+    ft_config cfg;
+    ft_config_init(&cfg);
+    if (threads)
+        cfg.threads = threads;
+    ft_ctx *ctx;
+    int rc = ft_ctx_create(&ctx, &cfg);
+    if (rc < 0) {
+        fprintf(stderr, "ft_ctx_create: %s (%s)\n", ft_strerror(rc), ft_last_error());
+        exit(1);
+    }
+    return ctx;
+}

@@ -1,0 +1,94 @@
+/* Small test helpers: typed asserts that print both values, random data, temp files,
+ * skips (exit 77), and fault injection through the library's syscall table. */
+#ifndef FT_TESTLIB_H
+#define FT_TESTLIB_H
+
+#include "fastensor.h"
+
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define T_SKIP 77
+
+extern const char *t_name; /* current case, for failure messages */
+extern int t_failures;
+
+#define T_FAIL(...)                                                                           \
+    do {                                                                                      \
+        fprintf(stderr, "FAIL %s:%d [%s]: ", __FILE__, __LINE__, t_name ? t_name : "");      \
+        fprintf(stderr, __VA_ARGS__);                                                         \
+        fprintf(stderr, " (last error: %s)\n", ft_last_error());                              \
+        t_failures++;                                                                         \
+        return;                                                                               \
+    } while (0)
+
+/* Compare two signed integers; on mismatch, print both and return from the void function. */
+#define T_EQ(a, b)                                                                            \
+    do {                                                                                      \
+        long long t_a_ = (long long)(a), t_b_ = (long long)(b);                              \
+        if (t_a_ != t_b_)                                                                     \
+            T_FAIL("%s == %s: %lld != %lld", #a, #b, t_a_, t_b_);                             \
+    } while (0)
+
+#define T_TRUE(c)                                                                             \
+    do {                                                                                      \
+        if (!(c))                                                                             \
+            T_FAIL("%s is false", #c);                                                        \
+    } while (0)
+
+/* Byte-exact comparison: reports the first differing offset. */
+#define T_MEMEQ(a, b, n)                                                                      \
+    do {                                                                                      \
+        size_t t_at_ = t_first_diff((a), (b), (n));                                           \
+        if (t_at_ != (size_t)-1)                                                              \
+            T_FAIL("%s and %s differ at byte %zu of %zu", #a, #b, t_at_, (size_t)(n));        \
+    } while (0)
+
+size_t t_first_diff(const void *a, const void *b, size_t n);
+
+/* Fill with pseudo-random bytes from @p seed (xorshift64*, fast enough for GiBs). */
+void t_fill_random(void *buf, size_t n, uint64_t seed);
+
+/* A fresh directory for this test binary (under $FT_TEST_DIR or the build dir); removed at
+ * exit together with its files. @return its path. */
+const char *t_dir(void);
+/* Path of a file in t_dir() (static buffer rotating over 8 slots). */
+const char *t_path(const char *name);
+
+/* Skip the whole binary with a reason: prints "SKIP: reason" and exits 77. */
+void t_skip(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
+
+/* Whether the filesystem holding t_dir() accepts O_DIRECT. */
+bool t_have_odirect(void);
+/* Whether large tests (> 1 GiB) should run: FT_TEST_QUICK unset. */
+bool t_large_tests(void);
+
+/* Memory with a chosen misalignment: returns a pointer p with p % 4096 == misalign. Free the
+ * block with t_free_misaligned(p, misalign). */
+void *t_alloc_misaligned(size_t n, size_t misalign);
+void t_free_misaligned(void *p, size_t misalign);
+
+/* ---- fault injection (wraps ft__sys entries) ---- */
+enum t_fault_op { T_OP_PREAD, T_OP_PWRITE, T_OP_URING_CQE, T_OP_FDATASYNC, T_OP_OPEN,
+                  T_OP_MMAP, T_OP_FALLOCATE };
+enum t_fault_kind { T_FAULT_ERRNO, T_FAULT_SHORT, T_FAULT_EINTR };
+/* From the @p nth call of @p op on (1-based), for @p count calls (0: every later call),
+ * inject the fault: an error (err, e.g. EIO), a short transfer (half, at least 1 byte) or
+ * an EINTR. */
+void t_fault_set(enum t_fault_op op, enum t_fault_kind kind, int err, unsigned nth,
+                 unsigned count);
+/* Remove all faults and restore the real syscall table. @return how many were injected. */
+unsigned t_fault_clear(void);
+
+/* Run the cases; prints a summary; returns the exit code (0 pass, 1 fail). */
+typedef void (*t_case_fn)(void);
+typedef struct { const char *name; t_case_fn fn; } t_case;
+int t_run(const t_case *cases, size_t n);
+
+/* A context with the given thread count (0: default), aborting on failure. */
+ft_ctx *t_ctx(unsigned threads);
+
+#endif
