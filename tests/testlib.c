@@ -152,9 +152,9 @@ static bool fault_hit(enum t_fault_op op)
 static ssize_t f_pread(int fd, void *buf, size_t len, off_t off)
 {
     if (fault_hit(T_OP_PREAD)) {
-        if (fault.kind == T_FAULT_SHORT && len > 1)
-            len /= 2;
-        else {
+        if (fault.kind == T_FAULT_SHORT) {
+            len -= len / 2;
+        } else {
             errno = fault.kind == T_FAULT_EINTR ? EINTR : fault.err;
             return -1;
         }
@@ -165,9 +165,9 @@ static ssize_t f_pread(int fd, void *buf, size_t len, off_t off)
 static ssize_t f_pwrite(int fd, const void *buf, size_t len, off_t off)
 {
     if (fault_hit(T_OP_PWRITE)) {
-        if (fault.kind == T_FAULT_SHORT && len > 1)
-            len /= 2;
-        else {
+        if (fault.kind == T_FAULT_SHORT) {
+            len -= len / 2;
+        } else {
             errno = fault.kind == T_FAULT_EINTR ? EINTR : fault.err;
             return -1;
         }

@@ -47,6 +47,17 @@ extern int t_failures;
             T_FAIL("%s and %s differ at byte %zu of %zu", #a, #b, t_at_, (size_t)(n));        \
     } while (0)
 
+/* Outside a case: abort the binary when a call fails. */
+#define T_ASSERT_OK(call)                                                                     \
+    do {                                                                                      \
+        long long t_rc_ = (long long)(call);                                                  \
+        if (t_rc_ < 0) {                                                                      \
+            fprintf(stderr, "%s:%d: %s failed: %s (%s)\n", __FILE__, __LINE__, #call,          \
+                    ft_strerror((int)t_rc_), ft_last_error());                                \
+            exit(1);                                                                          \
+        }                                                                                     \
+    } while (0)
+
 size_t t_first_diff(const void *a, const void *b, size_t n);
 
 /* Fill with pseudo-random bytes from @p seed (xorshift64*, fast enough for GiBs). */

@@ -106,6 +106,12 @@ int64_t ft__transfer(ft_file *f, const ft_buf *buf, uint64_t offset, const ft_io
 
 /* ---- full transfers (rw.c): loop on short counts and EINTR, cap at FT__MAX_RW ---- */
 
+/**
+ * Read or write all of [off, off+len) on @p fd. When @p unaligned_fd >= 0, @p fd is an
+ * O_DIRECT descriptor and the part left unaligned by a short count goes to unaligned_fd.
+ * @return bytes done (< len only for a read at EOF) or -errno.
+ */
+int64_t ft__rw_full(int fd, int unaligned_fd, void *buf, uint64_t len, uint64_t off, bool write);
 /** @return bytes read (< len only at EOF) or -errno. */
 int64_t ft__pread_full(int fd, void *buf, uint64_t len, uint64_t off);
 /** @return len or -errno (a write making no progress gives -EIO). */

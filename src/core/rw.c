@@ -4,41 +4,43 @@
 
 #include <errno.h>
 
-int64_t ft__pread_full(int fd, void *buf, uint64_t len, uint64_t off)
+int64_t ft__rw_full(int fd, int unaligned_fd, void *buf, uint64_t len, uint64_t off, bool write)
 {
     uint64_t done = 0;
     while (done < len) {
+        /* O_DIRECT cannot go on from an unaligned place (left by a short count). */
+        if (unaligned_fd >= 0 && ((off + done) % FT__DIRECT_ALIGN ||
+                                  ((uintptr_t)buf + done) % FT__DIRECT_ALIGN ||
+                                  (len - done) % FT__DIRECT_ALIGN))
+            fd = unaligned_fd;
         size_t want = (size_t)FT__MIN(len - done, (uint64_t)FT__MAX_RW);
-        ssize_t n = ft__sys.pread(fd, (uint8_t *)buf + done, want, (off_t)(off + done));
+        uint8_t *p = (uint8_t *)buf + done;
+        ssize_t n = write ? ft__sys.pwrite(fd, p, want, (off_t)(off + done))
+                          : ft__sys.pread(fd, p, want, (off_t)(off + done));
         if (n < 0) {
-            if (errno == EINTR)
+            int e = errno ? errno : EIO;
+            if (e == EINTR)
                 continue;
-            return ft__err(-errno, "pread of %zu bytes at offset %llu", want,
+            return ft__err(-e, "%s of %zu bytes at offset %llu", write ? "pwrite" : "pread",
+                           want, (unsigned long long)(off + done));
+        }
+        if (n == 0) {
+            if (!write)
+                break; /* end of file */
+            return ft__err(-EIO, "pwrite made no progress at offset %llu",
                            (unsigned long long)(off + done));
         }
-        if (n == 0)
-            break; /* end of file */
         done += (uint64_t)n;
     }
     return (int64_t)done;
 }
 
+int64_t ft__pread_full(int fd, void *buf, uint64_t len, uint64_t off)
+{
+    return ft__rw_full(fd, -1, buf, len, off, false);
+}
+
 int64_t ft__pwrite_full(int fd, const void *buf, uint64_t len, uint64_t off)
 {
-    uint64_t done = 0;
-    while (done < len) {
-        size_t want = (size_t)FT__MIN(len - done, (uint64_t)FT__MAX_RW);
-        ssize_t n = ft__sys.pwrite(fd, (const uint8_t *)buf + done, want, (off_t)(off + done));
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            return ft__err(-errno, "pwrite of %zu bytes at offset %llu", want,
-                           (unsigned long long)(off + done));
-        }
-        if (n == 0)
-            return ft__err(-EIO, "pwrite made no progress at offset %llu",
-                           (unsigned long long)(off + done));
-        done += (uint64_t)n;
-    }
-    return (int64_t)done;
+    return ft__rw_full(fd, -1, (void *)buf, len, off, true);
 }

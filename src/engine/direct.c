@@ -15,12 +15,12 @@ static int direct_fd(const ft__io *io)
 
 static int64_t read_in_place(const ft__io *io, uint8_t *ptr, uint64_t off, uint64_t len)
 {
-    return ft__pread_full(direct_fd(io), ptr, len, off);
+    return ft__rw_full(direct_fd(io), io->file->fd, ptr, len, off, false);
 }
 
 static int64_t write_in_place(const ft__io *io, uint8_t *ptr, uint64_t off, uint64_t len)
 {
-    return ft__pwrite_full(direct_fd(io), ptr, len, off);
+    return ft__rw_full(direct_fd(io), io->file->fd, ptr, len, off, true);
 }
 
 static int64_t read_bounced(const ft__io *io, uint8_t *ptr, uint64_t off, uint64_t len)
@@ -28,7 +28,7 @@ static int64_t read_bounced(const ft__io *io, uint8_t *ptr, uint64_t off, uint64
     uint8_t *bounce = ft__bufpool_get(io->ctx->bounce);
     if (!bounce)
         return ft__err(-ENOMEM, "no bounce buffer for O_DIRECT read");
-    int64_t r = ft__pread_full(direct_fd(io), bounce, len, off);
+    int64_t r = ft__rw_full(direct_fd(io), io->file->fd, bounce, len, off, false);
     if (r > 0)
         memcpy(ptr, bounce, (size_t)r);
     ft__bufpool_put(io->ctx->bounce, bounce);
@@ -41,7 +41,7 @@ static int64_t write_bounced(const ft__io *io, uint8_t *ptr, uint64_t off, uint6
     if (!bounce)
         return ft__err(-ENOMEM, "no bounce buffer for O_DIRECT write");
     memcpy(bounce, ptr, (size_t)len);
-    int64_t r = ft__pwrite_full(direct_fd(io), bounce, len, off);
+    int64_t r = ft__rw_full(direct_fd(io), io->file->fd, bounce, len, off, true);
     ft__bufpool_put(io->ctx->bounce, bounce);
     return r;
 }

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Install what fastensor needs on Debian/Ubuntu when missing. As root it runs apt-get;
+# otherwise it prints the exact command to run and fails.
+set -eu
+# Build: compiler, make, pkg-config, liburing (io_uring), jansson (JSON), xxhash (checksums).
+# Tests and benchmarks: fio; Python package and its tests: python3-dev, setuptools, numpy,
+# pytest, torch.
+pkgs_needed=()
+need_header() { [ -f "/usr/include/$1" ] || pkgs_needed+=("$2"); }
+need_cmd() { command -v "$1" >/dev/null 2>&1 || pkgs_needed+=("$2"); }
+need_cmd cc gcc
+need_cmd make make
+need_cmd pkg-config pkg-config
+need_header liburing.h liburing-dev
+need_header jansson.h libjansson-dev
+need_header xxhash.h libxxhash-dev
+need_cmd fio fio
+if [ "${FT_DEPS_PYTHON:-1}" = 1 ]; then
+    py=/usr/bin/python3
+    [ -x $py ] || pkgs_needed+=(python3)
+    [ -x $py ] && ! $py -c 'import sysconfig,os,sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"],"Python.h")))' 2>/dev/null && pkgs_needed+=(python3-dev)
+    for m in setuptools:python3-setuptools numpy:python3-numpy pytest:python3-pytest; do
+        [ -x $py ] && $py -c "import ${m%%:*}" 2>/dev/null || pkgs_needed+=("${m##*:}")
+    done
+fi
+[ ${#pkgs_needed[@]} -eq 0 ] && exit 0
+cmd="apt-get install -y --no-install-recommends ${pkgs_needed[*]}"
+if [ "$(id -u)" != 0 ]; then
+    echo "fastensor needs: ${pkgs_needed[*]}" >&2
+    echo "run as root:  apt-get update && $cmd" >&2
+    exit 1
+fi
+echo "installing: ${pkgs_needed[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+$cmd
