@@ -1,0 +1,308 @@
+/*
+ * fastensor bench: engines x direction x block sizes x cache state.
+ * Each measurement moves --total bytes (default: 1024 blocks, between 64 MiB and 1 GiB,
+ * at least one block) as sequential block-sized calls on one file. Writes are timed up to
+ * and including fdatasync (durable bytes); cold reads follow a page-cache drop; warm reads
+ * follow an untimed buffered read of the file.
+ */
+#include "cli.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define MAX_ITEMS 32
+
+typedef struct bench_opts {
+    ft_engine engines[MAX_ITEMS];
+    int nengines;
+    uint64_t sizes[MAX_ITEMS];
+    int nsizes;
+    bool do_read, do_write, cold, warm, json;
+    uint64_t total;   /* 0: default per block size */
+    const char *file; /* NULL: temporary file in the current directory */
+    int repeat;
+} bench_opts;
+
+typedef struct result {
+    double seconds, cpu;
+} result;
+
+static void bench_usage(FILE *out)
+{
+    fprintf(out,
+            "usage: fastensor bench [options]\n\n"
+            "  --engine LIST   engines, comma-separated, or all (default: all)\n"
+            "  --op OP         read, write or both (default: both)\n"
+            "  --size LIST     block sizes, e.g. 4K,1M,64M,1G (default: 4K,1M,64M,1G)\n"
+            "  --total BYTES   bytes per measurement (default: 1024 blocks within 64M..1G)\n"
+            "  --file PATH     file to use (default: a temporary file here, removed at exit)\n"
+            "  --cold          only cold reads (page cache dropped; global drop needs root)\n"
+            "  --warm          only warm reads (file in the page cache)\n"
+            "  --repeat N      repeat each measurement N times, report the median (1)\n"
+            "  --json          one JSON object per measurement instead of the table\n\n"
+            "Writes are timed including fdatasync. Settings: FASTENSOR_* variables.\n");
+}
+
+static uint64_t total_for(const bench_opts *o, uint64_t block)
+{
+    if (o->total)
+        return o->total < block ? block : o->total / block * block;
+    uint64_t t = block * 1024;
+    if (t < (64u << 20))
+        t = 64u << 20;
+    if (t > (1u << 30))
+        t = 1u << 30;
+    return t < block ? block : t / block * block;
+}
+
+/* Sequential block-sized calls over [0, total). @return 0 or -errno. */
+static int run_pass(ft_file *f, ft_engine e, bool write, uint8_t *buf, uint64_t block,
+                    uint64_t total, result *res)
+{
+    ft_io_opts o = {.engine = e};
+    ft_buf b = ft_host_buf(buf, (size_t)block);
+    double c0 = cli_cpu_seconds(), t0 = cli_now();
+    for (uint64_t off = 0; off < total; off += block) {
+        int64_t n = write ? ft_write(f, &b, off, &o) : ft_read(f, &b, off, &o);
+        if (n < 0)
+            return (int)n;
+        if ((uint64_t)n != block)
+            return -EIO;
+    }
+    if (write) {
+        int rc = ft_file_sync(f);
+        if (rc < 0)
+            return rc;
+    }
+    res->seconds = cli_now() - t0;
+    res->cpu = cli_cpu_seconds() - c0;
+    return 0;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static void report(const bench_opts *o, ft_engine e, const char *op, uint64_t block,
+                   uint64_t total, const char *cache, const result *r)
+{
+    double gbps = (double)total / r->seconds / 1e9;
+    if (o->json) {
+        printf("{\"engine\":\"%s\",\"op\":\"%s\",\"block\":%llu,\"bytes\":%llu,"
+               "\"seconds\":%.6f,\"gbps\":%.4f,\"cache\":\"%s\",\"memory\":\"host\"}\n",
+               ft_engine_name(e), op, (unsigned long long)block, (unsigned long long)total,
+               r->seconds, gbps, cache);
+    } else {
+        char bs[32], ts[32];
+        printf("%-7s %-5s %6s %6s %-5s %9.3f %11.0f %8.2f\n", ft_engine_name(e), op,
+               cli_fmt_size(block, bs, sizeof bs), cli_fmt_size(total, ts, sizeof ts), cache,
+               gbps, (double)total / (double)block / r->seconds, r->cpu);
+    }
+    fflush(stdout);
+}
+
+static void progress(int done, int all, ft_engine e, const char *what, uint64_t block)
+{
+    static int tty = -1;
+    if (tty < 0)
+        tty = isatty(2);
+    if (!tty)
+        return;
+    char bs[32];
+    fprintf(stderr, "\r\033[K[%d/%d] %s %s %s", done, all, ft_engine_name(e), what,
+            cli_fmt_size(block, bs, sizeof bs));
+    if (done == all)
+        fprintf(stderr, "\r\033[K");
+}
+
+/* Median of --repeat runs of one measurement. */
+static int measure(ft_file *f, const char *path, ft_engine e, bool write, const char *cache,
+                   uint8_t *buf, uint64_t block, uint64_t total, int repeat, result *out)
+{
+    double secs[64], cpus[64];
+    for (int i = 0; i < repeat; i++) {
+        if (!write && !strcmp(cache, "cold"))
+            cli_evict(path);
+        if (!write && !strcmp(cache, "warm")) { /* fill the page cache, untimed */
+            result ignore;
+            int rc = run_pass(f, FT_ENGINE_POSIX, false, buf, block, total, &ignore);
+            if (rc < 0)
+                return rc;
+        }
+        if (write && !strcmp(cache, "cold"))
+            cli_evict(path);
+        result r;
+        int rc = run_pass(f, e, write, buf, block, total, &r);
+        if (rc < 0)
+            return rc;
+        secs[i] = r.seconds;
+        cpus[i] = r.cpu;
+    }
+    qsort(secs, (size_t)repeat, sizeof *secs, cmp_double);
+    qsort(cpus, (size_t)repeat, sizeof *cpus, cmp_double);
+    out->seconds = secs[repeat / 2];
+    out->cpu = cpus[repeat / 2];
+    return 0;
+}
+
+static int parse_args(int argc, char **argv, bench_opts *o)
+{
+    static const struct option opts[] = {
+        {"engine", required_argument, NULL, 'e'}, {"op", required_argument, NULL, 'o'},
+        {"size", required_argument, NULL, 's'},   {"total", required_argument, NULL, 't'},
+        {"file", required_argument, NULL, 'f'},   {"cold", no_argument, NULL, 'c'},
+        {"warm", no_argument, NULL, 'w'},         {"repeat", required_argument, NULL, 'r'},
+        {"json", no_argument, NULL, 'j'},         {"help", no_argument, NULL, 'h'},
+        {0}};
+    *o = (bench_opts){.do_read = true, .do_write = true, .repeat = 1};
+    o->nengines = cli_parse_engines("all", o->engines, MAX_ITEMS);
+    o->nsizes = cli_parse_sizes("4K,1M,64M,1G", o->sizes, MAX_ITEMS);
+    bool cold = false, warm = false;
+    int c;
+    while ((c = getopt_long(argc, argv, "e:o:s:t:f:cwr:jh", opts, NULL)) != -1) {
+        switch (c) {
+        case 'e':
+            if ((o->nengines = cli_parse_engines(optarg, o->engines, MAX_ITEMS)) <= 0) {
+                cli_error("bench", "bad --engine '%s' (posix,direct,uring,mmap,auto,all)",
+                          optarg);
+                return EXIT_USAGE;
+            }
+            break;
+        case 'o':
+            o->do_read = !strcmp(optarg, "read") || !strcmp(optarg, "both");
+            o->do_write = !strcmp(optarg, "write") || !strcmp(optarg, "both");
+            if (!o->do_read && !o->do_write) {
+                cli_error("bench", "bad --op '%s' (read, write or both)", optarg);
+                return EXIT_USAGE;
+            }
+            break;
+        case 's':
+            if ((o->nsizes = cli_parse_sizes(optarg, o->sizes, MAX_ITEMS)) <= 0) {
+                cli_error("bench", "bad --size '%s' (e.g. 4K,64M,1G)", optarg);
+                return EXIT_USAGE;
+            }
+            break;
+        case 't':
+            if (ft_parse_size(optarg, &o->total) < 0 || o->total == 0) {
+                cli_error("bench", "bad --total '%s'", optarg);
+                return EXIT_USAGE;
+            }
+            break;
+        case 'f': o->file = optarg; break;
+        case 'c': cold = true; break;
+        case 'w': warm = true; break;
+        case 'r':
+            o->repeat = atoi(optarg);
+            if (o->repeat < 1 || o->repeat > 64) {
+                cli_error("bench", "bad --repeat '%s' (1..64)", optarg);
+                return EXIT_USAGE;
+            }
+            break;
+        case 'j': o->json = true; break;
+        case 'h': bench_usage(stdout); return EXIT_OK;
+        default: bench_usage(stderr); return EXIT_USAGE;
+        }
+    }
+    if (optind < argc) {
+        cli_error("bench", "unexpected argument '%s'", argv[optind]);
+        return EXIT_USAGE;
+    }
+    o->cold = cold || !warm;
+    o->warm = warm || !cold;
+    return -1;
+}
+
+static char temp_path[4096];
+static void remove_temp(void)
+{
+    if (temp_path[0])
+        unlink(temp_path);
+}
+
+int cmd_bench(int argc, char **argv)
+{
+    bench_opts o;
+    int rc = parse_args(argc, argv, &o);
+    if (rc >= 0)
+        return rc;
+    const char *path = o.file;
+    if (!path) {
+        snprintf(temp_path, sizeof temp_path, "./fastensor-bench-%d.tmp", (int)getpid());
+        atexit(remove_temp);
+        path = temp_path;
+    }
+    if (o.cold && geteuid() != 0)
+        fprintf(stderr, "fastensor bench: not root, so the global page cache cannot be "
+                        "dropped; cold reads evict only the file (fadvise DONTNEED)\n");
+    uint64_t max_block = 0;
+    for (int i = 0; i < o.nsizes; i++)
+        if (o.sizes[i] > max_block)
+            max_block = o.sizes[i];
+    uint8_t *buf = cli_alloc((size_t)max_block);
+    ft_ctx *ctx = NULL;
+    ft_file *f = NULL;
+    if (!buf) {
+        cli_error("bench", "cannot allocate a %llu-byte buffer", (unsigned long long)max_block);
+        return EXIT_ERR;
+    }
+    cli_fill_random(buf, (size_t)max_block, 42);
+    if ((rc = ft_ctx_create(&ctx, NULL)) < 0 ||
+        (rc = ft_file_open(ctx, &f, path, FT_OPEN_READ | FT_OPEN_WRITE | FT_OPEN_CREATE, 0644)) <
+            0) {
+        cli_ft_error("bench", path, rc);
+        ft_ctx_destroy(ctx);
+        free(buf);
+        return EXIT_ERR;
+    }
+    if (!o.json)
+        printf("%-7s %-5s %6s %6s %-5s %9s %11s %8s\n", "engine", "op", "block", "total",
+               "cache", "GB/s", "IOPS", "cpu_s");
+    int all = o.nengines * o.nsizes * ((o.do_write ? 1 : 0) + (o.do_read ? o.cold + o.warm : 0));
+    int done = 0, status = EXIT_OK;
+    for (int s = 0; s < o.nsizes && status == EXIT_OK; s++) {
+        uint64_t block = o.sizes[s], total = total_for(&o, block);
+        for (int e = 0; e < o.nengines && status == EXIT_OK; e++) {
+            ft_engine eng = o.engines[e];
+            result r;
+            const char *wcache = o.cold ? "cold" : "warm";
+            if (o.do_write) {
+                progress(done, all, eng, "write", block);
+                rc = measure(f, path, eng, true, wcache, buf, block, total, o.repeat, &r);
+                if (rc < 0)
+                    break;
+                report(&o, eng, "write", block, total, wcache, &r);
+                done++;
+            } else if (ft_file_size(f) < (int64_t)total) { /* reads need the bytes there */
+                if ((rc = run_pass(f, FT_ENGINE_AUTO, true, buf, block, total, &r)) < 0)
+                    break;
+            }
+            for (int w = 0; w < 2 && o.do_read; w++) {
+                const char *cache = w == 0 ? "cold" : "warm";
+                if ((w == 0 && !o.cold) || (w == 1 && !o.warm))
+                    continue;
+                progress(done, all, eng, cache, block);
+                if ((rc = measure(f, path, eng, false, cache, buf, block, total, o.repeat,
+                                  &r)) < 0)
+                    break;
+                report(&o, eng, "read", block, total, cache, &r);
+                done++;
+            }
+            if (rc < 0)
+                break;
+        }
+        if (rc < 0) {
+            cli_ft_error("bench", path, rc);
+            status = EXIT_ERR;
+        }
+    }
+    progress(all, all, FT_ENGINE_AUTO, "", 0);
+    ft_file_close(f);
+    ft_ctx_destroy(ctx);
+    free(buf);
+    return status;
+}

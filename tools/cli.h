@@ -1,0 +1,45 @@
+/* Shared helpers of the fastensor CLI (which uses only the public header). */
+#ifndef FT_CLI_H
+#define FT_CLI_H
+
+#include "fastensor.h"
+
+#include <stdbool.h>
+#include <stdio.h>
+
+enum { EXIT_OK = 0, EXIT_ERR = 1, EXIT_USAGE = 2 };
+
+int cmd_info(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
+int cmd_demo(int argc, char **argv);
+
+/** Print "fastensor <cmd>: message" to stderr (printf-style). */
+void cli_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/** Report a failed library call: the error and the library's detail message. */
+void cli_ft_error(const char *cmd, const char *what, int err);
+
+/** Parse "4K,64M,1G" into sizes[] (at most max). @return count, or -1 on a bad item. */
+int cli_parse_sizes(const char *list, uint64_t *sizes, int max);
+/** Parse "posix,uring" (or "all") into engines[]. @return count, or -1 on a bad name. */
+int cli_parse_engines(const char *list, ft_engine *engines, int max);
+/** Format a byte count as 4K / 64M / 1G when exact, else bytes. */
+const char *cli_fmt_size(uint64_t n, char *buf, size_t len);
+
+/** Monotonic seconds. */
+double cli_now(void);
+/** User + system CPU seconds of the process. */
+double cli_cpu_seconds(void);
+
+/**
+ * Drop @p path from the page cache: fdatasync + fadvise(DONTNEED) always, and the whole
+ * page cache (drop_caches) when running as root. @return true when the global drop worked.
+ */
+bool cli_evict(const char *path);
+
+/** Fill with pseudo-random bytes from @p seed. */
+void cli_fill_random(void *buf, size_t n, uint64_t seed);
+
+/** Allocate @p n bytes aligned to 4096 (for fair O_DIRECT comparisons). NULL on failure. */
+void *cli_alloc(size_t n);
+
+#endif

@@ -1,0 +1,136 @@
+#include "cli.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+
+void cli_error(const char *cmd, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "fastensor %s: ", cmd);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
+
+void cli_ft_error(const char *cmd, const char *what, int err)
+{
+    const char *detail = ft_last_error();
+    fprintf(stderr, "fastensor %s: %s: %s%s%s\n", cmd, what, ft_strerror(err),
+            *detail ? "\n  detail: " : "", detail);
+}
+
+int cli_parse_sizes(const char *list, uint64_t *sizes, int max)
+{
+    char *copy = strdup(list), *save = NULL;
+    int n = 0;
+    for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        if (n == max || ft_parse_size(tok, &sizes[n]) < 0 || sizes[n] == 0) {
+            n = -1;
+            break;
+        }
+        n++;
+    }
+    free(copy);
+    return n;
+}
+
+int cli_parse_engines(const char *list, ft_engine *engines, int max)
+{
+    if (strcmp(list, "all") == 0) {
+        int n = 0;
+        for (int e = 1; e < FT_ENGINE_COUNT && n < max; e++)
+            engines[n++] = (ft_engine)e;
+        return n;
+    }
+    char *copy = strdup(list), *save = NULL;
+    int n = 0;
+    for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        int e = ft_engine_from_name(tok);
+        if (n == max || e < 0) {
+            n = -1;
+            break;
+        }
+        engines[n++] = (ft_engine)e;
+    }
+    free(copy);
+    return n;
+}
+
+const char *cli_fmt_size(uint64_t n, char *buf, size_t len)
+{
+    static const char units[] = "KMGT";
+    int u = -1;
+    uint64_t v = n;
+    while (v >= 1024 && v % 1024 == 0 && u < 3) {
+        v /= 1024;
+        u++;
+    }
+    if (u < 0)
+        snprintf(buf, len, "%llu", (unsigned long long)n);
+    else
+        snprintf(buf, len, "%llu%c", (unsigned long long)v, units[u]);
+    return buf;
+}
+
+double cli_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+double cli_cpu_seconds(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec * 1e-6 +
+           (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec * 1e-6;
+}
+
+bool cli_evict(const char *path)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        fdatasync(fd);
+        posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+        close(fd);
+    }
+    if (geteuid() != 0)
+        return false;
+    sync();
+    int dc = open("/proc/sys/vm/drop_caches", O_WRONLY | O_CLOEXEC);
+    if (dc < 0)
+        return false;
+    bool ok = write(dc, "3\n", 2) == 2;
+    close(dc);
+    return ok;
+}
+
+void cli_fill_random(void *buf, size_t n, uint64_t seed)
+{
+    uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
+    uint8_t *p = buf;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        s ^= s >> 12;
+        s ^= s << 25;
+        s ^= s >> 27;
+        uint64_t v = s * 0x2545F4914F6CDD1Dull;
+        memcpy(p + i, &v, 8);
+    }
+    for (; i < n; i++)
+        p[i] = (uint8_t)(i * 131u + seed);
+}
+
+void *cli_alloc(size_t n)
+{
+    void *p;
+    return posix_memalign(&p, 4096, n ? n : 1) == 0 ? p : NULL;
+}

@@ -1,0 +1,47 @@
+/* fastensor: command-line front end. Exit codes: 0 ok, 1 error, 2 usage. */
+#include "cli.h"
+
+#include <string.h>
+
+static const struct {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *summary;
+} commands[] = {
+    {"info", cmd_info, "what this machine and filesystem offer (io_uring, O_DIRECT, ...)"},
+    {"bench", cmd_bench, "measure engines x read/write x block sizes x cache state"},
+    {"demo", cmd_demo, "write, read back and verify a checkpoint-sized file with each engine"},
+};
+
+static void usage(FILE *out)
+{
+    fprintf(out, "usage: fastensor COMMAND [OPTIONS]   (fastensor COMMAND --help)\n\n"
+                 "Fast tensor I/O between files and memory (version %s).\n\ncommands:\n",
+            ft_version());
+    for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)
+        fprintf(out, "  %-8s %s\n", commands[i].name, commands[i].summary);
+    fprintf(out, "\nSettings come from FASTENSOR_THREADS, FASTENSOR_CHUNK_SIZE, "
+                 "FASTENSOR_QUEUE_DEPTH,\nFASTENSOR_BOUNCE_SIZE and FASTENSOR_ENGINE.\n");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage(stderr);
+        return EXIT_USAGE;
+    }
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        usage(stdout);
+        return EXIT_OK;
+    }
+    if (!strcmp(argv[1], "--version")) {
+        printf("fastensor %s\n", ft_version());
+        return EXIT_OK;
+    }
+    for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)
+        if (!strcmp(argv[1], commands[i].name))
+            return commands[i].run(argc - 1, argv + 1);
+    fprintf(stderr, "fastensor: unknown command '%s'\n", argv[1]);
+    usage(stderr);
+    return EXIT_USAGE;
+}
