@@ -54,7 +54,7 @@ static void config_defaults(ft_config *cfg)
 {
     memset(cfg, 0, sizeof *cfg);
     cfg->threads = default_threads();
-    cfg->chunk_size = 8u << 20;
+    cfg->chunk_size = 64u << 20;
     cfg->queue_depth = 16;
     cfg->bounce_size = 4u << 20;
     cfg->engine = FT_ENGINE_AUTO;

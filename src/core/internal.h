@@ -138,6 +138,12 @@ typedef int64_t (*ft__piece_fn)(const ft__io *io, uint8_t *ptr, uint64_t off, ui
  */
 int64_t ft__io_parallel(const ft__io *io, uint64_t piece, ft__piece_fn fn);
 
+/**
+ * Piece size for spreading a buffered transfer of @p len bytes over the pool: an even share
+ * per thread (the workers and the caller), at least 1 MiB, at most chunk_size, 4096-aligned.
+ */
+uint64_t ft__spread_piece(const ft_ctx *ctx, uint64_t len);
+
 /** @return whether [off, off+len) is whole O_DIRECT blocks and ptr is aligned for it. */
 static inline bool ft__is_direct_aligned(const void *ptr, uint64_t off, uint64_t len)
 {

@@ -35,9 +35,24 @@ static int map_range(const ft__io *io, bool write, mapping *m)
     return 0;
 }
 
+/* Map this piece's pages in one call (MADV_POPULATE_READ, Linux 5.14) instead of a fault per
+ * few pages; each thread populates its own piece, so cold pieces are read in parallel. */
+static void populate(uint8_t *from, uint64_t len)
+{
+#ifdef MADV_POPULATE_READ
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t start = (uintptr_t)from / page * page;
+    (void)ft__sys.madvise((void *)start, (uintptr_t)from + len - start, MADV_POPULATE_READ);
+#else
+    (void)from;
+    (void)len;
+#endif
+}
+
 static int64_t copy_out(const ft__io *io, uint8_t *ptr, uint64_t off, uint64_t len)
 {
     const mapping *m = io->aux;
+    populate(m->at_off + (off - io->off), len);
     memcpy(ptr, m->at_off + (off - io->off), (size_t)len);
     return (int64_t)len;
 }
@@ -57,7 +72,7 @@ static int64_t mmap_transfer(const ft__io *io, bool write)
         return rc;
     ft__io job = *io;
     job.aux = &m;
-    int64_t r = ft__io_parallel(&job, io->ctx->cfg.chunk_size, write ? copy_in : copy_out);
+    int64_t r = ft__io_parallel(&job, ft__spread_piece(io->ctx, io->len), write ? copy_in : copy_out);
     if (ft__sys.munmap(m.base, m.map_len) != 0 && r >= 0)
         r = ft__err(-errno, "munmap of %s", io->file->path);
     return r;

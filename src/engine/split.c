@@ -69,6 +69,13 @@ int64_t ft__io_parallel(const ft__io *io, uint64_t piece, ft__piece_fn fn)
     return rc < 0 ? ft__err(rc, "cannot queue a parallel transfer") : total;
 }
 
+uint64_t ft__spread_piece(const ft_ctx *ctx, uint64_t len)
+{
+    uint64_t share = len / (ctx->cfg.threads + 1u) + 1;
+    share = (share + FT__DIRECT_ALIGN - 1) / FT__DIRECT_ALIGN * FT__DIRECT_ALIGN;
+    return FT__MIN(FT__MAX(share, (uint64_t)1 << 20), (uint64_t)ctx->cfg.chunk_size);
+}
+
 int64_t ft__direct_transfer(const ft__io *io, bool write,
                             int64_t (*mid)(const ft__io *part, bool write, int fd))
 {
