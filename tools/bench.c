@@ -1,7 +1,8 @@
 /*
  * fastensor bench: engines x direction x block sizes x cache state.
  * Each measurement moves --total bytes (default: 1024 blocks, between 64 MiB and 1 GiB,
- * at least one block) as sequential block-sized calls on one file. Writes are timed up to
+ * at least one block) as block-sized requests in file order, several in flight through the
+ * asynchronous API (like fio's iodepth). Writes are timed up to
  * and including fdatasync (durable bytes); cold reads follow a page-cache drop; warm reads
  * follow an untimed buffered read of the file.
  */
@@ -24,6 +25,7 @@ typedef struct bench_opts {
     uint64_t total;   /* 0: default per block size */
     const char *file; /* NULL: temporary file in the current directory */
     int repeat;
+    int inflight;     /* 0: keep about 256 MiB in flight, 1..16 blocks */
 } bench_opts;
 
 typedef struct result {
@@ -42,6 +44,7 @@ static void bench_usage(FILE *out)
             "  --cold          only cold reads (page cache dropped; global drop needs root)\n"
             "  --warm          only warm reads (file in the page cache)\n"
             "  --repeat N      repeat each measurement N times, report the median (1)\n"
+            "  --inflight N    requests in flight, 1..16 (default: 256 MiB worth, 1..16)\n"
             "  --json          one JSON object per measurement instead of the table\n\n"
             "Writes are timed including fdatasync. Settings: FASTENSOR_* variables.\n");
 }
@@ -58,24 +61,59 @@ static uint64_t total_for(const bench_opts *o, uint64_t block)
     return t < block ? block : t / block * block;
 }
 
-/* Sequential block-sized calls over [0, total). @return 0 or -errno. */
-static int run_pass(ft_file *f, ft_engine e, bool write, uint8_t *buf, uint64_t block,
-                    uint64_t total, result *res)
+#define MAX_INFLIGHT 16
+
+static int inflight_for(const bench_opts *o, uint64_t block)
+{
+    if (o->inflight)
+        return o->inflight;
+    uint64_t n = (256u << 20) / block;
+    return n < 1 ? 1 : n > MAX_INFLIGHT ? MAX_INFLIGHT : (int)n;
+}
+
+/* Collect one request: it must have moved a whole block. */
+static int reap(ft_req *req, uint64_t block)
+{
+    int64_t n = ft_req_wait(req);
+    ft_req_free(req);
+    return n < 0 ? (int)n : (uint64_t)n == block ? 0 : -EIO;
+}
+
+/* Block-sized requests over [0, total) in file order, @p depth of them in flight (each with
+ * its own buffer), like fio's iodepth. @return 0 or -errno. */
+static int run_pass(ft_file *f, ft_engine e, bool write, uint8_t *bufs, uint64_t block,
+                    uint64_t total, int depth, result *res)
 {
     ft_io_opts o = {.engine = e};
-    ft_buf b = ft_host_buf(buf, (size_t)block);
+    ft_req *window[MAX_INFLIGHT];
+    int head = 0, queued = 0, rc = 0;
     double c0 = cli_cpu_seconds(), t0 = cli_now();
-    for (uint64_t off = 0; off < total; off += block) {
-        int64_t n = write ? ft_write(f, &b, off, &o) : ft_read(f, &b, off, &o);
-        if (n < 0)
-            return (int)n;
-        if ((uint64_t)n != block)
-            return -EIO;
+    for (uint64_t off = 0; off < total && rc == 0; off += block) {
+        if (queued == depth) {
+            rc = reap(window[head], block);
+            head = (head + 1) % depth;
+            queued--;
+        }
+        int slot = (head + queued) % depth;
+        ft_buf b = ft_host_buf(bufs + (size_t)slot * block, (size_t)block);
+        int s = write ? ft_submit_write(f, &b, off, &o, &window[slot])
+                      : ft_submit_read(f, &b, off, &o, &window[slot]);
+        if (s < 0 && rc == 0)
+            rc = s;
+        if (s == 0)
+            queued++;
     }
+    for (; queued > 0; queued--, head = (head + 1) % depth) {
+        int r = reap(window[head], block);
+        if (rc == 0)
+            rc = r;
+    }
+    if (rc < 0)
+        return rc;
     if (write) {
-        int rc = ft_file_sync(f);
-        if (rc < 0)
-            return rc;
+        int sync_rc = ft_file_sync(f);
+        if (sync_rc < 0)
+            return sync_rc;
     }
     res->seconds = cli_now() - t0;
     res->cpu = cli_cpu_seconds() - c0;
@@ -122,7 +160,8 @@ static void progress(int done, int all, ft_engine e, const char *what, uint64_t 
 
 /* Median of --repeat runs of one measurement. */
 static int measure(ft_file *f, const char *path, ft_engine e, bool write, const char *cache,
-                   uint8_t *buf, uint64_t block, uint64_t total, int repeat, result *out)
+                   uint8_t *buf, uint64_t block, uint64_t total, int depth, int repeat,
+                   result *out)
 {
     double secs[64], cpus[64];
     for (int i = 0; i < repeat; i++) {
@@ -130,14 +169,14 @@ static int measure(ft_file *f, const char *path, ft_engine e, bool write, const 
             cli_evict(path);
         if (!write && !strcmp(cache, "warm")) { /* fill the page cache, untimed */
             result ignore;
-            int rc = run_pass(f, FT_ENGINE_POSIX, false, buf, block, total, &ignore);
+            int rc = run_pass(f, FT_ENGINE_POSIX, false, buf, block, total, depth, &ignore);
             if (rc < 0)
                 return rc;
         }
         if (write && !strcmp(cache, "cold"))
             cli_evict(path);
         result r;
-        int rc = run_pass(f, e, write, buf, block, total, &r);
+        int rc = run_pass(f, e, write, buf, block, total, depth, &r);
         if (rc < 0)
             return rc;
         secs[i] = r.seconds;
@@ -158,13 +197,14 @@ static int parse_args(int argc, char **argv, bench_opts *o)
         {"file", required_argument, NULL, 'f'},   {"cold", no_argument, NULL, 'c'},
         {"warm", no_argument, NULL, 'w'},         {"repeat", required_argument, NULL, 'r'},
         {"json", no_argument, NULL, 'j'},         {"help", no_argument, NULL, 'h'},
+        {"inflight", required_argument, NULL, 'i'},
         {0}};
     *o = (bench_opts){.do_read = true, .do_write = true, .repeat = 1};
     o->nengines = cli_parse_engines("all", o->engines, MAX_ITEMS);
     o->nsizes = cli_parse_sizes("4K,1M,64M,1G", o->sizes, MAX_ITEMS);
     bool cold = false, warm = false;
     int c;
-    while ((c = getopt_long(argc, argv, "e:o:s:t:f:cwr:jh", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "e:o:s:t:f:cwr:jhi:", opts, NULL)) != -1) {
         switch (c) {
         case 'e':
             if ((o->nengines = cli_parse_engines(optarg, o->engines, MAX_ITEMS)) <= 0) {
@@ -204,6 +244,13 @@ static int parse_args(int argc, char **argv, bench_opts *o)
             }
             break;
         case 'j': o->json = true; break;
+        case 'i':
+            o->inflight = atoi(optarg);
+            if (o->inflight < 1 || o->inflight > MAX_INFLIGHT) {
+                cli_error("bench", "bad --inflight '%s' (1..%d)", optarg, MAX_INFLIGHT);
+                return EXIT_USAGE;
+            }
+            break;
         case 'h': bench_usage(stdout); return EXIT_OK;
         default: bench_usage(stderr); return EXIT_USAGE;
         }
@@ -243,14 +290,20 @@ int cmd_bench(int argc, char **argv)
     for (int i = 0; i < o.nsizes; i++)
         if (o.sizes[i] > max_block)
             max_block = o.sizes[i];
-    uint8_t *buf = cli_alloc((size_t)max_block);
+    uint64_t buf_bytes = 0; /* each request in flight has its own buffer */
+    for (int i = 0; i < o.nsizes; i++) {
+        uint64_t need = o.sizes[i] * (uint64_t)inflight_for(&o, o.sizes[i]);
+        if (need > buf_bytes)
+            buf_bytes = need;
+    }
+    uint8_t *buf = cli_alloc((size_t)buf_bytes);
     ft_ctx *ctx = NULL;
     ft_file *f = NULL;
     if (!buf) {
-        cli_error("bench", "cannot allocate a %llu-byte buffer", (unsigned long long)max_block);
+        cli_error("bench", "cannot allocate %llu bytes of buffers", (unsigned long long)buf_bytes);
         return EXIT_ERR;
     }
-    cli_fill_random(buf, (size_t)max_block, 42);
+    cli_fill_random(buf, (size_t)buf_bytes, 42);
     if ((rc = ft_ctx_create(&ctx, NULL)) < 0 ||
         (rc = ft_file_open(ctx, &f, path, FT_OPEN_READ | FT_OPEN_WRITE | FT_OPEN_CREATE, 0644)) <
             0) {
@@ -266,19 +319,21 @@ int cmd_bench(int argc, char **argv)
     int done = 0, status = EXIT_OK;
     for (int s = 0; s < o.nsizes && status == EXIT_OK; s++) {
         uint64_t block = o.sizes[s], total = total_for(&o, block);
+        int depth = inflight_for(&o, block);
         for (int e = 0; e < o.nengines && status == EXIT_OK; e++) {
             ft_engine eng = o.engines[e];
             result r;
             const char *wcache = o.cold ? "cold" : "warm";
             if (o.do_write) {
                 progress(done, all, eng, "write", block);
-                rc = measure(f, path, eng, true, wcache, buf, block, total, o.repeat, &r);
+                rc = measure(f, path, eng, true, wcache, buf, block, total, depth, o.repeat,
+                             &r);
                 if (rc < 0)
                     break;
                 report(&o, eng, "write", block, total, wcache, &r);
                 done++;
             } else if (ft_file_size(f) < (int64_t)total) { /* reads need the bytes there */
-                if ((rc = run_pass(f, FT_ENGINE_AUTO, true, buf, block, total, &r)) < 0)
+                if ((rc = run_pass(f, FT_ENGINE_AUTO, true, buf, block, total, depth, &r)) < 0)
                     break;
             }
             for (int w = 0; w < 2 && o.do_read; w++) {
@@ -286,8 +341,8 @@ int cmd_bench(int argc, char **argv)
                 if ((w == 0 && !o.cold) || (w == 1 && !o.warm))
                     continue;
                 progress(done, all, eng, cache, block);
-                if ((rc = measure(f, path, eng, false, cache, buf, block, total, o.repeat,
-                                  &r)) < 0)
+                if ((rc = measure(f, path, eng, false, cache, buf, block, total, depth,
+                                  o.repeat, &r)) < 0)
                     break;
                 report(&o, eng, "read", block, total, cache, &r);
                 done++;
