@@ -246,6 +246,179 @@ int64_t ft_req_wait(ft_req *req);
 /** Free a request, waiting for it first if it is still running. NULL is a no-op. */
 void ft_req_free(ft_req *req);
 
+
+/* ------------------------------------------------------------------------------------------
+ * Checkpoints: safetensors files (8-byte little-endian header length, JSON header, data)
+ * ---------------------------------------------------------------------------------------- */
+
+/** Element types, named as in safetensors. Values are stable. */
+typedef enum ft_dtype {
+    FT_DTYPE_BOOL = 0,
+    FT_DTYPE_U8,
+    FT_DTYPE_I8,
+    FT_DTYPE_F8_E5M2,
+    FT_DTYPE_F8_E4M3,
+    FT_DTYPE_F8_E8M0,
+    FT_DTYPE_I16,
+    FT_DTYPE_U16,
+    FT_DTYPE_F16,
+    FT_DTYPE_BF16,
+    FT_DTYPE_I32,
+    FT_DTYPE_U32,
+    FT_DTYPE_F32,
+    FT_DTYPE_C64,
+    FT_DTYPE_F64,
+    FT_DTYPE_I64,
+    FT_DTYPE_U64,
+    FT_DTYPE_COUNT
+} ft_dtype;
+
+/** @return the safetensors name ("F32", ...), or NULL for an unknown value. */
+const char *ft_dtype_name(ft_dtype dtype);
+/** @return the dtype for a safetensors name (exact, e.g. "BF16"), or -EINVAL. */
+int ft_dtype_from_name(const char *name);
+/** @return bytes per element (1..8), or 0 for an unknown value. */
+size_t ft_dtype_size(ft_dtype dtype);
+
+#define FT_MAX_DIMS 16
+
+/** A tensor to save: name, element type, shape and its bytes (row-major, contiguous). */
+typedef struct ft_tensor {
+    const char *name;      /**< UTF-8, unique within a checkpoint, not "__metadata__" */
+    ft_dtype dtype;
+    unsigned ndim;         /**< 0 (a scalar) .. FT_MAX_DIMS */
+    const uint64_t *shape; /**< ndim extents (may be NULL when ndim is 0) */
+    ft_buf data;           /**< exactly product(shape) x dtype size bytes */
+} ft_tensor;
+
+enum {
+    FT_SAVE_NO_CHECKSUM = 1u << 0, /**< do not record xxh3 block checksums */
+    FT_SAVE_NO_SYNC = 1u << 1,     /**< skip fdatasync/fsync (not crash-safe; for scratch) */
+};
+
+/** Options of ft_ckpt_save; NULL means the defaults. */
+typedef struct ft_save_opts {
+    ft_engine engine;           /**< engine for the data (AUTO: the library's choice) */
+    unsigned flags;             /**< FT_SAVE_* bits */
+    uint64_t shard_size;        /**< 0: one file; else shard above this many data bytes */
+    uint64_t checksum_block;    /**< bytes per checksum block (0: 1 MiB; power of 2, >= 4K) */
+    const char *const *metadata; /**< NULL or key, value, key, value, ..., NULL (strings) */
+} ft_save_opts;
+
+/**
+ * Save tensors as a safetensors checkpoint at @p path, atomically: data goes to a temporary
+ * file in the same directory, which is fdatasync'ed, renamed over @p path and the directory
+ * fsync'ed; a crash leaves the old file or the new one, never a torn one. The data section
+ * starts on a 4096-byte boundary (the header is padded with spaces) and xxh3 checksums of
+ * fixed-size blocks go into __metadata__ under "fastensor.*" keys. Tensors are stored in the
+ * order given. With opts->shard_size, the data is split into NAME-0000i-of-0000N.safetensors
+ * files beside an index NAME.safetensors.index.json (Hugging Face layout), @p path naming
+ * the index's stem ("dir/model.safetensors"); shards are written in parallel.
+ * @return 0, or -errno: -EINVAL (bad tensor, name, shape or size: nothing written),
+ *         -ENOSPC, -EIO, ... (the previous file at @p path, if any, is left as it was).
+ */
+int ft_ckpt_save(ft_ctx *ctx, const char *path, const ft_tensor *tensors, size_t count,
+                 const ft_save_opts *opts);
+
+typedef struct ft_ckpt ft_ckpt;
+
+/** What a checkpoint says about one tensor. Pointers live as long as the ft_ckpt. */
+typedef struct ft_tensor_info {
+    const char *name;
+    ft_dtype dtype;
+    unsigned ndim;
+    const uint64_t *shape;
+    uint64_t nbytes;      /**< bytes of data */
+    unsigned shard;       /**< index of the shard file holding it */
+    uint64_t data_offset; /**< offset within its shard's data section */
+    uint64_t file_offset; /**< offset within its shard file */
+} ft_tensor_info;
+
+/**
+ * Open a checkpoint: a .safetensors file, a .safetensors.index.json index, or a directory
+ * holding exactly one of either kind (an index is preferred). Every header is validated
+ * strictly (size limits, JSON shape, dtypes, shapes against byte ranges, offsets inside the
+ * file, no overlaps or holes, unique UTF-8 names; shard paths must stay inside the index's
+ * directory). @return 0, or -ENOENT, -EACCES, ..., -EINVAL / -EBADMSG for an invalid file
+ * (ft_last_error says what is wrong and where).
+ */
+int ft_ckpt_open(ft_ctx *ctx, ft_ckpt **out, const char *path);
+
+/** Close a checkpoint and free what ft_ckpt_load_all allocated. NULL is a no-op. */
+void ft_ckpt_close(ft_ckpt *ckpt);
+
+/** @return the number of tensors. */
+size_t ft_ckpt_count(const ft_ckpt *ckpt);
+
+/** Describe tensor @p index (file order within each shard). @return 0 or -ERANGE. */
+int ft_ckpt_info(const ft_ckpt *ckpt, size_t index, ft_tensor_info *info);
+
+/** @return the index of the tensor called @p name, or -ENOENT. */
+int64_t ft_ckpt_find(const ft_ckpt *ckpt, const char *name);
+
+/** @return the number of user metadata entries (fastensor.* keys excluded). */
+size_t ft_ckpt_metadata_count(const ft_ckpt *ckpt);
+
+/** Get metadata entry @p index as key and value. @return 0 or -ERANGE. */
+int ft_ckpt_metadata(const ft_ckpt *ckpt, size_t index, const char **key, const char **value);
+
+/** @return the number of shard files (1 for a single file). */
+unsigned ft_ckpt_shard_count(const ft_ckpt *ckpt);
+
+/** @return the size of shard @p shard's data section, or -ERANGE. */
+int64_t ft_ckpt_shard_size(const ft_ckpt *ckpt, unsigned shard);
+
+/** @return the path of shard @p shard, or NULL. */
+const char *ft_ckpt_shard_path(const ft_ckpt *ckpt, unsigned shard);
+
+/** @return 1 when the checkpoint carries fastensor checksums (for every shard), else 0. */
+int ft_ckpt_has_checksums(const ft_ckpt *ckpt);
+
+enum {
+    FT_LOAD_VERIFY = 1u << 0, /**< check xxh3 block checksums while loading (when present) */
+};
+
+/** Options of the load calls; NULL means engine AUTO, no verification. */
+typedef struct ft_load_opts {
+    ft_engine engine;
+    unsigned flags; /**< FT_LOAD_* bits */
+} ft_load_opts;
+
+/**
+ * Read shard @p shard's whole data section into @p dst (dst->len must be at least
+ * ft_ckpt_shard_size) with one large parallel read: the fastest path. Tensor i of the shard
+ * then sits at dst->ptr + info.data_offset. With FT_LOAD_VERIFY, blocks are checked as they
+ * arrive (no second read). @return the bytes read, or -errno; -EBADMSG when a checksum does
+ * not match (ft_last_error names the block and the tensor).
+ */
+int64_t ft_ckpt_load_shard(ft_ckpt *ckpt, unsigned shard, const ft_buf *dst,
+                           const ft_load_opts *opts);
+
+/**
+ * Load every shard into memory the checkpoint owns (one aligned allocation per shard, read in
+ * parallel); ft_ckpt_data then points at each tensor. @return 0 or -errno (see load_shard).
+ */
+int ft_ckpt_load_all(ft_ckpt *ckpt, const ft_load_opts *opts);
+
+/** @return tensor @p index's bytes after ft_ckpt_load_all, else NULL. */
+const void *ft_ckpt_data(const ft_ckpt *ckpt, size_t index);
+
+/**
+ * Read one tensor into a caller buffer of at least info.nbytes. With FT_LOAD_VERIFY, the
+ * checksum blocks it overlaps are read and checked too. @return bytes read or -errno.
+ */
+int64_t ft_ckpt_load_tensor(ft_ckpt *ckpt, size_t index, const ft_buf *dst,
+                            const ft_load_opts *opts);
+
+/**
+ * Check every checksum of every shard (reads the whole checkpoint). @p progress, when not
+ * NULL, is called with (bytes done, bytes total, arg) from the calling thread.
+ * @return 0 when intact; -EBADMSG at the first bad block (ft_last_error names the shard,
+ *         block, byte range and tensor); -ENODATA when the checkpoint has no checksums.
+ */
+int ft_ckpt_verify(ft_ckpt *ckpt, const ft_load_opts *opts,
+                   void (*progress)(uint64_t done, uint64_t total, void *arg), void *arg);
+
 #ifdef __cplusplus
 }
 #endif

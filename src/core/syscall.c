@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <liburing.h>
+#include <stdio.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -31,6 +32,8 @@ const ft__syscalls ft__sys_real = {
     .mmap = mmap,
     .munmap = munmap,
     .madvise = madvise,
+    .rename = rename,
+    .unlink = unlink,
     .uring_init = io_uring_queue_init_params,
     .uring_register_buffers = io_uring_register_buffers,
     .uring_submit = io_uring_submit,

@@ -31,6 +31,8 @@ typedef struct ft__syscalls {
     void *(*mmap)(void *addr, size_t len, int prot, int flags, int fd, off_t off);
     int (*munmap)(void *addr, size_t len);
     int (*madvise)(void *addr, size_t len, int advice);
+    int (*rename)(const char *from, const char *to);
+    int (*unlink)(const char *path);
     int (*uring_init)(unsigned entries, struct io_uring *ring, struct io_uring_params *p);
     int (*uring_register_buffers)(struct io_uring *ring, const struct iovec *iov, unsigned n);
     int (*uring_submit)(struct io_uring *ring);

@@ -1,0 +1,92 @@
+/* Checkpoint internals: the parsed form of safetensors files and indexes. */
+#ifndef FT_CKPT_CKPT_H
+#define FT_CKPT_CKPT_H
+
+#include "../core/internal.h"
+
+/* safetensors' own limit on the header. */
+#define FT__ST_HEADER_MAX 100000000ull
+/* Our data sections start on this boundary. */
+#define FT__ST_ALIGN 4096u
+/* Default bytes per checksum block. */
+#define FT__CSUM_BLOCK (1u << 20)
+/* Piece of a checkpoint's data moved by one task (a multiple of the checksum block). */
+#define FT__CKPT_PIECE (16u << 20)
+
+#define FT__META_CSUM_ALGO "fastensor.checksum"
+#define FT__META_CSUM_BLOCK "fastensor.block_size"
+#define FT__META_CSUMS "fastensor.checksums"
+#define FT__META_VERSION "fastensor.version"
+#define FT__CSUM_ALGO "xxh3-64"
+
+typedef struct ft__st_tensor {
+    char *name;
+    ft_dtype dtype;
+    unsigned ndim;
+    uint64_t shape[FT_MAX_DIMS];
+    uint64_t begin, end; /* within the data section */
+    unsigned shard;
+} ft__st_tensor;
+
+typedef struct ft__st_meta {
+    char *key;
+    char *value;
+} ft__st_meta;
+
+/* One parsed safetensors header. */
+typedef struct ft__st_header {
+    ft__st_tensor *tensors; /* sorted by begin */
+    size_t ntensors;
+    ft__st_meta *meta;      /* user metadata (fastensor.* excluded) */
+    size_t nmeta;
+    uint64_t csum_block;    /* 0 when the file has no checksums */
+    uint64_t *csums;        /* ceil(data_size / csum_block) values */
+    uint64_t ncsums;
+} ft__st_header;
+
+/**
+ * Parse and validate a safetensors header of @p len bytes whose data section holds
+ * @p data_size bytes. @p where names the file in messages.
+ * @return 0, or -EBADMSG / -EINVAL with a detail saying what is wrong.
+ */
+int ft__st_parse(const char *json, size_t len, uint64_t data_size, const char *where,
+                 ft__st_header *out);
+void ft__st_header_free(ft__st_header *h);
+
+/** Parse 16 hex digits per checksum. @return 0 or -EBADMSG. */
+int ft__csum_decode(const char *hex, size_t len, uint64_t *out, uint64_t n);
+/** Write 16 lower-case hex digits per checksum (no terminator). */
+void ft__csum_encode(const uint64_t *csums, uint64_t n, char *hex);
+/** xxh3-64 of a block. */
+uint64_t ft__csum(const void *data, size_t len);
+
+/** Whether @p s is valid UTF-8 (no overlongs or surrogates). */
+bool ft__utf8_valid(const char *s, size_t len);
+
+typedef struct ft__shard {
+    char *path;
+    ft_file *file;
+    uint64_t data_start; /* 8 + header length */
+    uint64_t data_size;
+    ft__st_header header;
+    size_t first;        /* its tensors: ckpt->tensors[first .. first + count) */
+    size_t count;
+    void *owned_base;    /* ft_ckpt_load_all's allocation */
+    uint8_t *owned;      /* its data section inside owned_base */
+} ft__shard;
+
+struct ft_ckpt {
+    ft_ctx *ctx;
+    ft__shard *shards;
+    unsigned nshards;
+    const ft__st_tensor **tensors; /* every tensor, by shard then offset */
+    size_t ntensors;
+    size_t *by_name;               /* indexes into tensors, sorted by name */
+    ft__st_meta *meta;             /* user metadata (of the first shard) */
+    size_t nmeta;
+};
+
+/** The name of the tensor overlapping data byte @p at of shard @p s (for messages). */
+const char *ft__shard_tensor_at(const ft__shard *s, uint64_t at);
+
+#endif

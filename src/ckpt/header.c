@@ -1,0 +1,257 @@
+/* Parse and validate safetensors headers (jansson), strictly: every failure is a distinct,
+ * clear error naming the file and the tensor. */
+#include "ckpt.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+uint64_t ft__csum(const void *data, size_t len)
+{
+    return XXH3_64bits(data, len);
+}
+
+void ft__csum_encode(const uint64_t *csums, uint64_t n, char *hex)
+{
+    static const char digits[] = "0123456789abcdef";
+    for (uint64_t i = 0; i < n; i++)
+        for (int d = 0; d < 16; d++)
+            hex[i * 16 + (uint64_t)d] = digits[(csums[i] >> (60 - 4 * d)) & 0xf];
+}
+
+int ft__csum_decode(const char *hex, size_t len, uint64_t *out, uint64_t n)
+{
+    if (len != n * 16)
+        return -EBADMSG;
+    for (uint64_t i = 0; i < n; i++) {
+        uint64_t v = 0;
+        for (int d = 0; d < 16; d++) {
+            char c = hex[i * 16 + (uint64_t)d];
+            unsigned x = c >= '0' && c <= '9' ? (unsigned)(c - '0')
+                       : c >= 'a' && c <= 'f' ? (unsigned)(c - 'a' + 10) : 16u;
+            if (x > 15)
+                return -EBADMSG;
+            v = v << 4 | x;
+        }
+        out[i] = v;
+    }
+    return 0;
+}
+
+bool ft__utf8_valid(const char *str, size_t len)
+{
+    const uint8_t *s = (const uint8_t *)str;
+    for (size_t i = 0; i < len;) {
+        uint8_t c = s[i];
+        size_t n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+        if (!n || i + n > len)
+            return false;
+        uint32_t cp = n == 1 ? c : n == 2 ? (c & 0x1fu) : n == 3 ? (c & 0x0fu) : (c & 0x07u);
+        for (size_t k = 1; k < n; k++) {
+            if ((s[i + k] & 0xc0) != 0x80)
+                return false;
+            cp = cp << 6 | (s[i + k] & 0x3fu);
+        }
+        static const uint32_t min[5] = {0, 0, 0x80, 0x800, 0x10000};
+        if (cp < min[n] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+            return false;
+        i += n;
+    }
+    return true;
+}
+
+void ft__st_header_free(ft__st_header *h)
+{
+    for (size_t i = 0; i < h->ntensors; i++)
+        free(h->tensors[i].name);
+    for (size_t i = 0; i < h->nmeta; i++) {
+        free(h->meta[i].key);
+        free(h->meta[i].value);
+    }
+    free(h->tensors);
+    free(h->meta);
+    free(h->csums);
+    memset(h, 0, sizeof *h);
+}
+
+static int bad(const char *where, const char *fmt, const char *a, const char *b)
+{
+    char msg[FT__DETAIL_MAX / 2];
+    snprintf(msg, sizeof msg, fmt, a, b);
+    return ft__err(-EBADMSG, "%s: invalid safetensors header: %s", where, msg);
+}
+
+/* A non-negative JSON integer. */
+static bool get_u64(const json_t *v, uint64_t *out)
+{
+    if (!json_is_integer(v) || json_integer_value(v) < 0)
+        return false;
+    *out = (uint64_t)json_integer_value(v);
+    return true;
+}
+
+static int parse_tensor(const char *name, const json_t *v, const char *where, ft__st_tensor *t)
+{
+    if (!json_is_object(v))
+        return bad(where, "entry '%s' is not an object%s", name, "");
+    if (json_object_size(v) != 3)
+        return bad(where, "entry '%s' must have exactly dtype, shape and data_offsets%s", name,
+                   "");
+    const json_t *dt = json_object_get(v, "dtype"), *sh = json_object_get(v, "shape"),
+                 *off = json_object_get(v, "data_offsets");
+    if (!json_is_string(dt) || !json_is_array(sh) || !json_is_array(off))
+        return bad(where, "tensor '%s': dtype must be a string, shape and data_offsets arrays%s",
+                   name, "");
+    int d = ft_dtype_from_name(json_string_value(dt));
+    if (d < 0)
+        return bad(where, "tensor '%s': unknown dtype '%s'", name, json_string_value(dt));
+    t->dtype = (ft_dtype)d;
+    if (json_array_size(sh) > FT_MAX_DIMS)
+        return bad(where, "tensor '%s': more than 16 dimensions%s", name, "");
+    t->ndim = (unsigned)json_array_size(sh);
+    uint64_t elems = 1;
+    for (unsigned i = 0; i < t->ndim; i++) {
+        if (!get_u64(json_array_get(sh, i), &t->shape[i]))
+            return bad(where, "tensor '%s': shape holds a value that is not a non-negative "
+                              "integer%s", name, "");
+        if (__builtin_mul_overflow(elems, t->shape[i], &elems))
+            return bad(where, "tensor '%s': shape's element count overflows 64 bits%s", name, "");
+    }
+    uint64_t bytes;
+    if (__builtin_mul_overflow(elems, (uint64_t)ft_dtype_size(t->dtype), &bytes))
+        return bad(where, "tensor '%s': byte size overflows 64 bits%s", name, "");
+    if (json_array_size(off) != 2 || !get_u64(json_array_get(off, 0), &t->begin) ||
+        !get_u64(json_array_get(off, 1), &t->end))
+        return bad(where, "tensor '%s': data_offsets must be two non-negative integers%s", name,
+                   "");
+    if (t->end < t->begin)
+        return bad(where, "tensor '%s': data_offsets end before they begin%s", name, "");
+    if (t->end - t->begin != bytes)
+        return bad(where, "tensor '%s': shape x dtype size does not match data_offsets%s",
+                   name, "");
+    return 0;
+}
+
+static int parse_checksums(const json_t *meta, uint64_t data_size, const char *where,
+                           ft__st_header *h)
+{
+    const json_t *algo = json_object_get(meta, FT__META_CSUM_ALGO),
+                 *blk = json_object_get(meta, FT__META_CSUM_BLOCK),
+                 *sums = json_object_get(meta, FT__META_CSUMS);
+    if (!algo && !blk && !sums)
+        return 0;
+    if (!json_is_string(algo) || strcmp(json_string_value(algo), FT__CSUM_ALGO) != 0)
+        return bad(where, "metadata %s is not \"%s\"", FT__META_CSUM_ALGO, FT__CSUM_ALGO);
+    uint64_t block;
+    if (!json_is_string(blk) || ft_parse_size(json_string_value(blk), &block) < 0 ||
+        block < 4096 || (block & (block - 1)) || !json_is_string(sums))
+        return bad(where, "metadata %s / %s are malformed", FT__META_CSUM_BLOCK, FT__META_CSUMS);
+    h->csum_block = block;
+    h->ncsums = (data_size + block - 1) / block;
+    h->csums = malloc((h->ncsums ? h->ncsums : 1) * sizeof *h->csums);
+    if (!h->csums)
+        return ft__err(-ENOMEM, "%s: checksums", where);
+    if (ft__csum_decode(json_string_value(sums), json_string_length(sums), h->csums,
+                        h->ncsums) < 0)
+        return bad(where, "metadata %s does not hold one 16-digit hex value per block%s",
+                   FT__META_CSUMS, "");
+    return 0;
+}
+
+static int parse_metadata(const json_t *meta, uint64_t data_size, const char *where,
+                          ft__st_header *h)
+{
+    if (!json_is_object(meta))
+        return bad(where, "__metadata__ is not an object%s%s", "", "");
+    h->meta = calloc(json_object_size(meta) + 1, sizeof *h->meta);
+    if (!h->meta)
+        return ft__err(-ENOMEM, "%s: metadata", where);
+    const char *key;
+    json_t *v;
+    json_object_foreach((json_t *)meta, key, v) {
+        if (!json_is_string(v))
+            return bad(where, "__metadata__ value of '%s' is not a string%s", key, "");
+        if (strncmp(key, "fastensor.", 10) == 0)
+            continue;
+        ft__st_meta *m = &h->meta[h->nmeta++];
+        if (!(m->key = strdup(key)) || !(m->value = strdup(json_string_value(v))))
+            return ft__err(-ENOMEM, "%s: metadata", where);
+    }
+    return parse_checksums(meta, data_size, where, h);
+}
+
+static int by_begin(const void *a, const void *b)
+{
+    const ft__st_tensor *x = a, *y = b;
+    if (x->begin != y->begin)
+        return x->begin < y->begin ? -1 : 1;
+    return (x->end > y->end) - (x->end < y->end);
+}
+
+static int parse_root(const json_t *root, uint64_t data_size, const char *where,
+                      ft__st_header *h)
+{
+    if (!json_is_object(root))
+        return bad(where, "the header is not a JSON object%s%s", "", "");
+    h->tensors = calloc(json_object_size(root) + 1, sizeof *h->tensors);
+    if (!h->tensors)
+        return ft__err(-ENOMEM, "%s: header", where);
+    const char *key;
+    json_t *v;
+    int rc;
+    json_object_foreach((json_t *)root, key, v) {
+        if (strcmp(key, "__metadata__") == 0) {
+            if ((rc = parse_metadata(v, data_size, where, h)) < 0)
+                return rc;
+            continue;
+        }
+        ft__st_tensor *t = &h->tensors[h->ntensors];
+        if ((rc = parse_tensor(key, v, where, t)) < 0)
+            return rc;
+        if (!(t->name = strdup(key)))
+            return ft__err(-ENOMEM, "%s: header", where);
+        h->ntensors++;
+    }
+    qsort(h->tensors, h->ntensors, sizeof *h->tensors, by_begin);
+    uint64_t at = 0;
+    for (size_t i = 0; i < h->ntensors; i++) {
+        const ft__st_tensor *t = &h->tensors[i];
+        if (t->begin > at)
+            return bad(where, "a hole in the data before tensor '%s'%s", t->name, "");
+        if (t->begin < at)
+            return bad(where, "tensor '%s' overlaps tensor '%s'", t->name,
+                       h->tensors[i - 1].name);
+        at = t->end;
+    }
+    if (at != data_size) {
+        char a[32], b[32];
+        snprintf(a, sizeof a, "%llu", (unsigned long long)at);
+        snprintf(b, sizeof b, "%llu", (unsigned long long)data_size);
+        return bad(where, "tensors cover %s bytes but the data section holds %s", a, b);
+    }
+    return 0;
+}
+
+int ft__st_parse(const char *json, size_t len, uint64_t data_size, const char *where,
+                 ft__st_header *out)
+{
+    memset(out, 0, sizeof *out);
+    if (len == 0 || json[0] != '{')
+        return bad(where, "the header does not start with '{'%s%s", "", "");
+    if (!ft__utf8_valid(json, len))
+        return bad(where, "the header is not valid UTF-8%s%s", "", "");
+    json_error_t jerr;
+    json_t *root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (!root) {
+        char pos[64];
+        snprintf(pos, sizeof pos, "line %d column %d", jerr.line, jerr.column);
+        return bad(where, "JSON error at %s: %s", pos, jerr.text);
+    }
+    int rc = parse_root(root, data_size, where, out);
+    json_decref(root);
+    if (rc < 0)
+        ft__st_header_free(out);
+    return rc;
+}

@@ -1,0 +1,281 @@
+/*
+ * Loading checkpoints. The fast path reads a shard's whole data section with one large
+ * parallel read. With verification, the section is read in pieces by the pool's threads,
+ * each piece checked against its block checksums as soon as it lands (no second read).
+ */
+#include "ckpt.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct verify_job {
+    ft__shard *s;
+    const ft_io_opts *io;
+    uint8_t *dst;          /* where the section goes; NULL: scratch per piece (verify only) */
+    uint64_t piece;
+    uint64_t first_piece;  /* pieces [first_piece, first_piece + n) in this round */
+    ft__bufpool *scratch;
+    pthread_mutex_t lock;
+    uint64_t bad_block;    /* lowest mismatching block, UINT64_MAX when none */
+    char detail[FT__DETAIL_MAX];
+    unsigned err_piece;
+} verify_job;
+
+static int64_t verify_piece(void *arg, unsigned i)
+{
+    verify_job *j = arg;
+    ft__shard *s = j->s;
+    uint64_t at = (j->first_piece + i) * j->piece, len = FT__MIN(j->piece, s->data_size - at);
+    uint8_t *buf = j->dst ? j->dst + at : ft__bufpool_get(j->scratch);
+    if (!buf)
+        return ft__err(-ENOMEM, "verify buffer");
+    ft_buf b = ft_host_buf(buf, (size_t)len);
+    int64_t r = ft__transfer(s->file, &b, s->data_start + at, j->io, false);
+    if (r >= 0 && (uint64_t)r < len)
+        r = ft__err(-EIO, "%s: the file ended early (at data byte %llu)", s->path,
+                    (unsigned long long)(at + (uint64_t)r));
+    uint64_t block = s->header.csum_block;
+    for (uint64_t o = 0; r >= 0 && o < len; o += block) {
+        uint64_t k = (at + o) / block;
+        if (ft__csum(buf + o, (size_t)FT__MIN(block, len - o)) != s->header.csums[k]) {
+            pthread_mutex_lock(&j->lock);
+            if (k < j->bad_block)
+                j->bad_block = k;
+            pthread_mutex_unlock(&j->lock);
+            break;
+        }
+    }
+    if (r < 0) {
+        pthread_mutex_lock(&j->lock);
+        if (i < j->err_piece) {
+            j->err_piece = i;
+            ft__detail_save(j->detail);
+        }
+        pthread_mutex_unlock(&j->lock);
+    }
+    if (!j->dst)
+        ft__bufpool_put(j->scratch, buf);
+    return r;
+}
+
+static int bad_block_error(const ft__shard *s, uint64_t k)
+{
+    uint64_t block = s->header.csum_block, from = k * block;
+    uint64_t to = FT__MIN(from + block, s->data_size);
+    return ft__err(-EBADMSG, "%s: block %llu (data bytes %llu..%llu, file offset %llu) does "
+                             "not match its checksum; it holds tensor '%s'",
+                   s->path, (unsigned long long)k, (unsigned long long)from,
+                   (unsigned long long)to, (unsigned long long)(s->data_start + from),
+                   ft__shard_tensor_at(s, from));
+}
+
+/*
+ * Read (into @p dst, or scratch memory when NULL) and check a shard's data, in rounds of
+ * pieces; @p progress runs between rounds on the calling thread.
+ */
+static int verify_shard(ft_ctx *ctx, ft__shard *s, uint8_t *dst, const ft_io_opts *io,
+                        void (*progress)(uint64_t, uint64_t, void *), void *arg,
+                        uint64_t *done, uint64_t total)
+{
+    uint64_t block = s->header.csum_block;
+    verify_job j = {.s = s, .io = io, .dst = dst, .bad_block = UINT64_MAX,
+                    .err_piece = UINT32_MAX};
+    j.piece = FT__MAX((uint64_t)FT__CKPT_PIECE / block, 1) * block;
+    uint64_t npieces = (s->data_size + j.piece - 1) / j.piece;
+    unsigned per_round = progress ? ctx->cfg.threads + 1 : (unsigned)FT__MIN(npieces, 1u << 20);
+    int rc = 0;
+    if (!dst && ft__bufpool_create(&j.scratch, (size_t)j.piece, ctx->cfg.threads + 1) < 0)
+        return ft__err(-ENOMEM, "verify buffers");
+    int64_t *results = calloc(per_round ? per_round : 1, sizeof *results);
+    if (!results)
+        rc = ft__err(-ENOMEM, "verify");
+    pthread_mutex_init(&j.lock, NULL);
+    for (uint64_t p = 0; rc == 0 && p < npieces; p += per_round) {
+        unsigned n = (unsigned)FT__MIN(per_round, npieces - p);
+        j.first_piece = p;
+        if ((rc = ft__pool_run(ctx->pool, n, verify_piece, &j, results)) < 0)
+            break;
+        for (unsigned i = 0; i < n && rc == 0; i++)
+            if (results[i] < 0) {
+                rc = (int)results[i];
+                ft__detail_restore(j.detail);
+            }
+        if (rc == 0 && j.bad_block != UINT64_MAX)
+            rc = bad_block_error(s, j.bad_block);
+        *done += FT__MIN(n * j.piece, s->data_size - p * j.piece);
+        if (progress)
+            progress(*done, total, arg);
+    }
+    pthread_mutex_destroy(&j.lock);
+    free(results);
+    ft__bufpool_destroy(j.scratch);
+    return rc;
+}
+
+static ft_io_opts io_opts(const ft_load_opts *o)
+{
+    return (ft_io_opts){.engine = o ? o->engine : FT_ENGINE_AUTO};
+}
+
+static int check_load_opts(const ft_load_opts *o)
+{
+    if (o && ((unsigned)o->engine >= FT_ENGINE_COUNT || (o->flags & ~FT_LOAD_VERIFY)))
+        return ft__err(-EINVAL, "bad load options (engine %d, flags 0x%x)", (int)o->engine,
+                       o->flags);
+    return 0;
+}
+
+int64_t ft_ckpt_load_shard(ft_ckpt *c, unsigned k, const ft_buf *dst, const ft_load_opts *o)
+{
+    if (!c || k >= c->nshards || !dst)
+        return ft__err(-EINVAL, "ft_ckpt_load_shard: bad checkpoint, shard or buffer");
+    int rc = check_load_opts(o);
+    if (rc < 0)
+        return rc;
+    ft__shard *s = &c->shards[k];
+    if (dst->len < s->data_size)
+        return ft__err(-EINVAL, "%s: buffer of %zu bytes is smaller than the data (%llu)",
+                       s->path, dst->len, (unsigned long long)s->data_size);
+    if (dst->kind != FT_MEM_HOST)
+        return ft__err(-EINVAL, "%s: memory kind %d is not supported", s->path,
+                       (int)dst->kind);
+    ft_io_opts io = io_opts(o);
+    if (o && (o->flags & FT_LOAD_VERIFY) && s->header.csum_block) {
+        uint64_t done = 0;
+        rc = verify_shard(c->ctx, s, dst->ptr, &io, NULL, NULL, &done, s->data_size);
+        return rc < 0 ? rc : (int64_t)s->data_size;
+    }
+    ft_buf part = ft_host_buf(dst->ptr, (size_t)s->data_size);
+    int64_t r = ft__transfer(s->file, &part, s->data_start, &io, false);
+    if (r >= 0 && (uint64_t)r != s->data_size)
+        return ft__err(-EIO, "%s: the file ended early", s->path);
+    return r;
+}
+
+typedef struct load_all_job {
+    ft_ckpt *c;
+    const ft_load_opts *o;
+    char detail[FT__DETAIL_MAX];
+    pthread_mutex_t lock;
+} load_all_job;
+
+static int64_t load_all_shard(void *arg, unsigned k)
+{
+    load_all_job *j = arg;
+    ft__shard *s = &j->c->shards[k];
+    if (!s->owned) {
+        /* Memory in the same alignment phase as the file: O_DIRECT goes in place. */
+        size_t phase = (size_t)(s->data_start % FT__DIRECT_ALIGN);
+        if (posix_memalign(&s->owned_base, FT__DIRECT_ALIGN, (size_t)s->data_size + phase + 1))
+            return ft__err(-ENOMEM, "%s: %llu bytes for the data", s->path,
+                           (unsigned long long)s->data_size);
+        s->owned = (uint8_t *)s->owned_base + phase;
+    }
+    ft_buf b = ft_host_buf(s->owned, (size_t)s->data_size);
+    int64_t r = ft_ckpt_load_shard(j->c, k, &b, j->o);
+    if (r < 0) {
+        pthread_mutex_lock(&j->lock);
+        ft__detail_save(j->detail);
+        pthread_mutex_unlock(&j->lock);
+        free(s->owned_base);
+        s->owned_base = NULL;
+        s->owned = NULL;
+    }
+    return r;
+}
+
+int ft_ckpt_load_all(ft_ckpt *c, const ft_load_opts *o)
+{
+    if (!c)
+        return ft__err(-EINVAL, "ft_ckpt_load_all: checkpoint is NULL");
+    int rc = check_load_opts(o);
+    if (rc < 0)
+        return rc;
+    int64_t *results = calloc(c->nshards, sizeof *results);
+    if (!results)
+        return ft__err(-ENOMEM, "load");
+    load_all_job j = {.c = c, .o = o};
+    pthread_mutex_init(&j.lock, NULL);
+    rc = ft__pool_run(c->ctx->pool, c->nshards, load_all_shard, &j, results);
+    for (unsigned k = 0; rc == 0 && k < c->nshards; k++)
+        if (results[k] < 0) {
+            rc = (int)results[k];
+            ft__detail_restore(j.detail);
+        }
+    pthread_mutex_destroy(&j.lock);
+    free(results);
+    return rc;
+}
+
+const void *ft_ckpt_data(const ft_ckpt *c, size_t i)
+{
+    if (!c || i >= c->ntensors)
+        return NULL;
+    const ft__st_tensor *t = c->tensors[i];
+    const ft__shard *s = &c->shards[t->shard];
+    return s->owned ? s->owned + t->begin : NULL;
+}
+
+int64_t ft_ckpt_load_tensor(ft_ckpt *c, size_t i, const ft_buf *dst, const ft_load_opts *o)
+{
+    if (!c || i >= c->ntensors || !dst)
+        return ft__err(-EINVAL, "ft_ckpt_load_tensor: bad checkpoint, index or buffer");
+    int rc = check_load_opts(o);
+    if (rc < 0)
+        return rc;
+    const ft__st_tensor *t = c->tensors[i];
+    ft__shard *s = &c->shards[t->shard];
+    uint64_t n = t->end - t->begin;
+    if (dst->len < n)
+        return ft__err(-EINVAL, "tensor '%s': buffer of %zu bytes, needs %llu", t->name,
+                       dst->len, (unsigned long long)n);
+    ft_io_opts io = io_opts(o);
+    uint64_t block = s->header.csum_block;
+    if (!(o && (o->flags & FT_LOAD_VERIFY)) || !block || n == 0) {
+        ft_buf part = ft_host_buf(dst->ptr, (size_t)n);
+        int64_t r = ft__transfer(s->file, &part, s->data_start + t->begin, &io, false);
+        return r >= 0 && (uint64_t)r != n ? ft__err(-EIO, "%s: the file ended early", s->path)
+                                          : r;
+    }
+    /* Read the whole blocks around the tensor, check them, hand out the tensor's part. */
+    uint64_t from = t->begin / block * block;
+    uint64_t to = FT__MIN((t->end + block - 1) / block * block, s->data_size);
+    uint8_t *tmp = malloc((size_t)(to - from));
+    if (!tmp)
+        return ft__err(-ENOMEM, "tensor '%s': %llu bytes to verify", t->name,
+                       (unsigned long long)(to - from));
+    ft_buf part = ft_host_buf(tmp, (size_t)(to - from));
+    int64_t r = ft__transfer(s->file, &part, s->data_start + from, &io, false);
+    if (r >= 0 && (uint64_t)r != to - from)
+        r = ft__err(-EIO, "%s: the file ended early", s->path);
+    for (uint64_t at = from; r >= 0 && at < to; at += block)
+        if (ft__csum(tmp + (at - from), (size_t)FT__MIN(block, to - at)) !=
+            s->header.csums[at / block])
+            r = bad_block_error(s, at / block);
+    if (r >= 0) {
+        memcpy(dst->ptr, tmp + (t->begin - from), (size_t)n);
+        r = (int64_t)n;
+    }
+    free(tmp);
+    return r;
+}
+
+int ft_ckpt_verify(ft_ckpt *c, const ft_load_opts *o,
+                   void (*progress)(uint64_t done, uint64_t total, void *arg), void *arg)
+{
+    if (!c)
+        return ft__err(-EINVAL, "ft_ckpt_verify: checkpoint is NULL");
+    int rc = check_load_opts(o);
+    if (rc < 0)
+        return rc;
+    if (!ft_ckpt_has_checksums(c))
+        return ft__err(-ENODATA, "%s carries no fastensor checksums", c->shards[0].path);
+    uint64_t total = 0, done = 0;
+    for (unsigned k = 0; k < c->nshards; k++)
+        total += c->shards[k].data_size;
+    ft_io_opts io = io_opts(o);
+    for (unsigned k = 0; rc == 0 && k < c->nshards; k++)
+        rc = verify_shard(c->ctx, &c->shards[k], NULL, &io, progress, arg, &done, total);
+    return rc;
+}

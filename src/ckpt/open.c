@@ -1,0 +1,428 @@
+/* Opening checkpoints: a safetensors file, an index of shards, or a directory of either. */
+#include "ckpt.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <jansson.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+static bool ends_with(const char *s, const char *suffix)
+{
+    size_t a = strlen(s), b = strlen(suffix);
+    return a >= b && strcmp(s + a - b, suffix) == 0;
+}
+
+/* Read a whole small file (at most @p max bytes) into a NUL-terminated buffer. */
+static int slurp(ft_ctx *ctx, const char *path, uint64_t max, char **out, size_t *len)
+{
+    ft_file *f;
+    int rc = ft_file_open(ctx, &f, path, FT_OPEN_READ, 0);
+    if (rc < 0)
+        return rc;
+    int64_t size = ft_file_size(f);
+    if (size >= 0 && (uint64_t)size > max)
+        size = ft__err(-EFBIG, "%s: %lld bytes is over the %llu-byte limit", path,
+                       (long long)size, (unsigned long long)max);
+    char *buf = size >= 0 ? malloc((size_t)size + 1) : NULL;
+    int64_t n = size;
+    if (size >= 0 && !buf)
+        n = ft__err(-ENOMEM, "%s", path);
+    else if (buf) {
+        ft_buf b = ft_host_buf(buf, (size_t)size);
+        ft_io_opts o = {.engine = FT_ENGINE_POSIX};
+        n = ft_read(f, &b, 0, &o);
+    }
+    ft_file_close(f);
+    if (n < 0 || n != size) {
+        free(buf);
+        return n < 0 ? (int)n : ft__err(-EIO, "%s changed while being read", path);
+    }
+    buf[n] = '\0';
+    *out = buf;
+    *len = (size_t)n;
+    return 0;
+}
+
+static int shard_open(ft_ctx *ctx, ft__shard *s)
+{
+    int rc = ft_file_open(ctx, &s->file, s->path, FT_OPEN_READ, 0);
+    if (rc < 0)
+        return rc;
+    int64_t size = ft_file_size(s->file);
+    if (size < 0)
+        return (int)size;
+    uint8_t le[8];
+    ft_buf b = ft_host_buf(le, 8);
+    ft_io_opts o = {.engine = FT_ENGINE_POSIX};
+    if (size < 8 || ft_read(s->file, &b, 0, &o) != 8)
+        return ft__err(-EBADMSG, "%s: not a safetensors file (%lld bytes, shorter than the "
+                                 "8-byte header length)", s->path, (long long)size);
+    uint64_t n = 0;
+    for (int k = 7; k >= 0; k--)
+        n = n << 8 | le[k];
+    if (n > FT__ST_HEADER_MAX)
+        return ft__err(-EBADMSG, "%s: header length %llu is over safetensors' limit of %llu",
+                       s->path, (unsigned long long)n, FT__ST_HEADER_MAX);
+    if (n + 8 > (uint64_t)size)
+        return ft__err(-EBADMSG, "%s: header length %llu runs past the end of the file "
+                                 "(%lld bytes)", s->path, (unsigned long long)n,
+                       (long long)size);
+    char *json = malloc(n ? (size_t)n : 1);
+    if (!json)
+        return ft__err(-ENOMEM, "%s: header", s->path);
+    b = ft_host_buf(json, (size_t)n);
+    int64_t r = ft_read(s->file, &b, 8, &o);
+    if (r == (int64_t)n) {
+        size_t len = (size_t)n; /* safetensors pads with spaces; JSON allows them anyway */
+        s->data_start = 8 + n;
+        s->data_size = (uint64_t)size - s->data_start;
+        rc = ft__st_parse(json, len, s->data_size, s->path, &s->header);
+    } else {
+        rc = r < 0 ? (int)r : ft__err(-EIO, "%s: short header read", s->path);
+    }
+    free(json);
+    return rc;
+}
+
+/* The directory part of @p path ("." when none). */
+static char *dir_of(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    if (!slash)
+        return strdup(".");
+    if (slash == path)
+        return strdup("/");
+    return strndup(path, (size_t)(slash - path));
+}
+
+/* A shard name from an index: relative, no "..", and resolving inside @p dir. */
+static int shard_path(const char *index, const char *dir, const char *name, char **out)
+{
+    if (!*name || name[0] == '/' || strstr(name, "..") || strchr(name, '\\'))
+        return ft__err(-EINVAL, "%s: shard file '%s' is not a plain name inside the index's "
+                                "directory", index, name);
+    char *joined = NULL;
+    if (asprintf(&joined, "%s/%s", dir, name) < 0)
+        return ft__err(-ENOMEM, "%s", index);
+    char real_dir[PATH_MAX], real_file[PATH_MAX];
+    if (!realpath(dir, real_dir) || !realpath(joined, real_file)) {
+        int e = -errno;
+        free(joined);
+        return ft__err(e, "%s: shard file '%s'", index, name);
+    }
+    size_t dl = strlen(real_dir);
+    if (strncmp(real_file, real_dir, dl) != 0 || real_file[dl] != '/') {
+        free(joined);
+        return ft__err(-EINVAL, "%s: shard file '%s' leads outside the index's directory "
+                                "(to %s)", index, name, real_file);
+    }
+    *out = joined;
+    return 0;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Parse an index: fill c->shards with paths (sorted, distinct) and check the weight map
+ * against the shards' contents once they are open. */
+static int index_load(ft_ckpt *c, const char *path, json_t **map_out)
+{
+    char *text = NULL;
+    size_t len = 0;
+    int rc = slurp(c->ctx, path, FT__ST_HEADER_MAX, &text, &len);
+    if (rc < 0)
+        return rc;
+    json_error_t jerr;
+    json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
+    free(text);
+    if (!root)
+        return ft__err(-EBADMSG, "%s: invalid index JSON at line %d column %d: %s", path,
+                       jerr.line, jerr.column, jerr.text);
+    json_t *map = json_object_get(root, "weight_map");
+    if (!json_is_object(root) || !json_is_object(map) || json_object_size(map) == 0) {
+        json_decref(root);
+        return ft__err(-EBADMSG, "%s: an index needs a non-empty \"weight_map\" object", path);
+    }
+    size_t n = json_object_size(map), nfiles = 0;
+    char **files = calloc(n, sizeof *files);
+    const char *key;
+    json_t *v;
+    json_object_foreach(map, key, v) {
+        if (!json_is_string(v)) {
+            free(files);
+            json_decref(root);
+            return ft__err(-EBADMSG, "%s: weight_map entry '%s' is not a file name", path, key);
+        }
+        files[nfiles++] = (char *)json_string_value(v);
+    }
+    qsort(files, nfiles, sizeof *files, cmp_str);
+    c->shards = calloc(nfiles, sizeof *c->shards);
+    char *dir = dir_of(path);
+    for (size_t i = 0; rc == 0 && i < nfiles; i++) {
+        if (i && strcmp(files[i], files[i - 1]) == 0)
+            continue;
+        rc = shard_path(path, dir, files[i], &c->shards[c->nshards].path);
+        if (rc == 0)
+            c->nshards++;
+    }
+    free(dir);
+    free(files);
+    if (rc < 0) {
+        json_decref(root);
+        return rc;
+    }
+    *map_out = root;
+    return 0;
+}
+
+/* The weight map names exactly the tensors of the shards, each in the right file. */
+static int index_check(const ft_ckpt *c, const char *path, const json_t *root)
+{
+    const json_t *map = json_object_get(root, "weight_map");
+    size_t seen = 0;
+    for (unsigned k = 0; k < c->nshards; k++) {
+        const ft__shard *s = &c->shards[k];
+        const char *base = strrchr(s->path, '/');
+        base = base ? base + 1 : s->path;
+        for (size_t i = 0; i < s->header.ntensors; i++) {
+            const char *name = s->header.tensors[i].name;
+            const json_t *v = json_object_get(map, name);
+            if (!v)
+                return ft__err(-EBADMSG, "%s: tensor '%s' of %s is not in the weight map", path,
+                               name, s->path);
+            const char *want = json_string_value(v), *slash = strrchr(want, '/');
+            if (strcmp(slash ? slash + 1 : want, base) != 0)
+                return ft__err(-EBADMSG, "%s: tensor '%s' is mapped to %s but stored in %s",
+                               path, name, want, s->path);
+            seen++;
+        }
+    }
+    if (seen != json_object_size(map))
+        return ft__err(-EBADMSG, "%s: the weight map names %zu tensors, the shards hold %zu",
+                       path, json_object_size(map), seen);
+    return 0;
+}
+
+/* A directory: its one index, else its one .safetensors file. */
+static int pick_in_dir(const char *dir, char **out)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return ft__err(-errno, "cannot list %s", dir);
+    char *index = NULL, *single = NULL;
+    int nindex = 0, nsingle = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (ends_with(e->d_name, ".safetensors.index.json") && ++nindex == 1)
+            index = strdup(e->d_name);
+        else if (ends_with(e->d_name, ".safetensors") && ++nsingle == 1)
+            single = strdup(e->d_name);
+    }
+    closedir(d);
+    int rc = 0;
+    const char *pick = nindex == 1 ? index : nindex == 0 && nsingle == 1 ? single : NULL;
+    if (nindex > 1 || (nindex == 0 && nsingle > 1))
+        rc = ft__err(-EINVAL, "%s holds several checkpoints (%d indexes, %d files): name one",
+                     dir, nindex, nsingle);
+    else if (!pick)
+        rc = ft__err(-ENOENT, "%s holds no .safetensors file or index", dir);
+    else if (asprintf(out, "%s/%s", dir, pick) < 0)
+        rc = ft__err(-ENOMEM, "%s", dir);
+    free(index);
+    free(single);
+    return rc;
+}
+
+static int by_name(const void *a, const void *b, void *arg)
+{
+    const ft_ckpt *c = arg;
+    return strcmp(c->tensors[*(const size_t *)a]->name, c->tensors[*(const size_t *)b]->name);
+}
+
+/* Flatten the shards' tensors, index them by name, refuse names repeated across shards. */
+static int ckpt_index(ft_ckpt *c)
+{
+    for (unsigned k = 0; k < c->nshards; k++)
+        c->ntensors += c->shards[k].header.ntensors;
+    c->tensors = calloc(c->ntensors + 1, sizeof *c->tensors);
+    c->by_name = calloc(c->ntensors + 1, sizeof *c->by_name);
+    if (!c->tensors || !c->by_name)
+        return ft__err(-ENOMEM, "checkpoint index");
+    size_t at = 0;
+    for (unsigned k = 0; k < c->nshards; k++) {
+        ft__shard *s = &c->shards[k];
+        s->first = at;
+        s->count = s->header.ntensors;
+        for (size_t i = 0; i < s->count; i++) {
+            s->header.tensors[i].shard = k;
+            c->by_name[at] = at;
+            c->tensors[at++] = &s->header.tensors[i];
+        }
+    }
+    qsort_r(c->by_name, c->ntensors, sizeof *c->by_name, by_name, c);
+    for (size_t i = 1; i < c->ntensors; i++)
+        if (!strcmp(c->tensors[c->by_name[i]]->name, c->tensors[c->by_name[i - 1]]->name))
+            return ft__err(-EBADMSG, "tensor '%s' appears in two shards",
+                           c->tensors[c->by_name[i]]->name);
+    c->meta = c->shards[0].header.meta;
+    c->nmeta = c->shards[0].header.nmeta;
+    return 0;
+}
+
+int ft_ckpt_open(ft_ctx *ctx, ft_ckpt **out, const char *path_in)
+{
+    if (!ctx || !out || !path_in || !*path_in)
+        return ft__err(-EINVAL, "ft_ckpt_open: missing context, output or path");
+    struct stat st;
+    if (stat(path_in, &st) != 0)
+        return ft__err(-errno, "cannot open checkpoint %s", path_in);
+    char *picked = NULL;
+    int rc = 0;
+    if (S_ISDIR(st.st_mode) && (rc = pick_in_dir(path_in, &picked)) < 0)
+        return rc;
+    const char *path = picked ? picked : path_in;
+    ft_ckpt *c = calloc(1, sizeof *c);
+    if (!c) {
+        free(picked);
+        return ft__err(-ENOMEM, "checkpoint");
+    }
+    c->ctx = ctx;
+    json_t *index = NULL;
+    if (ends_with(path, ".index.json")) {
+        rc = index_load(c, path, &index);
+    } else if (!(c->shards = calloc(1, sizeof *c->shards)) ||
+               !(c->shards[0].path = strdup(path))) {
+        rc = ft__err(-ENOMEM, "checkpoint");
+    } else {
+        c->nshards = 1;
+    }
+    for (unsigned k = 0; rc == 0 && k < c->nshards; k++)
+        rc = shard_open(ctx, &c->shards[k]);
+    if (rc == 0 && index)
+        rc = index_check(c, path, index);
+    if (rc == 0)
+        rc = ckpt_index(c);
+    json_decref(index);
+    free(picked);
+    if (rc < 0) {
+        char keep[FT__DETAIL_MAX];
+        ft__detail_save(keep);
+        ft_ckpt_close(c);
+        ft__detail_restore(keep);
+        return rc;
+    }
+    *out = c;
+    return 0;
+}
+
+void ft_ckpt_close(ft_ckpt *c)
+{
+    if (!c)
+        return;
+    for (unsigned k = 0; c->shards && k < c->nshards; k++) {
+        ft__shard *s = &c->shards[k];
+        ft_file_close(s->file);
+        ft__st_header_free(&s->header);
+        free(s->path);
+        free(s->owned_base);
+    }
+    free(c->shards);
+    free(c->tensors);
+    free(c->by_name);
+    free(c);
+}
+
+size_t ft_ckpt_count(const ft_ckpt *c)
+{
+    return c ? c->ntensors : 0;
+}
+
+int ft_ckpt_info(const ft_ckpt *c, size_t i, ft_tensor_info *info)
+{
+    if (!c || i >= c->ntensors || !info)
+        return -ERANGE;
+    const ft__st_tensor *t = c->tensors[i];
+    const ft__shard *s = &c->shards[t->shard];
+    *info = (ft_tensor_info){.name = t->name, .dtype = t->dtype, .ndim = t->ndim,
+                             .shape = t->shape, .nbytes = t->end - t->begin,
+                             .shard = t->shard, .data_offset = t->begin,
+                             .file_offset = s->data_start + t->begin};
+    return 0;
+}
+
+int64_t ft_ckpt_find(const ft_ckpt *c, const char *name)
+{
+    if (!c || !name)
+        return -EINVAL;
+    size_t lo = 0, hi = c->ntensors;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        int d = strcmp(c->tensors[c->by_name[mid]]->name, name);
+        if (d == 0)
+            return (int64_t)c->by_name[mid];
+        if (d < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return -ENOENT;
+}
+
+size_t ft_ckpt_metadata_count(const ft_ckpt *c)
+{
+    return c ? c->nmeta : 0;
+}
+
+int ft_ckpt_metadata(const ft_ckpt *c, size_t i, const char **key, const char **value)
+{
+    if (!c || i >= c->nmeta)
+        return -ERANGE;
+    if (key)
+        *key = c->meta[i].key;
+    if (value)
+        *value = c->meta[i].value;
+    return 0;
+}
+
+unsigned ft_ckpt_shard_count(const ft_ckpt *c)
+{
+    return c ? c->nshards : 0;
+}
+
+int64_t ft_ckpt_shard_size(const ft_ckpt *c, unsigned k)
+{
+    return c && k < c->nshards ? (int64_t)c->shards[k].data_size : -ERANGE;
+}
+
+const char *ft_ckpt_shard_path(const ft_ckpt *c, unsigned k)
+{
+    return c && k < c->nshards ? c->shards[k].path : NULL;
+}
+
+int ft_ckpt_has_checksums(const ft_ckpt *c)
+{
+    for (unsigned k = 0; c && k < c->nshards; k++)
+        if (!c->shards[k].header.csum_block)
+            return 0;
+    return c && c->nshards > 0;
+}
+
+const char *ft__shard_tensor_at(const ft__shard *s, uint64_t at)
+{
+    const ft__st_header *h = &s->header;
+    size_t lo = 0, hi = h->ntensors;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (h->tensors[mid].end <= at)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < h->ntensors ? h->tensors[lo].name : "(none)";
+}

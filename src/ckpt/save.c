@@ -1,0 +1,416 @@
+/*
+ * Saving checkpoints: validate, lay out, then per shard: a temporary file in the same
+ * directory, the data gathered into aligned pieces written in parallel (checksummed as they
+ * go), the header written last, fdatasync, rename, fsync of the directory.
+ */
+#include "ckpt.h"
+#include "../core/syscall.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+typedef struct save_shard {
+    const ft_tensor *tensors; /* its tensors, consecutive in the caller's array */
+    size_t count;
+    uint64_t *begin;          /* data offset of each of its tensors */
+    uint64_t data_size;
+    uint64_t header_size;     /* 8 + padded JSON: where the data starts */
+    char *path;               /* final name */
+    char *tmp;                /* temporary name, while it exists */
+    uint64_t *csums;
+    uint64_t ncsums;
+} save_shard;
+
+typedef struct save_job {
+    ft_ctx *ctx;
+    const ft_save_opts *opts;
+    uint64_t block;           /* checksum block, 0 when not recording */
+    save_shard *shards;
+    unsigned nshards;
+    const char *const *metadata;
+    char detail[FT__DETAIL_MAX];
+} save_job;
+
+static int check_tensors(const ft_tensor *t, size_t n, const char *const *meta)
+{
+    const char **names = malloc((n ? n : 1) * sizeof *names);
+    if (!names)
+        return ft__err(-ENOMEM, "tensor names");
+    int rc = 0;
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        const char *nm = t[i].name;
+        size_t esize = ft_dtype_size(t[i].dtype);
+        uint64_t bytes = esize;
+        if (!nm || !ft__utf8_valid(nm, strlen(nm)) || strcmp(nm, "__metadata__") == 0)
+            rc = ft__err(-EINVAL, "tensor %zu: name missing, not UTF-8, or reserved", i);
+        else if (!esize)
+            rc = ft__err(-EINVAL, "tensor '%s': unknown dtype %d", nm, (int)t[i].dtype);
+        else if (t[i].ndim > FT_MAX_DIMS || (t[i].ndim && !t[i].shape))
+            rc = ft__err(-EINVAL, "tensor '%s': bad shape (%u dimensions)", nm, t[i].ndim);
+        else if (t[i].data.kind != FT_MEM_HOST)
+            rc = ft__err(-EINVAL, "tensor '%s': memory kind %d not supported", nm,
+                         (int)t[i].data.kind);
+        for (unsigned d = 0; rc == 0 && d < t[i].ndim; d++)
+            if (__builtin_mul_overflow(bytes, t[i].shape[d], &bytes))
+                rc = ft__err(-EINVAL, "tensor '%s': size overflows", nm);
+        if (rc == 0 && bytes != t[i].data.len)
+            rc = ft__err(-EINVAL, "tensor '%s': shape x dtype is %llu bytes, buffer has %zu",
+                         nm, (unsigned long long)bytes, t[i].data.len);
+        if (rc == 0 && bytes && !t[i].data.ptr)
+            rc = ft__err(-EFAULT, "tensor '%s': data pointer is NULL", nm);
+        names[i] = nm;
+    }
+    if (rc == 0) { /* unique names */
+        qsort(names, n, sizeof *names, (int (*)(const void *, const void *))strcmp);
+        for (size_t i = 1; i < n && rc == 0; i++)
+            if (strcmp(names[i - 1], names[i]) == 0)
+                rc = ft__err(-EINVAL, "tensor name '%s' appears twice", names[i]);
+    }
+    free(names);
+    for (size_t i = 0; rc == 0 && meta && meta[i]; i += 2)
+        if (!meta[i + 1] || !ft__utf8_valid(meta[i], strlen(meta[i])) ||
+            !ft__utf8_valid(meta[i + 1], strlen(meta[i + 1])) ||
+            strncmp(meta[i], "fastensor.", 10) == 0)
+            rc = ft__err(-EINVAL, "metadata entry %zu: needs a UTF-8 key (not fastensor.*) "
+                                  "and value", i / 2);
+    return rc;
+}
+
+/* Words of the header JSON for @p s; checksums as given (zeros first, real ones later). */
+static char *header_json(const save_job *job, const save_shard *s, size_t *len)
+{
+    json_t *root = json_object(), *meta = json_object();
+    for (size_t i = 0; job->metadata && job->metadata[i]; i += 2)
+        json_object_set_new(meta, job->metadata[i], json_string(job->metadata[i + 1]));
+    if (job->block) {
+        char blk[32];
+        snprintf(blk, sizeof blk, "%llu", (unsigned long long)job->block);
+        json_object_set_new(meta, FT__META_VERSION, json_string("1"));
+        json_object_set_new(meta, FT__META_CSUM_ALGO, json_string(FT__CSUM_ALGO));
+        json_object_set_new(meta, FT__META_CSUM_BLOCK, json_string(blk));
+        char *hex = malloc(s->ncsums * 16 + 1);
+        if (hex) {
+            ft__csum_encode(s->csums, s->ncsums, hex);
+            json_object_set_new(meta, FT__META_CSUMS, json_stringn(hex, s->ncsums * 16));
+            free(hex);
+        }
+    }
+    if (json_object_size(meta))
+        json_object_set_new(root, "__metadata__", meta);
+    else
+        json_decref(meta);
+    for (size_t i = 0; i < s->count; i++) {
+        const ft_tensor *t = &s->tensors[i];
+        json_t *shape = json_array();
+        for (unsigned d = 0; d < t->ndim; d++)
+            json_array_append_new(shape, json_integer((json_int_t)t->shape[d]));
+        json_t *entry = json_pack("{s:s, s:o, s:[I, I]}", "dtype", ft_dtype_name(t->dtype),
+                                  "shape", shape, "data_offsets", (json_int_t)s->begin[i],
+                                  (json_int_t)(s->begin[i] + t->data.len));
+        json_object_set_new(root, t->name, entry);
+    }
+    char *out = json_dumps(root, JSON_COMPACT);
+    json_decref(root);
+    *len = out ? strlen(out) : 0;
+    return out;
+}
+
+/* Gather data bytes [at, at+len) of @p s from its tensors into @p dst. */
+static void gather(const save_shard *s, uint64_t at, uint64_t len, uint8_t *dst)
+{
+    size_t lo = 0, hi = s->count; /* first tensor ending after at */
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (s->begin[mid] + s->tensors[mid].data.len <= at)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    for (size_t i = lo; i < s->count && s->begin[i] < at + len; i++) {
+        uint64_t tb = s->begin[i], te = tb + s->tensors[i].data.len;
+        uint64_t from = FT__MAX(tb, at), to = FT__MIN(te, at + len);
+        if (to > from)
+            memcpy(dst + (from - at), (const uint8_t *)s->tensors[i].data.ptr + (from - tb),
+                   (size_t)(to - from));
+    }
+}
+
+typedef struct piece_job {
+    save_job *job;
+    save_shard *s;
+    ft_file *f;
+    uint64_t piece;
+    ft__bufpool *staging;
+} piece_job;
+
+static int64_t write_piece(void *arg, unsigned i)
+{
+    piece_job *pj = arg;
+    save_shard *s = pj->s;
+    uint64_t at = (uint64_t)i * pj->piece, len = FT__MIN(pj->piece, s->data_size - at);
+    uint8_t *buf = ft__bufpool_get(pj->staging);
+    if (!buf)
+        return ft__err(-ENOMEM, "staging buffer");
+    gather(s, at, len, buf);
+    uint64_t block = pj->job->block;
+    for (uint64_t b = 0; block && b < len; b += block)
+        s->csums[(at + b) / block] = ft__csum(buf + b, (size_t)FT__MIN(block, len - b));
+    ft_buf fb = ft_host_buf(buf, (size_t)len);
+    ft_io_opts o = {.engine = pj->job->opts ? pj->job->opts->engine : FT_ENGINE_AUTO};
+    int64_t r = ft__transfer(pj->f, &fb, s->header_size + at, &o, true);
+    ft__bufpool_put(pj->staging, buf);
+    return r;
+}
+
+static int fsync_dir_of(const char *path)
+{
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash == dir)
+        dir[1] = '\0';
+    else if (slash)
+        *slash = '\0';
+    else
+        snprintf(dir, sizeof dir, ".");
+    int fd = ft__sys.open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
+    if (fd < 0)
+        return ft__err(-errno, "cannot open directory %s to sync it", dir);
+    int rc = ft__sys.fsync(fd) == 0 ? 0 : ft__err(-errno, "fsync of directory %s", dir);
+    ft__sys.close(fd);
+    return rc;
+}
+
+/* Write shard @p s's data and header into its temporary file, durably. */
+static int write_shard(save_job *job, save_shard *s)
+{
+    size_t jlen;
+    char *json = header_json(job, s, &jlen);
+    if (!json)
+        return ft__err(-ENOMEM, "%s: header", s->path);
+    s->header_size = (8 + jlen + FT__ST_ALIGN - 1) / FT__ST_ALIGN * FT__ST_ALIGN;
+    free(json);
+    if (s->header_size - 8 > FT__ST_HEADER_MAX)
+        return ft__err(-EINVAL, "%s: header of %llu bytes exceeds safetensors' 100 MB limit",
+                       s->path, (unsigned long long)s->header_size);
+    ft_file *f;
+    int rc = ft_file_open(job->ctx, &f, s->tmp,
+                          FT_OPEN_READ | FT_OPEN_WRITE | FT_OPEN_CREATE | FT_OPEN_EXCL, 0644);
+    if (rc < 0)
+        return rc;
+    if ((rc = ft_file_allocate(f, 0, s->header_size + s->data_size)) == -EOPNOTSUPP)
+        rc = 0; /* reserving is an optimisation (and an early ENOSPC), not a need */
+    uint64_t piece = job->block ? FT__MAX((uint64_t)FT__CKPT_PIECE, job->block)
+                                : (uint64_t)FT__CKPT_PIECE;
+    unsigned npieces = (unsigned)((s->data_size + piece - 1) / piece);
+    ft__bufpool *staging = NULL;
+    int64_t *results = calloc(npieces ? npieces : 1, sizeof *results);
+    if (rc == 0 && (!results || ft__bufpool_create(&staging, (size_t)piece, 4) < 0))
+        rc = ft__err(-ENOMEM, "%s: staging", s->path);
+    if (rc == 0) {
+        piece_job pj = {.job = job, .s = s, .f = f, .piece = piece, .staging = staging};
+        rc = ft__pool_run(job->ctx->pool, npieces, write_piece, &pj, results);
+        for (unsigned i = 0; rc == 0 && i < npieces; i++)
+            if (results[i] < 0)
+                rc = (int)results[i];
+    }
+    ft__bufpool_destroy(staging);
+    free(results);
+    if (rc == 0) { /* the header last, with the real checksums */
+        char *hdr = header_json(job, s, &jlen);
+        uint8_t *buf = hdr ? calloc(1, (size_t)s->header_size) : NULL;
+        if (!buf) {
+            rc = ft__err(-ENOMEM, "%s: header", s->path);
+        } else {
+            uint64_t n = s->header_size - 8;
+            for (int k = 0; k < 8; k++)
+                buf[k] = (uint8_t)(n >> (8 * k));
+            memcpy(buf + 8, hdr, jlen);
+            memset(buf + 8 + jlen, ' ', (size_t)(n - jlen));
+            ft_buf hb = ft_host_buf(buf, (size_t)s->header_size);
+            ft_io_opts o = {.engine = FT_ENGINE_POSIX};
+            int64_t w = ft__transfer(f, &hb, 0, &o, true);
+            rc = w < 0 ? (int)w : 0;
+        }
+        free(buf);
+        free(hdr);
+    }
+    if (rc == 0 && !(job->opts && (job->opts->flags & FT_SAVE_NO_SYNC)))
+        rc = ft_file_sync(f);
+    int crc = ft_file_close(f);
+    return rc ? rc : crc;
+}
+
+static int64_t write_shard_task(void *arg, unsigned i)
+{
+    save_job *job = arg;
+    int rc = write_shard(job, &job->shards[i]);
+    if (rc < 0)
+        ft__detail_save(job->detail);
+    return rc;
+}
+
+static char *strdupf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static char *strdupf(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    char *s = NULL;
+    if (vasprintf(&s, fmt, ap) < 0)
+        s = NULL;
+    va_end(ap);
+    return s;
+}
+
+/* Split into shards (each at most shard_size unless one tensor is larger) and name them. */
+static int plan_shards(save_job *job, const char *path, const ft_tensor *t, size_t n,
+                       uint64_t shard_size)
+{
+    job->shards = calloc(n + 1, sizeof *job->shards);
+    if (!job->shards)
+        return ft__err(-ENOMEM, "shards");
+    save_shard *cur = &job->shards[0];
+    cur->tensors = t;
+    job->nshards = 1;
+    for (size_t i = 0; i < n; i++) {
+        if (shard_size && cur->count && cur->data_size + t[i].data.len > shard_size) {
+            cur = &job->shards[job->nshards++];
+            cur->tensors = &t[i];
+        }
+        cur->count++;
+        cur->data_size += t[i].data.len;
+    }
+    static unsigned long counter;
+    unsigned long unique = __atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED);
+    size_t plen = strlen(path);
+    const char *ext = ".safetensors";
+    size_t stem_len = plen > strlen(ext) && !strcmp(path + plen - strlen(ext), ext)
+                          ? plen - strlen(ext) : plen;
+    for (unsigned k = 0; k < job->nshards; k++) {
+        save_shard *s = &job->shards[k];
+        s->begin = calloc(s->count + 1, sizeof *s->begin);
+        for (size_t i = 1; s->begin && i < s->count; i++)
+            s->begin[i] = s->begin[i - 1] + s->tensors[i - 1].data.len;
+        s->ncsums = job->block ? (s->data_size + job->block - 1) / job->block : 0;
+        s->csums = calloc(s->ncsums + 1, sizeof *s->csums);
+        s->path = job->nshards == 1
+                      ? strdupf("%s", path)
+                      : strdupf("%.*s-%05u-of-%05u%s", (int)stem_len, path, k + 1, job->nshards,
+                                ext);
+        s->tmp = s->path ? strdupf("%s.tmp-%d-%lu", s->path, (int)getpid(), unique) : NULL;
+        if (!s->begin || !s->csums || !s->tmp)
+            return ft__err(-ENOMEM, "shards");
+    }
+    return 0;
+}
+
+static int write_index(save_job *job, const char *path)
+{
+    json_t *root = json_object(), *map = json_object(), *meta = json_object();
+    uint64_t total = 0;
+    for (unsigned k = 0; k < job->nshards; k++) {
+        const save_shard *s = &job->shards[k];
+        const char *base = strrchr(s->path, '/');
+        base = base ? base + 1 : s->path;
+        for (size_t i = 0; i < s->count; i++)
+            json_object_set_new(map, s->tensors[i].name, json_string(base));
+        total += s->data_size;
+    }
+    json_object_set_new(meta, "total_size", json_integer((json_int_t)total));
+    json_object_set_new(root, "metadata", meta);
+    json_object_set_new(root, "weight_map", map);
+    char *text = json_dumps(root, JSON_INDENT(2));
+    json_decref(root);
+    char *final = strdupf("%s.index.json", path), *tmp = strdupf("%s.index.json.tmp-%d", path,
+                                                                  (int)getpid());
+    int rc = text && final && tmp ? 0 : ft__err(-ENOMEM, "index");
+    ft_file *f = NULL;
+    if (rc == 0)
+        rc = ft_file_open(job->ctx, &f, tmp, FT_OPEN_WRITE | FT_OPEN_CREATE | FT_OPEN_TRUNC,
+                          0644);
+    if (rc == 0) {
+        ft_buf b = ft_host_buf(text, strlen(text));
+        ft_io_opts o = {.engine = FT_ENGINE_POSIX, .flags = FT_IO_SYNC};
+        int64_t w = ft_write(f, &b, 0, &o);
+        rc = w < 0 ? (int)w : 0;
+        int crc = ft_file_close(f);
+        rc = rc ? rc : crc;
+        if (rc == 0 && ft__sys.rename(tmp, final) != 0)
+            rc = ft__err(-errno, "cannot rename %s to %s", tmp, final);
+        if (rc < 0)
+            ft__sys.unlink(tmp);
+    }
+    free(text);
+    free(final);
+    free(tmp);
+    return rc;
+}
+
+int ft_ckpt_save(ft_ctx *ctx, const char *path, const ft_tensor *tensors, size_t count,
+                 const ft_save_opts *opts)
+{
+    if (!ctx || !path || !*path || (count && !tensors))
+        return ft__err(-EINVAL, "ft_ckpt_save: missing context, path or tensors");
+    uint64_t block = FT__CSUM_BLOCK;
+    if (opts && opts->checksum_block)
+        block = opts->checksum_block;
+    if (block < 4096 || (block & (block - 1)) || block > (1u << 30))
+        return ft__err(-EINVAL, "%s: checksum block %llu is not a power of 2 in 4K..1G", path,
+                       (unsigned long long)block);
+    if (opts && (opts->flags & FT_SAVE_NO_CHECKSUM))
+        block = 0;
+    if (opts && (opts->flags & ~(unsigned)(FT_SAVE_NO_CHECKSUM | FT_SAVE_NO_SYNC)))
+        return ft__err(-EINVAL, "%s: unknown save flags 0x%x", path, opts->flags);
+    int rc = check_tensors(tensors, count, opts ? opts->metadata : NULL);
+    if (rc < 0)
+        return rc;
+    save_job job = {.ctx = ctx, .opts = opts, .block = block,
+                    .metadata = opts ? opts->metadata : NULL};
+    rc = plan_shards(&job, path, tensors, count, opts ? opts->shard_size : 0);
+    if (rc == 0) {
+        int64_t *results = calloc(job.nshards, sizeof *results);
+        if (!results)
+            rc = ft__err(-ENOMEM, "shards");
+        else if ((rc = ft__pool_run(ctx->pool, job.nshards, write_shard_task, &job, results)) ==
+                 0)
+            for (unsigned k = 0; k < job.nshards && rc == 0; k++)
+                if (results[k] < 0) {
+                    rc = (int)results[k];
+                    ft__detail_restore(job.detail);
+                }
+        free(results);
+    }
+    /* Every shard is durable under its temporary name: now the renames, then the index. */
+    for (unsigned k = 0; rc == 0 && k < job.nshards; k++)
+        if (ft__sys.rename(job.shards[k].tmp, job.shards[k].path) != 0)
+            rc = ft__err(-errno, "cannot rename %s to %s", job.shards[k].tmp,
+                         job.shards[k].path);
+        else {
+            free(job.shards[k].tmp);
+            job.shards[k].tmp = NULL;
+        }
+    if (rc == 0 && job.nshards > 1)
+        rc = write_index(&job, path);
+    if (rc == 0 && !(opts && (opts->flags & FT_SAVE_NO_SYNC)))
+        rc = fsync_dir_of(path);
+    char keep[FT__DETAIL_MAX];
+    ft__detail_save(keep);
+    for (unsigned k = 0; job.shards && k < job.nshards; k++) {
+        save_shard *s = &job.shards[k];
+        if (s->tmp)
+            ft__sys.unlink(s->tmp); /* a failed save leaves no temporary behind */
+        free(s->tmp);
+        free(s->path);
+        free(s->begin);
+        free(s->csums);
+    }
+    free(job.shards);
+    ft__detail_restore(keep);
+    return rc;
+}
