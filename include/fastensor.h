@@ -368,6 +368,9 @@ unsigned ft_ckpt_shard_count(const ft_ckpt *ckpt);
 /** @return the size of shard @p shard's data section, or -ERANGE. */
 int64_t ft_ckpt_shard_size(const ft_ckpt *ckpt, unsigned shard);
 
+/** @return where shard @p shard's data section starts in its file, or -ERANGE. */
+int64_t ft_ckpt_shard_data_start(const ft_ckpt *ckpt, unsigned shard);
+
 /** @return the path of shard @p shard, or NULL. */
 const char *ft_ckpt_shard_path(const ft_ckpt *ckpt, unsigned shard);
 

@@ -10,7 +10,9 @@ static const struct {
 } commands[] = {
     {"info", cmd_info, "what this machine and filesystem offer (io_uring, O_DIRECT, ...)"},
     {"bench", cmd_bench, "measure engines x read/write x block sizes x cache state"},
-    {"demo", cmd_demo, "write, read back and verify a checkpoint-sized file with each engine"},
+    {"demo", cmd_demo, "save, load and verify a synthetic model checkpoint; compare engines"},
+    {"inspect", cmd_inspect, "list a checkpoint's tensors, metadata, shards and alignment"},
+    {"verify", cmd_verify, "check a checkpoint's block checksums"},
 };
 
 static void usage(FILE *out)

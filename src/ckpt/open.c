@@ -151,13 +151,18 @@ static int index_load(ft_ckpt *c, const char *path, json_t **map_out)
     }
     size_t n = json_object_size(map), nfiles = 0;
     char **files = calloc(n, sizeof *files);
+    if (!files) {
+        json_decref(root);
+        return ft__err(-ENOMEM, "%s", path);
+    }
     const char *key;
     json_t *v;
     json_object_foreach(map, key, v) {
         if (!json_is_string(v)) {
+            rc = ft__err(-EBADMSG, "%s: weight_map entry '%s' is not a file name", path, key);
             free(files);
             json_decref(root);
-            return ft__err(-EBADMSG, "%s: weight_map entry '%s' is not a file name", path, key);
+            return rc;
         }
         files[nfiles++] = (char *)json_string_value(v);
     }
@@ -398,6 +403,11 @@ unsigned ft_ckpt_shard_count(const ft_ckpt *c)
 int64_t ft_ckpt_shard_size(const ft_ckpt *c, unsigned k)
 {
     return c && k < c->nshards ? (int64_t)c->shards[k].data_size : -ERANGE;
+}
+
+int64_t ft_ckpt_shard_data_start(const ft_ckpt *c, unsigned k)
+{
+    return c && k < c->nshards ? (int64_t)c->shards[k].data_start : -ERANGE;
 }
 
 const char *ft_ckpt_shard_path(const ft_ckpt *c, unsigned k)

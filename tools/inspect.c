@@ -1,0 +1,211 @@
+/* fastensor inspect / verify: look into a checkpoint, check its checksums. */
+#include "cli.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <string.h>
+#include <unistd.h>
+
+static void json_string(FILE *out, const char *s)
+{
+    fputc('"', out);
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p == '"' || *p == '\\')
+            fprintf(out, "\\%c", *p);
+        else if (*p < 0x20)
+            fprintf(out, "\\u%04x", *p);
+        else
+            fputc(*p, out);
+    }
+    fputc('"', out);
+}
+
+static void shape_text(const ft_tensor_info *t, char *buf, size_t len)
+{
+    size_t at = (size_t)snprintf(buf, len, "[");
+    for (unsigned d = 0; d < t->ndim && at < len; d++)
+        at += (size_t)snprintf(buf + at, len - at, "%s%llu", d ? ", " : "",
+                               (unsigned long long)t->shape[d]);
+    if (at < len)
+        snprintf(buf + at, len - at, "]");
+}
+
+static void print_json(const ft_ckpt *c, const char *path)
+{
+    printf("{\"path\":");
+    json_string(stdout, path);
+    printf(",\"checksums\":%s,\"shards\":[", ft_ckpt_has_checksums(c) ? "true" : "false");
+    for (unsigned k = 0; k < ft_ckpt_shard_count(c); k++) {
+        int64_t start = ft_ckpt_shard_data_start(c, k);
+        printf("%s{\"path\":", k ? "," : "");
+        json_string(stdout, ft_ckpt_shard_path(c, k));
+        printf(",\"data_start\":%lld,\"data_size\":%lld,\"aligned\":%s}", (long long)start,
+               (long long)ft_ckpt_shard_size(c, k), start % 4096 == 0 ? "true" : "false");
+    }
+    printf("],\"metadata\":{");
+    for (size_t i = 0; i < ft_ckpt_metadata_count(c); i++) {
+        const char *k, *v;
+        ft_ckpt_metadata(c, i, &k, &v);
+        printf("%s", i ? "," : "");
+        json_string(stdout, k);
+        putchar(':');
+        json_string(stdout, v);
+    }
+    printf("},\"tensors\":[");
+    for (size_t i = 0; i < ft_ckpt_count(c); i++) {
+        ft_tensor_info t;
+        ft_ckpt_info(c, i, &t);
+        char shape[512];
+        shape_text(&t, shape, sizeof shape);
+        printf("%s{\"name\":", i ? "," : "");
+        json_string(stdout, t.name);
+        printf(",\"dtype\":\"%s\",\"shape\":%s,\"bytes\":%llu,\"shard\":%u,"
+               "\"data_offsets\":[%llu,%llu],\"file_offset\":%llu}",
+               ft_dtype_name(t.dtype), shape, (unsigned long long)t.nbytes, t.shard,
+               (unsigned long long)t.data_offset,
+               (unsigned long long)(t.data_offset + t.nbytes),
+               (unsigned long long)t.file_offset);
+    }
+    printf("]}\n");
+}
+
+static void print_table(const ft_ckpt *c, const char *path)
+{
+    uint64_t total = 0;
+    for (unsigned k = 0; k < ft_ckpt_shard_count(c); k++)
+        total += (uint64_t)ft_ckpt_shard_size(c, k);
+    printf("%s: %zu tensors, %.3f GB in %u shard(s), checksums: %s\n", path, ft_ckpt_count(c),
+           (double)total / 1e9, ft_ckpt_shard_count(c),
+           ft_ckpt_has_checksums(c) ? "xxh3-64 blocks" : "none");
+    for (unsigned k = 0; k < ft_ckpt_shard_count(c); k++) {
+        int64_t start = ft_ckpt_shard_data_start(c, k);
+        printf("  shard %u: %s, data at %lld (%s), %lld bytes\n", k, ft_ckpt_shard_path(c, k),
+               (long long)start, start % 4096 == 0 ? "4K-aligned" : "unaligned",
+               (long long)ft_ckpt_shard_size(c, k));
+    }
+    for (size_t i = 0; i < ft_ckpt_metadata_count(c); i++) {
+        const char *k, *v;
+        ft_ckpt_metadata(c, i, &k, &v);
+        printf("  metadata %s = %s\n", k, v);
+    }
+    printf("\n%-40s %-8s %-20s %14s %5s %14s\n", "tensor", "dtype", "shape", "bytes", "shard",
+           "file offset");
+    for (size_t i = 0; i < ft_ckpt_count(c); i++) {
+        ft_tensor_info t;
+        ft_ckpt_info(c, i, &t);
+        char shape[512];
+        shape_text(&t, shape, sizeof shape);
+        printf("%-40s %-8s %-20s %14llu %5u %14llu\n", t.name, ft_dtype_name(t.dtype), shape,
+               (unsigned long long)t.nbytes, t.shard, (unsigned long long)t.file_offset);
+    }
+}
+
+static int open_ckpt(const char *cmd, const char *path, ft_ctx **ctx, ft_ckpt **c)
+{
+    int rc = ft_ctx_create(ctx, NULL);
+    if (rc < 0) {
+        cli_ft_error(cmd, "context", rc);
+        return EXIT_ERR;
+    }
+    rc = ft_ckpt_open(*ctx, c, path);
+    if (rc < 0) {
+        fprintf(stderr, "fastensor %s: %s\n", cmd, ft_last_error());
+        ft_ctx_destroy(*ctx);
+        return EXIT_ERR;
+    }
+    return EXIT_OK;
+}
+
+int cmd_inspect(int argc, char **argv)
+{
+    static const struct option opts[] = {{"json", no_argument, NULL, 'j'},
+                                         {"help", no_argument, NULL, 'h'},
+                                         {0}};
+    bool json = false;
+    int c;
+    while ((c = getopt_long(argc, argv, "jh", opts, NULL)) != -1) {
+        if (c == 'j')
+            json = true;
+        else {
+            FILE *out = c == 'h' ? stdout : stderr;
+            fprintf(out, "usage: fastensor inspect FILE|INDEX|DIR [--json]\n\n"
+                         "Tensors (dtype, shape, bytes, offsets), metadata, shards, alignment and "
+                         "checksums of a\nsafetensors checkpoint. The header is validated "
+                         "strictly; an invalid file is an error.\n");
+            return c == 'h' ? EXIT_OK : EXIT_USAGE;
+        }
+    }
+    if (optind != argc - 1) {
+        cli_error("inspect", "expected one checkpoint path (see --help)");
+        return EXIT_USAGE;
+    }
+    ft_ctx *ctx;
+    ft_ckpt *ck;
+    if (open_ckpt("inspect", argv[optind], &ctx, &ck) != EXIT_OK)
+        return EXIT_ERR;
+    if (json)
+        print_json(ck, argv[optind]);
+    else
+        print_table(ck, argv[optind]);
+    ft_ckpt_close(ck);
+    ft_ctx_destroy(ctx);
+    return EXIT_OK;
+}
+
+static void progress_bar(uint64_t done, uint64_t total, void *arg)
+{
+    (void)arg;
+    int width = 40, filled = total ? (int)((double)done / (double)total * width) : width;
+    fprintf(stderr, "\r[%.*s%*s] %5.1f%%", filled, "########################################",
+            width - filled, "", total ? 100.0 * (double)done / (double)total : 100.0);
+    if (done >= total)
+        fprintf(stderr, "\r\033[K");
+}
+
+int cmd_verify(int argc, char **argv)
+{
+    static const struct option opts[] = {{"engine", required_argument, NULL, 'e'},
+                                         {"help", no_argument, NULL, 'h'},
+                                         {0}};
+    ft_load_opts lo = {.engine = FT_ENGINE_AUTO};
+    int c;
+    while ((c = getopt_long(argc, argv, "e:h", opts, NULL)) != -1) {
+        int e;
+        if (c == 'e' && (e = ft_engine_from_name(optarg)) >= 0) {
+            lo.engine = (ft_engine)e;
+            continue;
+        }
+        FILE *out = c == 'h' ? stdout : stderr;
+        fprintf(out, "usage: fastensor verify FILE|INDEX|DIR [--engine E]\n\n"
+                     "Reads every shard and checks its xxh3 block checksums. Exit 0 when intact; "
+                     "1 naming\nthe first bad block and its tensor, or when there are no "
+                     "checksums.\n");
+        return c == 'h' ? EXIT_OK : EXIT_USAGE;
+    }
+    if (optind != argc - 1) {
+        cli_error("verify", "expected one checkpoint path (see --help)");
+        return EXIT_USAGE;
+    }
+    ft_ctx *ctx;
+    ft_ckpt *ck;
+    if (open_ckpt("verify", argv[optind], &ctx, &ck) != EXIT_OK)
+        return EXIT_ERR;
+    uint64_t total = 0;
+    for (unsigned k = 0; k < ft_ckpt_shard_count(ck); k++)
+        total += (uint64_t)ft_ckpt_shard_size(ck, k);
+    double t0 = cli_now();
+    int rc = ft_ckpt_verify(ck, &lo, isatty(2) ? progress_bar : NULL, NULL);
+    double secs = cli_now() - t0;
+    int status = EXIT_OK;
+    if (rc == 0)
+        printf("OK: %s: %zu tensors, %llu bytes in %u shard(s) match their checksums "
+               "(%.2f GB/s)\n", argv[optind], ft_ckpt_count(ck), (unsigned long long)total,
+               ft_ckpt_shard_count(ck), (double)total / secs / 1e9);
+    else {
+        fprintf(stderr, "fastensor verify: %s\n", ft_last_error());
+        status = EXIT_ERR;
+    }
+    ft_ckpt_close(ck);
+    ft_ctx_destroy(ctx);
+    return status;
+}
