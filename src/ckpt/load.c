@@ -81,7 +81,10 @@ static int verify_shard(ft_ctx *ctx, ft__shard *s, uint8_t *dst, const ft_io_opt
     uint64_t block = s->header.csum_block;
     verify_job j = {.s = s, .io = io, .dst = dst, .bad_block = UINT64_MAX,
                     .err_piece = UINT32_MAX};
-    j.piece = FT__MAX((uint64_t)FT__CKPT_PIECE / block, 1) * block;
+    /* Reading into the caller's memory needs no staging: as large as one O_DIRECT request. */
+    uint64_t want = dst ? FT__MAX((uint64_t)ctx->cfg.chunk_size, (uint64_t)FT__CKPT_PIECE)
+                        : (uint64_t)FT__CKPT_PIECE;
+    j.piece = FT__MAX(want / block, 1) * block;
     uint64_t npieces = (s->data_size + j.piece - 1) / j.piece;
     unsigned per_round = progress ? ctx->cfg.threads + 1 : (unsigned)FT__MIN(npieces, 1u << 20);
     int rc = 0;
