@@ -1,0 +1,187 @@
+"""fastensor: fast tensor I/O between files and memory.
+
+- ``fastensor.torch``: ``save_file`` / ``load_file`` (safetensors-compatible, drop-in for
+  ``safetensors.torch``), ``save_file_async``, ``save_model`` / ``load_model``.
+- ``fastensor.numpy``: the same for ``dict[str, numpy.ndarray]``.
+- ``fastensor.File``: the raw tensor interface: ``write(tensor, offset)``,
+  ``read_into(tensor, offset)`` and their ``*_async`` variants, with any engine.
+
+Settings come from ``FASTENSOR_*`` environment variables or :func:`configure`.
+"""
+from __future__ import annotations
+
+import os
+import threading
+
+from . import _C
+
+__version__ = "0.1.0"
+ENGINES = ("auto", "posix", "direct", "uring", "mmap")
+
+_ctx_lock = threading.Lock()
+_ctx = None
+_ctx_settings: dict = {}
+
+
+def configure(*, threads: int = 0, chunk_size: int = 0, queue_depth: int = 0,
+              bounce_size: int = 0, engine: str | None = None) -> None:
+    """Replace the shared context's settings (0 / None: default or FASTENSOR_* variable).
+
+    Takes effect for operations started afterwards.
+    """
+    global _ctx, _ctx_settings
+    with _ctx_lock:
+        _ctx_settings = dict(threads=threads, chunk_size=chunk_size, queue_depth=queue_depth,
+                             bounce_size=bounce_size,
+                             engine=-1 if engine is None else engine_id(engine))
+        _ctx = None
+
+
+def context():
+    """The process-wide library context (created on first use)."""
+    global _ctx
+    with _ctx_lock:
+        if _ctx is None:
+            s = _ctx_settings
+            _ctx = _C.ctx_create(s.get("threads", 0), s.get("chunk_size", 0),
+                                 s.get("queue_depth", 0), s.get("bounce_size", 0),
+                                 s.get("engine", -1))
+        return _ctx
+
+
+def engine_id(name: str) -> int:
+    """The library's number for an engine name; ValueError for an unknown one."""
+    if not isinstance(name, str):
+        raise TypeError(f"engine must be a str, not {type(name).__name__}")
+    return _C.engine_id(name)
+
+
+def _memory(obj, writable: bool):
+    """(address, nbytes, keepalive) of a contiguous CPU tensor, ndarray or buffer."""
+    mod = type(obj).__module__
+    if mod.startswith("torch"):
+        if obj.device.type != "cpu":
+            raise ValueError(f"tensor on {obj.device}: this build moves host memory only")
+        if not obj.is_contiguous():
+            raise ValueError("tensor must be contiguous (call .contiguous() first)")
+        return obj.data_ptr(), obj.numel() * obj.element_size(), obj
+    import numpy as np
+    arr = obj if isinstance(obj, np.ndarray) else np.frombuffer(obj, dtype=np.uint8)
+    if not arr.flags.c_contiguous:
+        raise ValueError("array must be C-contiguous")
+    if writable and not arr.flags.writeable:
+        raise ValueError("array is read-only")
+    return arr.ctypes.data, arr.nbytes, (obj, arr)
+
+
+class Request:
+    """An asynchronous transfer started by :meth:`File.write_async` / :meth:`File.read_into_async`.
+
+    The memory must not be touched until :meth:`wait` returns.
+    """
+
+    def __init__(self, handle, keepalive, file):
+        self._handle = handle
+        self._keep = keepalive
+        self._file = file
+        self._result = None
+
+    def done(self) -> bool:
+        """True once the transfer has finished (wait() then returns at once)."""
+        return self._result is not None or _C.req_poll(self._handle)
+
+    def wait(self) -> int:
+        """Wait; return the bytes transferred or raise OSError like the synchronous call."""
+        if self._result is None:
+            self._result = _C.req_wait(self._handle)
+            self._keep = None
+        return self._result
+
+    result = wait
+
+
+class File:
+    """A file for raw tensor transfers at chosen offsets (the paper's unified interface).
+
+    ``mode``: "r" (read), "r+" (read/write), "w" (create or truncate, read/write),
+    "x" (create, fail if it exists). ``engine``: default engine for this file's calls.
+    """
+
+    _MODES = {"r": _C.OPEN_READ,
+              "r+": _C.OPEN_READ | _C.OPEN_WRITE,
+              "w": _C.OPEN_READ | _C.OPEN_WRITE | _C.OPEN_CREATE | _C.OPEN_TRUNC,
+              "x": _C.OPEN_READ | _C.OPEN_WRITE | _C.OPEN_CREATE | _C.OPEN_EXCL}
+
+    def __init__(self, path, mode: str = "r", *, engine: str = "auto"):
+        if mode not in self._MODES:
+            raise ValueError(f"mode must be one of {sorted(self._MODES)}, not {mode!r}")
+        self.path = os.fspath(path)
+        self.mode = mode
+        self._engine = engine_id(engine)
+        self._handle = _C.file_open(context(), self.path, self._MODES[mode], 0o644)
+
+    def _eng(self, engine):
+        return self._engine if engine is None else engine_id(engine)
+
+    def write(self, tensor, offset: int = 0, *, engine: str | None = None,
+              sync: bool = False) -> int:
+        """Write the tensor's bytes at ``offset``; with ``sync`` they are durable on return."""
+        addr, n, keep = _memory(tensor, writable=False)
+        flags = _C.IO_SYNC if sync else 0
+        r = _C.file_io(self._handle, addr, n, offset, self._eng(engine), flags, True)
+        del keep
+        return r
+
+    def read_into(self, tensor, offset: int = 0, *, engine: str | None = None) -> int:
+        """Fill the tensor from ``offset``; returns bytes read (fewer at end of file)."""
+        addr, n, keep = _memory(tensor, writable=True)
+        r = _C.file_io(self._handle, addr, n, offset, self._eng(engine), 0, False)
+        del keep
+        return r
+
+    def write_async(self, tensor, offset: int = 0, *, engine: str | None = None,
+                    sync: bool = False) -> Request:
+        addr, n, keep = _memory(tensor, writable=False)
+        flags = _C.IO_SYNC if sync else 0
+        return Request(_C.file_submit(self._handle, addr, n, offset, self._eng(engine), flags,
+                                      True), keep, self)
+
+    def read_into_async(self, tensor, offset: int = 0, *, engine: str | None = None) -> Request:
+        addr, n, keep = _memory(tensor, writable=True)
+        return Request(_C.file_submit(self._handle, addr, n, offset, self._eng(engine), 0,
+                                      False), keep, self)
+
+    def size(self) -> int:
+        return _C.file_size(self._handle)
+
+    def sync(self) -> None:
+        """Make written data durable (fdatasync)."""
+        _C.file_sync(self._handle)
+
+    def close(self) -> None:
+        _C.file_close(self._handle)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def inspect(path) -> dict:
+    """Describe a checkpoint: tensors (dtype, shape, bytes), metadata, shards, checksums."""
+    ck = _C.ckpt_open(context(), os.fspath(path))
+    tensors, meta, shards, has_csum = _C.ckpt_describe(ck)
+    return {"tensors": {t[0]: {"dtype": t[1], "shape": t[2], "bytes": t[3], "shard": t[4],
+                               "data_offset": t[5]} for t in tensors},
+            "metadata": meta, "shards": [{"path": p, "data_size": s} for p, s in shards],
+            "checksums": bool(has_csum)}
+
+
+def verify(path, *, engine: str = "auto") -> None:
+    """Check every checksum of a checkpoint; ValueError naming the bad block and tensor."""
+    ck = _C.ckpt_open(context(), os.fspath(path))
+    _C.ckpt_verify(ck, engine_id(engine))
+
+
+__all__ = ["File", "Request", "configure", "context", "inspect", "verify", "ENGINES"]

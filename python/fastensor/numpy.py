@@ -1,0 +1,65 @@
+"""NumPy layer: ``save_file`` / ``load_file`` for ``dict[str, numpy.ndarray]``, safetensors
+files (the same API as ``safetensors.numpy``)."""
+from __future__ import annotations
+
+import numpy as np
+
+from . import _ckpt
+
+_TO_ST = {np.dtype(np.bool_): "BOOL", np.dtype(np.uint8): "U8", np.dtype(np.int8): "I8",
+          np.dtype(np.uint16): "U16", np.dtype(np.int16): "I16", np.dtype(np.float16): "F16",
+          np.dtype(np.uint32): "U32", np.dtype(np.int32): "I32", np.dtype(np.float32): "F32",
+          np.dtype(np.uint64): "U64", np.dtype(np.int64): "I64", np.dtype(np.float64): "F64",
+          np.dtype(np.complex64): "C64"}
+_FROM_ST = {v: k for k, v in _TO_ST.items()}
+
+
+def _prepare(tensors):
+    if not isinstance(tensors, dict):
+        raise TypeError("tensors must be a dict of name -> numpy.ndarray")
+    items, keep = [], []
+    for name, arr in tensors.items():
+        if not isinstance(name, str):
+            raise TypeError(f"tensor names must be str, not {type(name).__name__}")
+        if not isinstance(arr, np.ndarray):
+            raise TypeError(f"{name!r}: expected numpy.ndarray, got {type(arr).__name__}")
+        dt = arr.dtype.newbyteorder("=") if arr.dtype.byteorder not in "=|" else arr.dtype
+        if dt not in _TO_ST:
+            raise ValueError(f"{name!r}: dtype {arr.dtype} has no safetensors equivalent")
+        a = arr.astype(dt.newbyteorder("<"), copy=False)
+        if not a.flags.c_contiguous:  # (ascontiguousarray would turn 0-d into 1-d)
+            a = a.copy(order="C")
+        keep.append(a)
+        items.append((name, _TO_ST[dt], tuple(int(s) for s in a.shape), a.ctypes.data,
+                      a.nbytes))
+    return items, keep
+
+
+def save_file(tensors: dict, filename, metadata: dict | None = None, *, engine: str = "auto",
+              shard_size: int | None = None) -> None:
+    """Save arrays as a safetensors file (atomic, durable, checksummed; sharded above
+    ``shard_size`` bytes)."""
+    items, keep = _prepare(tensors)
+    _ckpt.save(filename, items, metadata, engine=engine, shard_size=shard_size)
+    del keep
+
+
+def load_file(filename, *, engine: str = "auto", verify: bool = False) -> dict:
+    """Load a safetensors file, index or directory into numpy arrays (views into one buffer
+    per shard)."""
+    ck, tensors, _, shards = _ckpt.open_checkpoint(filename)
+    bufs = []
+    for k, (_, size) in enumerate(shards):
+        buf = np.empty(max(size, 1), dtype=np.uint8)
+        _ckpt.load_shard(ck, k, buf.ctypes.data, size, engine=engine, verify=verify)
+        bufs.append(buf)
+    out = {}
+    for name, dtype, shape, nbytes, shard, off in tensors:
+        dt = _FROM_ST.get(dtype)
+        if dt is None:
+            raise ValueError(f"{name!r}: dtype {dtype} has no numpy equivalent")
+        out[name] = np.ndarray(shape, dtype=dt.newbyteorder("<"), buffer=bufs[shard], offset=off)
+    return out
+
+
+__all__ = ["save_file", "load_file"]
