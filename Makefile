@@ -34,7 +34,7 @@ CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/%.o)
 TEST_SRC := $(filter-out tests/testlib.c,$(wildcard tests/test_*.c))
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 
-.PHONY: all lib cli tests test test-c test-python demo deps install clean bench
+.PHONY: all lib cli tests test demo deps install clean bench python
 all: lib cli
 
 lib: $(BUILD)/libfastensor.so $(BUILD)/libfastensor.a
@@ -73,8 +73,14 @@ demo: deps
 	$(MAKE) --no-print-directory all
 	$(BUILD)/fastensor demo
 
-bench: all
+# The Python extension, built in place (python/fastensor/_C.abi3.so) for /usr/bin/python3.
+PYTHON ?= /usr/bin/python3
+python: lib
+	FT_REMAKE=0 $(PYTHON) setup.py -q build_ext --inplace
+
+bench: all python
 	bench/vs-fio.sh
+	PYTHONPATH=python $(PYTHON) bench/compare.py
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/bin \

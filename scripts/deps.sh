@@ -19,7 +19,7 @@ if [ "${FT_DEPS_PYTHON:-1}" = 1 ]; then
     py=/usr/bin/python3
     [ -x $py ] || pkgs_needed+=(python3)
     [ -x $py ] && ! $py -c 'import sysconfig,os,sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"],"Python.h")))' 2>/dev/null && pkgs_needed+=(python3-dev)
-    for m in setuptools:python3-setuptools numpy:python3-numpy pytest:python3-pytest; do
+    for m in setuptools:python3-setuptools numpy:python3-numpy pytest:python3-pytest torch:python3-torch; do
         [ -x $py ] && $py -c "import ${m%%:*}" 2>/dev/null || pkgs_needed+=("${m##*:}")
     done
 fi
