@@ -14,6 +14,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <sys/types.h>
 
 #ifdef __cplusplus
@@ -120,6 +121,20 @@ void ft_ctx_config(const ft_ctx *ctx, ft_config *cfg);
  * @return 1 available, 0 not available (the library then falls back, see each engine).
  */
 int ft_engine_available(ft_ctx *ctx, ft_engine engine, const char **reason);
+
+/**
+ * Save the AUTO selector's dictionaries now (one profile per filesystem device; also done
+ * when the context is destroyed). FASTENSOR_PROFILE: "off" (no persistence), a directory, or
+ * a file; default $XDG_CACHE_HOME/fastensor/ (else ~/.cache/fastensor/).
+ * @return 0 or -errno.
+ */
+int ft_profile_save(ft_ctx *ctx);
+
+/**
+ * Print the AUTO dictionary for the filesystem holding @p path (loading its profile): per
+ * key, the chosen arm and each arm's median GB/s and sample count. @return 0 or -errno.
+ */
+int ft_profile_show(ft_ctx *ctx, const char *path, FILE *out);
 
 /* ------------------------------------------------------------------------------------------
  * Files

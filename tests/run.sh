@@ -8,6 +8,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 export BUILD
 # Test files go on a real disk filesystem next to the build, not tmpfs.
 export FT_TEST_DIR=${FT_TEST_DIR:-$PWD/$BUILD/test-tmp}
+# AUTO learns a profile; keep the tests' away from the user's ~/.cache.
+export FASTENSOR_PROFILE=${FASTENSOR_PROFILE:-off}
 mkdir -p "$FT_TEST_DIR"
 if [ -n "${SAN:-}" ]; then
     export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0}

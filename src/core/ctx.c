@@ -23,6 +23,7 @@ int ft_ctx_create(ft_ctx **out, const ft_config *cfg_in)
     ctx->cfg = cfg;
     if ((rc = ft__bufpool_create(&ctx->bounce, cfg.bounce_size, 2 * cfg.threads + 2)) < 0 ||
         (rc = ft__uring_cache_create(&ctx->uring)) < 0 ||
+        (rc = ft__auto_create(&ctx->autosel)) < 0 ||
         (rc = ft__pool_create(&ctx->pool, cfg.threads)) < 0) {
         ft_ctx_destroy(ctx);
         return rc == -ENOMEM ? ft__err(rc, "context") : rc;
@@ -36,6 +37,7 @@ void ft_ctx_destroy(ft_ctx *ctx)
     if (!ctx)
         return;
     ft__pool_destroy(ctx->pool);
+    ft__auto_destroy(ctx->autosel);
     for (int id = 0; id < FT_ENGINE_COUNT; id++) {
         const ft__engine_ops *ops = ft__engine_get((ft_engine)id);
         if (ops && ops->ctx_fini)

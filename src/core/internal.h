@@ -66,12 +66,17 @@ size_t ft__bufpool_size(const ft__bufpool *pool);
 
 typedef struct ft__uring_cache ft__uring_cache;
 int ft__uring_cache_create(ft__uring_cache **out);
+typedef struct ft__auto ft__auto;
+int ft__auto_create(ft__auto **out);
+void ft__auto_destroy(ft__auto *a);
 
 struct ft_ctx {
     ft_config cfg;
     ft__pool *pool;
     ft__bufpool *bounce;
     ft__uring_cache *uring; /* rings kept for reuse by the uring engine */
+    ft__auto *autosel;      /* the AUTO selector, one per filesystem device */
+    _Atomic unsigned inflight; /* transfers running now (a selector context probe) */
 };
 
 /* ---- files (file.c) ---- */
@@ -87,6 +92,7 @@ struct ft_file {
     pthread_mutex_t lock;   /* guards the lazily opened state below and file growth */
     int direct_fd;          /* O_DIRECT descriptor, -1 until first use */
     int direct_err;         /* cached -errno when O_DIRECT cannot be opened, else 0 */
+    struct ft__selector *sel; /* AUTO's selector for this file's filesystem, once known */
 };
 
 /** @return the O_DIRECT descriptor (opened once, on first use) or -errno (cached). */
@@ -103,6 +109,40 @@ int ft__io_check(ft_file *f, const ft_buf *buf, uint64_t offset, const ft_io_opt
 /** Run a checked transfer on the calling thread (what ft_read/ft_write do). */
 int64_t ft__transfer(ft_file *f, const ft_buf *buf, uint64_t offset, const ft_io_opts *opts,
                      bool write);
+
+/* ---- engine AUTO (select/auto.c) ---- */
+
+/* A selector key: (direction, memory kind, size bucket, context class). */
+typedef struct ft__sel_key {
+    uint8_t write;  /* 0 read, 1 write */
+    uint8_t mem;    /* ft_mem_kind */
+    uint8_t bucket; /* floor(log2(len)) */
+    uint8_t cache;  /* reads: 0 cold, 1 partly cached, 2 cached; writes: 1 when synced */
+    uint8_t busy;   /* other transfers in flight in the context */
+    uint8_t cpu;    /* CPU load above the CPU count */
+} ft__sel_key;
+
+typedef struct ft__arm {
+    ft_engine engine;
+    uint64_t piece; /* 0: the engine's default; UINT64_MAX: one piece */
+    const char *label;
+} ft__arm;
+extern const ft__arm ft__arms[];
+extern const unsigned ft__narms;
+
+typedef struct ft__decision {
+    struct ft__selector *sel;
+    unsigned arm;
+    ft_engine engine;
+    uint64_t piece;
+    uint64_t t0;        /* when the transfer started */
+    uint64_t probe_ns;  /* cost of probing and choosing */
+    ft__sel_key key;
+} ft__decision;
+
+void ft__auto_decide(ft_file *f, uint64_t off, uint64_t len, bool write, bool sync,
+                     ft__decision *d);
+void ft__auto_done(const ft__decision *d, int64_t result);
 
 /* ---- full transfers (rw.c): loop on short counts and EINTR, cap at FT__MAX_RW ---- */
 
@@ -126,6 +166,7 @@ typedef struct ft__io {
     uint64_t len;  /* bytes; for reads already clamped to the file's end */
     uint64_t off;  /* file offset */
     void *aux;     /* engine's own data for its piece functions */
+    uint64_t piece; /* selector's setting: piece size (0 default, UINT64_MAX unsplit) */
 } ft__io;
 
 /** One piece of a transfer: [off, off+len) of the file <-> ptr. */
@@ -143,6 +184,14 @@ int64_t ft__io_parallel(const ft__io *io, uint64_t piece, ft__piece_fn fn);
  * per thread (the workers and the caller), at least 1 MiB, at most chunk_size, 4096-aligned.
  */
 uint64_t ft__spread_piece(const ft_ctx *ctx, uint64_t len);
+
+/** The piece size for splitting @p io: the selector's setting, else ft__spread_piece. */
+static inline uint64_t ft__io_piece(const ft__io *io)
+{
+    if (io->piece == UINT64_MAX)
+        return io->len;
+    return io->piece ? io->piece : ft__spread_piece(io->ctx, io->len);
+}
 
 /** @return whether [off, off+len) is whole O_DIRECT blocks and ptr is aligned for it. */
 static inline bool ft__is_direct_aligned(const void *ptr, uint64_t off, uint64_t len)

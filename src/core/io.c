@@ -5,9 +5,6 @@
 
 #include <errno.h>
 
-/* Below this, one buffered call beats setting up parallel or O_DIRECT work. */
-#define AUTO_SMALL (1u << 20)
-
 int ft__io_check(ft_file *f, const ft_buf *buf, uint64_t offset, const ft_io_opts *opts,
                  bool write)
 {
@@ -30,24 +27,10 @@ int ft__io_check(ft_file *f, const ft_buf *buf, uint64_t offset, const ft_io_opt
     return 0;
 }
 
-/* The static rule until the selector learns better: small -> one buffered call; large ->
- * O_DIRECT through io_uring (or threads) when the filesystem allows it. */
-static ft_engine auto_engine(ft_file *f, uint64_t len)
-{
-    if (len < AUTO_SMALL)
-        return FT_ENGINE_POSIX;
-    if (ft__file_direct_fd(f) < 0)
-        return FT_ENGINE_POSIX;
-    return ft_engine_available(f->ctx, FT_ENGINE_URING, NULL) ? FT_ENGINE_URING
-                                                             : FT_ENGINE_DIRECT;
-}
-
-static ft_engine choose_engine(ft_file *f, uint64_t len, const ft_io_opts *opts)
+static ft_engine requested_engine(const ft_file *f, const ft_io_opts *opts)
 {
     ft_engine e = opts ? opts->engine : FT_ENGINE_AUTO;
-    if (e == FT_ENGINE_AUTO)
-        e = f->ctx->cfg.engine;
-    return e == FT_ENGINE_AUTO ? auto_engine(f, len) : e;
+    return e == FT_ENGINE_AUTO ? f->ctx->cfg.engine : e;
 }
 
 int64_t ft__transfer(ft_file *f, const ft_buf *buf, uint64_t offset, const ft_io_opts *opts,
@@ -61,15 +44,26 @@ int64_t ft__transfer(ft_file *f, const ft_buf *buf, uint64_t offset, const ft_io
         io.len = (uint64_t)size <= offset ? 0 : FT__MIN(io.len, (uint64_t)size - offset);
     }
     int64_t r = 0;
+    bool sync = write && opts && (opts->flags & FT_IO_SYNC);
+    ft_engine e = requested_engine(f, opts);
+    ft__decision d;
     if (io.len > 0) {
-        const ft__engine_ops *ops = ft__engine_get(choose_engine(f, io.len, opts));
+        atomic_fetch_add_explicit(&f->ctx->inflight, 1, memory_order_relaxed);
+        if (e == FT_ENGINE_AUTO) { /* the selector picks an arm and learns from the result */
+            ft__auto_decide(f, offset, io.len, write, sync, &d);
+            io.piece = d.piece;
+        }
+        const ft__engine_ops *ops = ft__engine_get(e == FT_ENGINE_AUTO ? d.engine : e);
         r = write ? ops->write(&io) : ops->read(&io);
+        atomic_fetch_sub_explicit(&f->ctx->inflight, 1, memory_order_relaxed);
     }
-    if (r >= 0 && write && opts && (opts->flags & FT_IO_SYNC)) {
+    if (r >= 0 && sync) {
         int rc = ft_file_sync(f);
         if (rc < 0)
             return rc;
     }
+    if (io.len > 0 && e == FT_ENGINE_AUTO) /* durable writes are measured with their sync */
+        ft__auto_done(&d, r);
     return r;
 }
 

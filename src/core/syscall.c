@@ -4,11 +4,32 @@
 #include <liburing.h>
 #include <stdio.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 static int sys_open(const char *path, int flags, mode_t mode)
 {
     return open(path, flags, mode);
+}
+
+struct ft__cachestat_range {
+    uint64_t off, len;
+};
+struct ft__cachestat {
+    uint64_t nr_cache, nr_dirty, nr_writeback, nr_evicted, nr_recently_evicted;
+};
+
+static int sys_cachestat(int fd, uint64_t off, uint64_t len, uint64_t *cached)
+{
+#ifndef __NR_cachestat
+#define __NR_cachestat 451 /* the same number on every architecture */
+#endif
+    struct ft__cachestat_range r = {off, len};
+    struct ft__cachestat cs;
+    long rc = syscall(__NR_cachestat, fd, &r, &cs, 0);
+    if (rc == 0)
+        *cached = cs.nr_cache;
+    return (int)rc;
 }
 
 /* liburing's wait is an inline function; the table needs an address. */
@@ -32,6 +53,8 @@ const ft__syscalls ft__sys_real = {
     .mmap = mmap,
     .munmap = munmap,
     .madvise = madvise,
+    .mincore = mincore,
+    .cachestat = sys_cachestat,
     .rename = rename,
     .unlink = unlink,
     .uring_init = io_uring_queue_init_params,

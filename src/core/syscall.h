@@ -9,6 +9,7 @@
 
 #include <sys/stat.h>
 #include <sys/statfs.h>
+#include <stdint.h>
 #include <sys/types.h>
 #include <sys/uio.h>
 
@@ -31,6 +32,9 @@ typedef struct ft__syscalls {
     void *(*mmap)(void *addr, size_t len, int prot, int flags, int fd, off_t off);
     int (*munmap)(void *addr, size_t len);
     int (*madvise)(void *addr, size_t len, int advice);
+    int (*mincore)(void *addr, size_t len, unsigned char *vec);
+    /* cachestat(2): resident pages of [off, off+len); -1 and errno (ENOSYS before 6.5) */
+    int (*cachestat)(int fd, uint64_t off, uint64_t len, uint64_t *cached_pages);
     int (*rename)(const char *from, const char *to);
     int (*unlink)(const char *path);
     int (*uring_init)(unsigned entries, struct io_uring *ring, struct io_uring_params *p);

@@ -51,7 +51,8 @@ static int64_t direct_middle(const ft__io *part, bool write, int fd)
     ft__io io = *part;
     io.aux = (void *)(intptr_t)fd;
     if (ft__is_direct_aligned(io.ptr, io.off, io.len))
-        return ft__io_parallel(&io, io.ctx->cfg.chunk_size, write ? write_in_place : read_in_place);
+        return ft__io_parallel(&io, io.piece ? io.piece : io.ctx->cfg.chunk_size,
+                               write ? write_in_place : read_in_place);
     return ft__io_parallel(&io, ft__bufpool_size(io.ctx->bounce),
                            write ? write_bounced : read_bounced);
 }

@@ -72,7 +72,7 @@ static int64_t mmap_transfer(const ft__io *io, bool write)
         return rc;
     ft__io job = *io;
     job.aux = &m;
-    int64_t r = ft__io_parallel(&job, ft__spread_piece(io->ctx, io->len), write ? copy_in : copy_out);
+    int64_t r = ft__io_parallel(&job, ft__io_piece(io), write ? copy_in : copy_out);
     if (ft__sys.munmap(m.base, m.map_len) != 0 && r >= 0)
         r = ft__err(-errno, "munmap of %s", io->file->path);
     return r;

@@ -13,12 +13,12 @@ static int64_t write_piece(const ft__io *io, uint8_t *ptr, uint64_t off, uint64_
 
 static int64_t posix_read(const ft__io *io)
 {
-    return ft__io_parallel(io, ft__spread_piece(io->ctx, io->len), read_piece);
+    return ft__io_parallel(io, ft__io_piece(io), read_piece);
 }
 
 static int64_t posix_write(const ft__io *io)
 {
-    return ft__io_parallel(io, ft__spread_piece(io->ctx, io->len), write_piece);
+    return ft__io_parallel(io, ft__io_piece(io), write_piece);
 }
 
 const ft__engine_ops ft__engine_posix = {

@@ -244,7 +244,9 @@ static void slot_deliver(transfer *t, const slot *s)
 static int64_t transfer_run(transfer *t)
 {
     const ft__io *io = t->io;
-    uint64_t piece = t->bounce ? t->r->buf_size : io->ctx->cfg.chunk_size;
+    uint64_t piece = t->bounce ? t->r->buf_size
+                               : io->piece && io->piece != UINT64_MAX ? io->piece
+                                                                     : io->ctx->cfg.chunk_size;
     uint64_t next = 0;  /* bytes of io handed to slots */
     unsigned inflight = 0;
     bool ring_broken = false;

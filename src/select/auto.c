@@ -1,0 +1,307 @@
+/*
+ * Engine AUTO: the selector wired to files. One selector per filesystem device per context,
+ * with its profile loaded when first used and saved when the context is destroyed (or by
+ * ft_profile_save). FASTENSOR_PROFILE: "off" disables persistence; a directory holds one
+ * profile per device; any other value names the file itself. Default directory:
+ * $XDG_CACHE_HOME/fastensor, else $HOME/.cache/fastensor.
+ */
+#include "select.h"
+#include "../engine/engine.h"
+#include "../core/syscall.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <time.h>
+#include <unistd.h>
+
+/* The arms: engines and the settings that change their behaviour (piece = 0: default;
+ * UINT64_MAX: do not split). Appending keeps profiles valid; reordering needs a new tag. */
+const ft__arm ft__arms[] = {
+    {FT_ENGINE_POSIX, 0, "posix"},
+    {FT_ENGINE_POSIX, UINT64_MAX, "posix/1thread"},
+    {FT_ENGINE_DIRECT, 0, "direct"},
+    {FT_ENGINE_DIRECT, 8u << 20, "direct/8M"},
+    {FT_ENGINE_URING, 0, "uring"},
+    {FT_ENGINE_URING, 8u << 20, "uring/8M"},
+    {FT_ENGINE_MMAP, 0, "mmap"},
+    {FT_ENGINE_MMAP, UINT64_MAX, "mmap/1thread"},
+};
+const unsigned ft__narms = sizeof ft__arms / sizeof *ft__arms;
+#define ARMS_TAG "arms=posix,posix/1,direct,direct/8M,uring,uring/8M,mmap,mmap/1"
+
+#define MAX_DEVICES 16
+
+struct ft__auto {
+    pthread_mutex_t lock;
+    unsigned n;
+    struct {
+        dev_t dev;
+        ft__selector *sel;
+        char path[4200]; /* profile file, "" when not persisted */
+        char tag[160];
+    } dev[MAX_DEVICES];
+};
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+int ft__auto_create(ft__auto **out)
+{
+    ft__auto *a = calloc(1, sizeof *a);
+    if (!a)
+        return -ENOMEM;
+    pthread_mutex_init(&a->lock, NULL);
+    *out = a;
+    return 0;
+}
+
+static void profile_path(dev_t dev, char *out, size_t len)
+{
+    const char *env = getenv("FASTENSOR_PROFILE");
+    out[0] = '\0';
+    if (env && !strcmp(env, "off"))
+        return;
+    char dir[4096];
+    struct stat st;
+    if (env && *env && !(stat(env, &st) == 0 && S_ISDIR(st.st_mode))) {
+        snprintf(out, len, "%s", env);
+        return;
+    }
+    if (env && *env)
+        snprintf(dir, sizeof dir, "%s", env);
+    else if (getenv("XDG_CACHE_HOME") && *getenv("XDG_CACHE_HOME"))
+        snprintf(dir, sizeof dir, "%s/fastensor", getenv("XDG_CACHE_HOME"));
+    else if (getenv("HOME") && *getenv("HOME"))
+        snprintf(dir, sizeof dir, "%s/.cache/fastensor", getenv("HOME"));
+    else
+        return;
+    if (!env) { /* create the default directory (and .cache) on first use */
+        char parent[4096];
+        snprintf(parent, sizeof parent, "%s", dir);
+        char *slash = strrchr(parent, '/');
+        if (slash) {
+            *slash = '\0';
+            mkdir(parent, 0755);
+        }
+        mkdir(dir, 0755);
+    }
+    snprintf(out, len, "%s/profile-%u-%u.txt", dir, major(dev), minor(dev));
+}
+
+/* The selector for the filesystem holding @p f (created, with its profile, on first use). */
+static ft__selector *selector_for(ft_file *f)
+{
+    if (f->sel)
+        return f->sel;
+    struct stat st;
+    if (ft__sys.fstat(f->fd, &st) != 0)
+        return NULL;
+    ft__auto *a = f->ctx->autosel;
+    pthread_mutex_lock(&a->lock);
+    ft__selector *sel = NULL;
+    for (unsigned i = 0; i < a->n && !sel; i++)
+        if (a->dev[i].dev == st.st_dev)
+            sel = a->dev[i].sel;
+    if (!sel && a->n < MAX_DEVICES &&
+        ft__sel_create(&sel, ft__narms, now_ns, (uint64_t)st.st_dev ^ now_ns()) == 0) {
+        unsigned i = a->n++;
+        a->dev[i].dev = st.st_dev;
+        a->dev[i].sel = sel;
+        snprintf(a->dev[i].tag, sizeof a->dev[i].tag, "dev=%u:%u gpu=none %s",
+                 major(st.st_dev), minor(st.st_dev), ARMS_TAG);
+        profile_path(st.st_dev, a->dev[i].path, sizeof a->dev[i].path);
+        if (a->dev[i].path[0]) {
+            char keep[FT__DETAIL_MAX];
+            ft__detail_save(keep);
+            if (ft__sel_load(sel, a->dev[i].path, a->dev[i].tag) < 0 &&
+                !getenv("FASTENSOR_QUIET"))
+                fprintf(stderr, "fastensor: ignoring profile (it will be rebuilt): %s\n",
+                        ft_last_error());
+            ft__detail_restore(keep);
+            atomic_store(&sel->dirty, 0);
+        }
+    }
+    pthread_mutex_unlock(&a->lock);
+    f->sel = sel;
+    return sel;
+}
+
+static uint32_t eligible_arms(ft_file *f, uint64_t len)
+{
+    bool direct = ft__file_direct_fd(f) >= 0;
+    bool uring = direct && ft_engine_available(f->ctx, FT_ENGINE_URING, NULL);
+    uint32_t mask = 0;
+    for (unsigned i = 0; i < ft__narms; i++) {
+        const ft__arm *arm = &ft__arms[i];
+        if ((arm->engine == FT_ENGINE_DIRECT && !direct) ||
+            (arm->engine == FT_ENGINE_URING && !uring))
+            continue;
+        /* a setting that cannot change this transfer is the same arm twice */
+        if (arm->piece == UINT64_MAX && len <= (2u << 20))
+            continue;
+        if (arm->piece && arm->piece != UINT64_MAX && len <= arm->piece)
+            continue;
+        mask |= 1u << i;
+    }
+    return mask;
+}
+
+static unsigned static_default(uint32_t eligible, uint64_t len)
+{
+    if (len >= (1u << 20)) {
+        if (eligible & (1u << 4))
+            return 4; /* uring */
+        if (eligible & (1u << 2))
+            return 2; /* direct */
+    }
+    return 0; /* posix */
+}
+
+void ft__auto_decide(ft_file *f, uint64_t off, uint64_t len, bool write, bool sync,
+                     ft__decision *d)
+{
+    memset(d, 0, sizeof *d);
+    d->t0 = now_ns();
+    ft__selector *sel = selector_for(f);
+    uint32_t eligible = eligible_arms(f, len);
+    d->key = (ft__sel_key){
+        .write = write,
+        .mem = FT_MEM_HOST,
+        .bucket = (uint8_t)ft__sel_bucket(len),
+        .cache = write ? (uint8_t)sync : (uint8_t)ft__probe_cache(f->fd, off, len),
+        .busy = atomic_load_explicit(&f->ctx->inflight, memory_order_relaxed) > 1,
+        .cpu = (uint8_t)ft__probe_cpu(),
+    };
+    unsigned arm = sel ? ft__sel_choose(sel, &d->key, eligible, static_default(eligible, len))
+                       : static_default(eligible, len);
+    d->sel = sel;
+    d->arm = arm;
+    d->engine = ft__arms[arm].engine;
+    d->piece = ft__arms[arm].piece;
+    d->probe_ns = now_ns() - d->t0;
+    d->t0 += d->probe_ns;
+}
+
+void ft__auto_done(const ft__decision *d, int64_t result)
+{
+    if (d->sel && result > 0)
+        ft__sel_record(d->sel, &d->key, d->arm, (uint64_t)result, now_ns() - d->t0);
+}
+
+static int save_all(ft__auto *a, bool only_dirty)
+{
+    int rc = 0;
+    pthread_mutex_lock(&a->lock);
+    for (unsigned i = 0; i < a->n; i++) {
+        if (!a->dev[i].path[0] || (only_dirty && !atomic_load(&a->dev[i].sel->dirty)))
+            continue;
+        int r = ft__sel_save(a->dev[i].sel, a->dev[i].path, a->dev[i].tag);
+        if (r == 0)
+            atomic_store(&a->dev[i].sel->dirty, 0);
+        else if (rc == 0)
+            rc = r;
+    }
+    pthread_mutex_unlock(&a->lock);
+    return rc;
+}
+
+void ft__auto_destroy(ft__auto *a)
+{
+    if (!a)
+        return;
+    char keep[FT__DETAIL_MAX];
+    ft__detail_save(keep);
+    save_all(a, true);
+    ft__detail_restore(keep);
+    for (unsigned i = 0; i < a->n; i++)
+        ft__sel_destroy(a->dev[i].sel);
+    pthread_mutex_destroy(&a->lock);
+    free(a);
+}
+
+int ft_profile_save(ft_ctx *ctx)
+{
+    if (!ctx)
+        return ft__err(-EINVAL, "ft_profile_save: context is NULL");
+    return save_all(ctx->autosel, false);
+}
+
+int ft_profile_show(ft_ctx *ctx, const char *path, FILE *out)
+{
+    if (!ctx || !path || !out)
+        return ft__err(-EINVAL, "ft_profile_show: missing argument");
+    ft_file *f;
+    int rc = ft_file_open(ctx, &f, path, FT_OPEN_READ, 0);
+    if (rc < 0)
+        return rc;
+    ft__selector *sel = selector_for(f);
+    ft__auto *a = ctx->autosel;
+    const char *ppath = "";
+    for (unsigned i = 0; i < a->n; i++)
+        if (a->dev[i].sel == sel)
+            ppath = a->dev[i].path[0] ? a->dev[i].path : "(not persisted)";
+    ft_file_close(f);
+    if (!sel)
+        return ft__err(-ENOMEM, "selector");
+    static const char *cache_name[] = {"cold", "partial", "cached"};
+    fprintf(out, "profile %s\n\n%-5s %-4s %7s %-7s %-4s %-4s  %-14s  %s\n", ppath, "op", "mem",
+            "size", "cache", "busy", "cpu", "chosen", "GB/s (samples) per arm");
+    fprintf(out, "(cache: page-cache residency for reads; \"sync\" for durable writes)\n");
+    unsigned shown = 0;
+    for (unsigned i = 0; i < FT__SEL_KEYS; i++) {
+        ft__sel_entry *e = &sel->entries[i];
+        pthread_mutex_lock(&e->lock);
+        uint32_t any = 0;
+        for (unsigned k = 0; k < ft__narms; k++)
+            any |= e->arm[k].n;
+        if (any) {
+            unsigned rest = i, cpu = rest % FT__SEL_CPU;
+            rest /= FT__SEL_CPU;
+            unsigned busy = rest % FT__SEL_BUSY;
+            rest /= FT__SEL_BUSY;
+            unsigned cache = rest % FT__SEL_CACHE;
+            rest /= FT__SEL_CACHE;
+            unsigned bucket = rest % FT__SEL_BUCKETS;
+            rest /= FT__SEL_BUCKETS;
+            unsigned write = rest / 2;
+            int best = -1;
+            float bm = 0;
+            for (unsigned k = 0; k < ft__narms; k++)
+                if (e->arm[k].n && ft__sel_median(&e->arm[k]) > bm) {
+                    bm = ft__sel_median(&e->arm[k]);
+                    best = (int)k;
+                }
+            char size[32];
+            uint64_t b = 1ull << bucket;
+            if (b >= (1u << 30))
+                snprintf(size, sizeof size, "%lluG", (unsigned long long)(b >> 30));
+            else if (b >= (1u << 20))
+                snprintf(size, sizeof size, "%lluM", (unsigned long long)(b >> 20));
+            else if (b >= 1024)
+                snprintf(size, sizeof size, "%lluK", (unsigned long long)(b >> 10));
+            else
+                snprintf(size, sizeof size, "%llu", (unsigned long long)b);
+            fprintf(out, "%-5s %-4s %7s %-7s %-4s %-4s  %-14s ", write ? "write" : "read", "host",
+                    size, write ? (cache ? "sync" : "-") : cache_name[cache], busy ? "yes" : "no",
+                    cpu ? "high" : "low", best >= 0 ? ft__arms[best].label : "-");
+            for (unsigned k = 0; k < ft__narms; k++)
+                if (e->arm[k].n)
+                    fprintf(out, " %s=%.2f(%u)", ft__arms[k].label,
+                            (double)ft__sel_median(&e->arm[k]) / 1e9, e->arm[k].n);
+            fputc('\n', out);
+            shown++;
+        }
+        pthread_mutex_unlock(&e->lock);
+    }
+    if (!shown)
+        fprintf(out, "(empty: run `fastensor tune` or any transfers with engine auto)\n");
+    return 0;
+}

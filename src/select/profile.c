@@ -1,0 +1,158 @@
+/*
+ * The selector's profile: a versioned text file, written atomically, tagged with what it
+ * describes (filesystem device, GPU, arm table), so one never misleads another machine.
+ *   fastensor-profile 1
+ *   tag <text>
+ *   <write> <mem> <bucket> <cache> <busy> <cpu> <arm> <n> <tput>...   (one line per arm)
+ */
+#include "select.h"
+#include "../core/syscall.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define PROFILE_MAGIC "fastensor-profile 1"
+
+int ft__sel_save(const ft__selector *sel, const char *path, const char *tag)
+{
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp-%d", path, (int)getpid());
+    int fd = ft__sys.open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return ft__err(-errno, "cannot write profile %s", tmp);
+    FILE *f = fdopen(fd, "w");
+    if (!f) {
+        ft__sys.close(fd);
+        return ft__err(-ENOMEM, "profile");
+    }
+    fprintf(f, "%s\ntag %s\n", PROFILE_MAGIC, tag);
+    for (unsigned i = 0; i < FT__SEL_KEYS; i++) {
+        ft__sel_entry *e = &sel->entries[i];
+        pthread_mutex_lock(&e->lock);
+        unsigned rest = i;
+        unsigned cpu = rest % FT__SEL_CPU;
+        rest /= FT__SEL_CPU;
+        unsigned busy = rest % FT__SEL_BUSY;
+        rest /= FT__SEL_BUSY;
+        unsigned cache = rest % FT__SEL_CACHE;
+        rest /= FT__SEL_CACHE;
+        unsigned bucket = rest % FT__SEL_BUCKETS;
+        rest /= FT__SEL_BUCKETS;
+        unsigned mem = rest % 2, write = rest / 2;
+        for (unsigned a = 0; a < sel->narms; a++) {
+            const ft__sel_stats *st = &e->arm[a];
+            if (!st->n)
+                continue;
+            unsigned n = FT__MIN(st->n, (uint32_t)FT__SEL_WINDOW);
+            fprintf(f, "%u %u %u %u %u %u %u %u", write, mem, bucket, cache, busy, cpu, a, n);
+            for (unsigned k = 0; k < n; k++) /* oldest first */
+                fprintf(f, " %.6g", (double)st->tput[(st->n - n + k) % FT__SEL_WINDOW]);
+            fputc('\n', f);
+        }
+        pthread_mutex_unlock(&e->lock);
+    }
+    int bad = ferror(f);
+    if (fflush(f) != 0 || fdatasync(fileno(f)) != 0)
+        bad = 1;
+    if (fclose(f) != 0 || bad) {
+        ft__sys.unlink(tmp);
+        return ft__err(-EIO, "cannot write profile %s", tmp);
+    }
+    if (ft__sys.rename(tmp, path) != 0) {
+        int e = -errno;
+        ft__sys.unlink(tmp);
+        return ft__err(e, "cannot rename profile to %s", path);
+    }
+    return 0;
+}
+
+typedef struct loaded {
+    unsigned key, arm, n;
+    float tput[FT__SEL_WINDOW];
+} loaded;
+
+int ft__sel_load(ft__selector *sel, const char *path, const char *tag)
+{
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return errno == ENOENT ? 0 : ft__err(-errno, "cannot read profile %s", path);
+    char line[1024];
+    int rc = 0, lineno = 0;
+    size_t count = 0, cap = 256;
+    loaded *rows = malloc(cap * sizeof *rows);
+    if (!rows) {
+        fclose(f);
+        return ft__err(-ENOMEM, "profile");
+    }
+    while (rc == 0 && fgets(line, sizeof line, f)) {
+        lineno++;
+        line[strcspn(line, "\n")] = '\0';
+        if (lineno == 1) {
+            if (strcmp(line, PROFILE_MAGIC) != 0)
+                rc = ft__err(-EINVAL, "%s: not a version-1 fastensor profile", path);
+            continue;
+        }
+        if (lineno == 2) {
+            if (strncmp(line, "tag ", 4) != 0 || strcmp(line + 4, tag) != 0)
+                rc = ft__err(-EINVAL, "%s: made for another machine or setup (%s, here: %s)",
+                             path, strncmp(line, "tag ", 4) ? "no tag" : line + 4, tag);
+            continue;
+        }
+        ft__sel_key k;
+        unsigned v[8];
+        int used = 0;
+        if (sscanf(line, "%u %u %u %u %u %u %u %u%n", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5],
+                   &v[6], &v[7], &used) != 8 || v[0] > 1 || v[1] > 1 || v[2] >= FT__SEL_BUCKETS ||
+            v[3] >= FT__SEL_CACHE || v[4] >= FT__SEL_BUSY || v[5] >= FT__SEL_CPU ||
+            v[6] >= sel->narms || v[7] == 0 || v[7] > FT__SEL_WINDOW) {
+            rc = ft__err(-EINVAL, "%s:%d: malformed line", path, lineno);
+            break;
+        }
+        k = (ft__sel_key){(uint8_t)v[0], (uint8_t)v[1], (uint8_t)v[2], (uint8_t)v[3],
+                          (uint8_t)v[4], (uint8_t)v[5]};
+        if (count == cap) {
+            loaded *more = realloc(rows, 2 * cap * sizeof *rows);
+            if (!more) {
+                rc = ft__err(-ENOMEM, "profile");
+                break;
+            }
+            rows = more;
+            cap *= 2;
+        }
+        loaded *r = &rows[count++];
+        r->key = ft__sel_key_index(&k);
+        r->arm = v[6];
+        r->n = v[7];
+        const char *p = line + used;
+        for (unsigned i = 0; i < r->n && rc == 0; i++) {
+            char *end;
+            double t = strtod(p, &end);
+            if (end == p || !(t > 0) || t > 1e15)
+                rc = ft__err(-EINVAL, "%s:%d: bad throughput", path, lineno);
+            r->tput[i] = (float)t;
+            p = end;
+        }
+        if (rc == 0 && *p && *p != ' ')
+            rc = ft__err(-EINVAL, "%s:%d: trailing garbage", path, lineno);
+    }
+    if (rc == 0 && lineno < 2)
+        rc = ft__err(-EINVAL, "%s: truncated profile", path);
+    fclose(f);
+    for (size_t i = 0; rc == 0 && i < count; i++) { /* all good: take it */
+        ft__sel_entry *e = &sel->entries[rows[i].key];
+        pthread_mutex_lock(&e->lock);
+        ft__sel_stats *st = &e->arm[rows[i].arm];
+        memcpy(st->tput, rows[i].tput, rows[i].n * sizeof(float));
+        st->n = FT__MAX(rows[i].n, (unsigned)FT__SEL_EXPLORE);
+        if (rows[i].n < FT__SEL_EXPLORE) /* pad so a loaded key starts converged */
+            for (unsigned k = rows[i].n; k < FT__SEL_EXPLORE; k++)
+                st->tput[k] = rows[i].tput[rows[i].n - 1];
+        pthread_mutex_unlock(&e->lock);
+    }
+    free(rows);
+    return rc;
+}

@@ -1,0 +1,204 @@
+/* The selector's policy: explore, exploit by median, re-check, drift, nearest bucket. */
+#include "select.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+int ft__sel_create(ft__selector **out, unsigned narms, uint64_t (*now_ns)(void), uint64_t seed)
+{
+    if (narms == 0 || narms > FT__SEL_MAX_ARMS)
+        return -EINVAL;
+    ft__selector *s = calloc(1, sizeof *s);
+    ft__sel_entry *e = s ? calloc(FT__SEL_KEYS, sizeof *e) : NULL;
+    if (!e) {
+        free(s);
+        return -ENOMEM;
+    }
+    for (unsigned i = 0; i < FT__SEL_KEYS; i++) {
+        pthread_mutex_init(&e[i].lock, NULL);
+        e[i].best = -1;
+    }
+    s->entries = e;
+    s->narms = narms;
+    s->now_ns = now_ns;
+    s->rng = seed | 1;
+    s->recheck = 0.02;
+    s->drift = 0.6;
+    *out = s;
+    return 0;
+}
+
+void ft__sel_destroy(ft__selector *s)
+{
+    if (!s)
+        return;
+    for (unsigned i = 0; i < FT__SEL_KEYS; i++)
+        pthread_mutex_destroy(&s->entries[i].lock);
+    free(s->entries);
+    free(s);
+}
+
+unsigned ft__sel_bucket(uint64_t len)
+{
+    unsigned b = len ? 63u - (unsigned)__builtin_clzll(len) : 0;
+    return b < FT__SEL_BUCKETS ? b : FT__SEL_BUCKETS - 1;
+}
+
+unsigned ft__sel_key_index(const ft__sel_key *k)
+{
+    unsigned i = k->write;
+    i = i * 2 + k->mem;
+    i = i * FT__SEL_BUCKETS + k->bucket;
+    i = i * FT__SEL_CACHE + k->cache;
+    i = i * FT__SEL_BUSY + k->busy;
+    return i * FT__SEL_CPU + k->cpu;
+}
+
+float ft__sel_median(const ft__sel_stats *st)
+{
+    unsigned n = FT__MIN(st->n, (uint32_t)FT__SEL_WINDOW);
+    if (n == 0)
+        return 0;
+    float v[FT__SEL_WINDOW];
+    memcpy(v, st->tput, n * sizeof *v);
+    for (unsigned i = 1; i < n; i++) /* insertion sort: at most 8 values */
+        for (unsigned j = i; j > 0 && v[j - 1] > v[j]; j--) {
+            float t = v[j];
+            v[j] = v[j - 1];
+            v[j - 1] = t;
+        }
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* A uniform draw in [0, 1) (splitmix64 over an atomic counter: lock-free, thread-safe). */
+static double draw(ft__selector *s)
+{
+    uint64_t z = atomic_fetch_add_explicit(&s->rng, 0x9E3779B97F4A7C15ull, memory_order_relaxed);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    return (double)(z >> 11) * (1.0 / 9007199254740992.0);
+}
+
+static int best_arm(const ft__sel_entry *e, uint32_t eligible, unsigned narms)
+{
+    int best = -1;
+    float bm = -1;
+    for (unsigned a = 0; a < narms; a++) {
+        if (!(eligible >> a & 1) || e->arm[a].n == 0)
+            continue;
+        float m = ft__sel_median(&e->arm[a]);
+        if (m > bm) {
+            bm = m;
+            best = (int)a;
+        }
+    }
+    return best;
+}
+
+/* The best arm of the nearest size bucket that has converged, or -1. */
+static int nearest_known(ft__selector *s, const ft__sel_key *key, uint32_t eligible)
+{
+    for (int d = 1; d < FT__SEL_BUCKETS; d++) {
+        for (int sign = -1; sign <= 1; sign += 2) {
+            int b = (int)key->bucket + sign * d;
+            if (b < 0 || b >= FT__SEL_BUCKETS)
+                continue;
+            ft__sel_key k = *key;
+            k.bucket = (uint8_t)b;
+            ft__sel_entry *e = &s->entries[ft__sel_key_index(&k)];
+            pthread_mutex_lock(&e->lock);
+            int a = e->best >= 0 ? e->best : best_arm(e, eligible, s->narms);
+            pthread_mutex_unlock(&e->lock);
+            if (a >= 0 && (eligible >> a & 1))
+                return a;
+        }
+    }
+    return -1;
+}
+
+unsigned ft__sel_choose(ft__selector *s, const ft__sel_key *key, uint32_t eligible,
+                        unsigned fallback)
+{
+    ft__sel_entry *e = &s->entries[ft__sel_key_index(key)];
+    pthread_mutex_lock(&e->lock);
+    e->calls++;
+    int explore = -1;
+    uint32_t fewest = UINT32_MAX, total = 0;
+    for (unsigned a = 0; a < s->narms; a++) {
+        if (!(eligible >> a & 1))
+            continue;
+        total += e->arm[a].n;
+        if (e->arm[a].n < FT__SEL_EXPLORE && e->arm[a].n < fewest) {
+            fewest = e->arm[a].n;
+            explore = (int)a;
+        }
+    }
+    if (total == 0) {
+        /* Unseen key: answer like the nearest known size, then explore from there on. */
+        pthread_mutex_unlock(&e->lock);
+        int a = nearest_known(s, key, eligible);
+        return a >= 0 ? (unsigned)a : fallback;
+    }
+    unsigned pick;
+    if (explore >= 0) {
+        pick = (unsigned)explore; /* round robin over the least-sampled arms */
+    } else {
+        if (e->best < 0 || !(eligible >> e->best & 1)) {
+            e->best = (int8_t)best_arm(e, eligible, s->narms);
+            e->record = ft__sel_median(&e->arm[e->best]);
+            e->low_streak = 0;
+        }
+        pick = (unsigned)e->best;
+        unsigned n_el = (unsigned)__builtin_popcount(eligible);
+        if (n_el > 1 && draw(s) < s->recheck) { /* keep checking the others now and then */
+            unsigned skip = (unsigned)(draw(s) * (n_el - 1));
+            for (unsigned a = 0; a < s->narms; a++)
+                if ((eligible >> a & 1) && a != (unsigned)e->best && skip-- == 0) {
+                    pick = a;
+                    break;
+                }
+        }
+    }
+    pthread_mutex_unlock(&e->lock);
+    return pick;
+}
+
+void ft__sel_record(ft__selector *s, const ft__sel_key *key, unsigned arm, uint64_t bytes,
+                    uint64_t ns)
+{
+    if (arm >= s->narms || bytes == 0)
+        return;
+    float tput = (float)((double)bytes * 1e9 / (double)(ns ? ns : 1));
+    ft__sel_entry *e = &s->entries[ft__sel_key_index(key)];
+    pthread_mutex_lock(&e->lock);
+    ft__sel_stats *st = &e->arm[arm];
+    st->tput[st->n % FT__SEL_WINDOW] = tput;
+    st->n++;
+    if (e->best >= 0) {
+        float bm = ft__sel_median(&e->arm[e->best]);
+        if ((int)arm == e->best) {
+            e->record = FT__MAX(e->record, bm);
+            e->low_streak = tput < s->drift * e->record ? (uint8_t)(e->low_streak + 1) : 0;
+            if (e->low_streak >= 3) {
+                /* Drift: the chosen arm fell well below its record: explore this key again,
+                 * keeping only the newest samples of every arm. */
+                for (unsigned a = 0; a < s->narms; a++)
+                    if (e->arm[a].n) {
+                        float last = e->arm[a].tput[(e->arm[a].n - 1) % FT__SEL_WINDOW];
+                        e->arm[a].tput[0] = last;
+                        e->arm[a].n = (int)a == e->best ? 1 : 0;
+                    }
+                e->best = -1;
+                e->low_streak = 0;
+            }
+        } else if (st->n >= FT__SEL_EXPLORE && ft__sel_median(st) > bm) {
+            e->best = (int8_t)arm; /* a re-check found a better arm */
+            e->record = ft__sel_median(st);
+            e->low_streak = 0;
+        }
+    }
+    pthread_mutex_unlock(&e->lock);
+    atomic_store_explicit(&s->dirty, 1, memory_order_relaxed);
+}

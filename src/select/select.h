@@ -1,0 +1,85 @@
+/*
+ * The adaptive selector (engine AUTO): the Fastensor paper's dictionary, done properly.
+ * A key is (direction, memory kind, size bucket, context class); an arm is an engine with
+ * one of a few settings. Per key and arm it keeps the last few measured throughputs; it
+ * explores every eligible arm a few times (one real call each, never extra I/O), then
+ * exploits the best median, re-checks others with a small probability, re-explores a key
+ * whose chosen arm drifts well below its record, and answers unseen keys from the nearest
+ * known size bucket. The core below knows nothing of files: tests drive it with fake arms.
+ */
+#ifndef FT_SELECT_SELECT_H
+#define FT_SELECT_SELECT_H
+
+#include "../core/internal.h"
+
+#define FT__SEL_BUCKETS 48     /* log2 of the size: 1 B .. 128 TiB */
+#define FT__SEL_CACHE 3        /* cold, partly cached, cached (reads); writes use 0 */
+#define FT__SEL_BUSY 2         /* no other transfer in flight / some */
+#define FT__SEL_CPU 2          /* CPU load low / high */
+#define FT__SEL_KEYS (2 * 2 * FT__SEL_BUCKETS * FT__SEL_CACHE * FT__SEL_BUSY * FT__SEL_CPU)
+#define FT__SEL_MAX_ARMS 16
+#define FT__SEL_WINDOW 8       /* throughputs kept per key and arm */
+#define FT__SEL_EXPLORE 3      /* samples of each arm before exploiting */
+
+typedef struct ft__sel_stats {
+    float tput[FT__SEL_WINDOW]; /* bytes per second, ring */
+    uint32_t n;                 /* samples ever recorded (ring index = n % WINDOW) */
+} ft__sel_stats;
+
+typedef struct ft__sel_entry {
+    pthread_mutex_t lock;
+    uint32_t calls;             /* decisions taken for this key */
+    int8_t best;                /* arm exploited, -1 while exploring */
+    float record;               /* best arm's median when it was chosen */
+    uint8_t low_streak;         /* consecutive samples of best far below record */
+    ft__sel_stats arm[FT__SEL_MAX_ARMS];
+} ft__sel_entry;
+
+typedef struct ft__selector {
+    unsigned narms;
+    uint64_t (*now_ns)(void);   /* injectable clock */
+    _Atomic uint64_t rng;       /* for re-check draws */
+    double recheck;             /* probability of trying another arm once converged */
+    double drift;               /* re-explore when best falls below drift x record */
+    _Atomic int dirty;          /* changed since the last save */
+    ft__sel_entry *entries;     /* FT__SEL_KEYS */
+} ft__selector;
+
+int ft__sel_create(ft__selector **out, unsigned narms, uint64_t (*now_ns)(void), uint64_t seed);
+void ft__sel_destroy(ft__selector *sel);
+
+unsigned ft__sel_key_index(const ft__sel_key *k);
+unsigned ft__sel_bucket(uint64_t len);
+
+/**
+ * Choose an arm for @p key among the arms set in @p eligible (a bit mask, non-zero).
+ * @p fallback is the static default when nothing at all is known.
+ */
+unsigned ft__sel_choose(ft__selector *sel, const ft__sel_key *key, uint32_t eligible,
+                        unsigned fallback);
+
+/** Record that @p arm moved @p bytes in @p ns nanoseconds for @p key. */
+void ft__sel_record(ft__selector *sel, const ft__sel_key *key, unsigned arm, uint64_t bytes,
+                    uint64_t ns);
+
+/** Median throughput (bytes/s) of an arm for a key, 0 when unsampled; and its sample count. */
+float ft__sel_median(const ft__sel_stats *s);
+
+/* ---- persistence (profile.c) ---- */
+
+/** Write the selector's statistics to @p path atomically, tagged with @p tag. */
+int ft__sel_save(const ft__selector *sel, const char *path, const char *tag);
+/**
+ * Load statistics from @p path. A missing file is 0 (nothing loaded); a corrupt file, one of
+ * another version or with another @p tag is -EINVAL (detail says why) and loads nothing.
+ */
+int ft__sel_load(ft__selector *sel, const char *path, const char *tag);
+
+/* ---- context probes (probe.c) ---- */
+
+/** Page-cache residency class of [off, off+len) of @p fd: 0 cold, 1 partial, 2 cached. */
+unsigned ft__probe_cache(int fd, uint64_t off, uint64_t len);
+/** CPU load class: 1 when the 1-minute load average exceeds the CPUs (sampled every 0.5 s). */
+unsigned ft__probe_cpu(void);
+
+#endif

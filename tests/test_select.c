@@ -1,0 +1,244 @@
+/* The selector with an injected clock and fake arms of known cost: convergence within the
+ * exploration budget, >= 95% optimal decisions when stationary, re-convergence after the
+ * costs swap, unseen keys, profile round trip, corrupt/foreign profiles, concurrent callers;
+ * and engine AUTO end to end on real files. */
+#include "testlib.h"
+#include "../src/select/select.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <unistd.h>
+
+#define ARMS 8
+
+static uint64_t fake_now;
+static uint64_t fake_clock(void)
+{
+    return fake_now;
+}
+
+/* Throughput of each arm (bytes per second), per test. */
+static double tput[ARMS];
+static uint64_t noise_state = 12345;
+
+/* One simulated call: choose, "run" for bytes / tput (+-10% noise) on the fake clock, record. */
+static unsigned step(ft__selector *s, const ft__sel_key *k, uint64_t bytes)
+{
+    unsigned arm = ft__sel_choose(s, k, (1u << ARMS) - 1, 0);
+    noise_state = noise_state * 6364136223846793005ull + 1442695040888963407ull;
+    double noise = 0.9 + 0.2 * (double)(noise_state >> 40) / (double)(1ull << 24);
+    uint64_t t0 = fake_clock();
+    fake_now += (uint64_t)((double)bytes / tput[arm] * 1e9 * noise);
+    ft__sel_record(s, k, arm, bytes, fake_clock() - t0);
+    return arm;
+}
+
+static unsigned best_of(void)
+{
+    unsigned b = 0;
+    for (unsigned a = 1; a < ARMS; a++)
+        if (tput[a] > tput[b])
+            b = a;
+    return b;
+}
+
+static void set_costs(uint64_t seed)
+{
+    for (unsigned a = 0; a < ARMS; a++) /* distinct: 0.5 .. 4 GB/s */
+        tput[a] = 0.5e9 * (1 + (double)((a * 5 + seed) % ARMS) / 2);
+}
+
+static const ft__sel_key key20 = {.write = 0, .bucket = 20, .cache = 2};
+
+static void case_converges(void)
+{
+    ft__selector *s;
+    T_EQ(ft__sel_create(&s, ARMS, fake_clock, 1), 0);
+    set_costs(3);
+    unsigned budget = ARMS * FT__SEL_EXPLORE + 1, converged_at = 0;
+    for (unsigned i = 0; i < 200; i++) {
+        unsigned arm = step(s, &key20, 1 << 20);
+        if (arm == best_of() && !converged_at && i >= ARMS * FT__SEL_EXPLORE)
+            converged_at = i;
+    }
+    printf("  converged after %u calls (budget %u)\n", converged_at, budget);
+    T_TRUE(converged_at > 0 && converged_at <= budget);
+    ft__sel_destroy(s);
+}
+
+static unsigned optimal_share(ft__selector *s, const ft__sel_key *k, unsigned calls)
+{
+    unsigned good = 0;
+    for (unsigned i = 0; i < calls; i++)
+        good += step(s, k, 1 << 20) == best_of();
+    return good;
+}
+
+static void case_stationary(void)
+{
+    ft__selector *s;
+    T_EQ(ft__sel_create(&s, ARMS, fake_clock, 2), 0);
+    set_costs(1);
+    optimal_share(s, &key20, ARMS * FT__SEL_EXPLORE + 10);
+    unsigned good = optimal_share(s, &key20, 10000);
+    printf("  %u of 10000 decisions optimal once converged\n", good);
+    T_TRUE(good >= 9500);
+    ft__sel_destroy(s);
+}
+
+static void case_swap(void)
+{
+    ft__selector *s;
+    T_EQ(ft__sel_create(&s, ARMS, fake_clock, 3), 0);
+    set_costs(2);
+    optimal_share(s, &key20, 300);
+    unsigned old_best = best_of(), worst = 0;
+    for (unsigned a = 0; a < ARMS; a++)
+        if (tput[a] < tput[worst])
+            worst = a;
+    double t = tput[old_best];
+    tput[old_best] = tput[worst];
+    tput[worst] = t;
+    optimal_share(s, &key20, 100); /* drift detection and re-exploration */
+    unsigned good = optimal_share(s, &key20, 1000);
+    printf("  after the swap: %u of 1000 decisions optimal\n", good);
+    T_TRUE(good >= 950);
+    ft__sel_destroy(s);
+}
+
+static void case_unseen_keys(void)
+{
+    ft__selector *s;
+    T_EQ(ft__sel_create(&s, ARMS, fake_clock, 4), 0);
+    set_costs(5);
+    ft__sel_key far = key20;
+    far.bucket = 30;
+    T_EQ(ft__sel_choose(s, &far, (1u << ARMS) - 1, 6), 6); /* nothing known: the default */
+    optimal_share(s, &key20, 200);
+    T_EQ(ft__sel_choose(s, &far, (1u << ARMS) - 1, 6), best_of()); /* nearest bucket */
+    uint32_t without_best = ((1u << ARMS) - 1) & ~(1u << best_of());
+    unsigned a = ft__sel_choose(s, &far, without_best, 6);
+    T_TRUE(a != best_of()); /* never an ineligible arm */
+    ft__sel_destroy(s);
+}
+
+static void case_profile(void)
+{
+    ft__selector *s, *t;
+    T_EQ(ft__sel_create(&s, ARMS, fake_clock, 5), 0);
+    set_costs(6);
+    optimal_share(s, &key20, 200);
+    const char *path = t_path("profile.txt");
+    T_EQ(ft__sel_save(s, path, "dev=1:2 test"), 0);
+    T_EQ(ft__sel_create(&t, ARMS, fake_clock, 6), 0);
+    T_EQ(ft__sel_load(t, path, "dev=1:2 test"), 0);
+    T_EQ(ft__sel_choose(t, &key20, (1u << ARMS) - 1, 7), best_of()); /* starts warm */
+    unsigned idx = ft__sel_key_index(&key20);
+    for (unsigned a = 0; a < ARMS; a++) {
+        float m1 = ft__sel_median(&s->entries[idx].arm[a]);
+        float m2 = ft__sel_median(&t->entries[idx].arm[a]);
+        T_TRUE(m1 == 0 ? m2 == 0 : m2 / m1 > 0.9999f && m2 / m1 < 1.0001f);
+    }
+    ft__sel_destroy(t);
+    /* another machine's profile is ignored, and so is a corrupt one */
+    T_EQ(ft__sel_create(&t, ARMS, fake_clock, 7), 0);
+    T_EQ(ft__sel_load(t, path, "dev=9:9 test"), -EINVAL);
+    T_TRUE(strstr(ft_last_error(), "another machine") != NULL);
+    FILE *f = fopen(path, "a");
+    fputs("0 0 20 2 0 0 3 2 1e9 banana\n", f);
+    fclose(f);
+    T_EQ(ft__sel_load(t, path, "dev=1:2 test"), -EINVAL);
+    T_TRUE(strstr(ft_last_error(), "profile.txt:") != NULL);
+    T_EQ(ft__sel_choose(t, &key20, (1u << ARMS) - 1, 7), 7); /* nothing was loaded */
+    f = fopen(path, "w");
+    fputs("something else\n", f);
+    fclose(f);
+    T_EQ(ft__sel_load(t, path, "dev=1:2 test"), -EINVAL);
+    T_EQ(ft__sel_load(t, t_path("absent.txt"), "x"), 0);
+    ft__sel_destroy(t);
+    ft__sel_destroy(s);
+}
+
+static ft__selector *shared;
+
+static void *hammer(void *arg)
+{
+    uint64_t r = (uint64_t)(uintptr_t)arg * 7919 + 1;
+    for (unsigned i = 0; i < 20000; i++) {
+        r = r * 6364136223846793005ull + 1;
+        ft__sel_key k = {.write = r >> 63, .bucket = (uint8_t)(10 + (r >> 40) % 12),
+                         .cache = (uint8_t)((r >> 20) % 3)};
+        unsigned arm = ft__sel_choose(shared, &k, (1u << ARMS) - 1, 0);
+        ft__sel_record(shared, &k, arm, 1 << 20, (uint64_t)(1e6 / (1 + arm)));
+    }
+    return NULL;
+}
+
+static void case_concurrent(void)
+{
+    T_EQ(ft__sel_create(&shared, ARMS, fake_clock, 8), 0);
+    pthread_t th[8];
+    for (uintptr_t i = 0; i < 8; i++)
+        pthread_create(&th[i], NULL, hammer, (void *)i);
+    for (int i = 0; i < 8; i++)
+        pthread_join(th[i], NULL);
+    /* arm 7 is the fastest everywhere in the hammer: every busy key found it */
+    ft__sel_key k = {.bucket = 15, .cache = 1};
+    T_EQ(ft__sel_choose(shared, &k, (1u << ARMS) - 1, 0) == 7 ||
+             ft__sel_choose(shared, &k, (1u << ARMS) - 1, 0) == 7, 1);
+    ft__sel_destroy(shared);
+}
+
+/* AUTO end to end: real files, every arm correct, decisions recorded and persisted. */
+static void case_auto_end_to_end(void)
+{
+    setenv("FASTENSOR_PROFILE", t_path("auto-profile.txt"), 1);
+    ft_ctx *ctx = t_ctx(4);
+    ft_file *f;
+    T_EQ(ft_file_open(ctx, &f, t_path("auto.bin"), FT_OPEN_READ | FT_OPEN_WRITE |
+                                                       FT_OPEN_CREATE, 0644), 0);
+    size_t n = (4u << 20) + 5;
+    uint8_t *src = malloc(n), *dst = malloc(n);
+    t_fill_random(src, n, 21);
+    ft_buf b = ft_host_buf(src, n), d = ft_host_buf(dst, n);
+    for (unsigned i = 0; i < 40; i++) { /* enough to explore every arm for both directions */
+        T_EQ(ft_write(f, &b, 4095, NULL), n);
+        memset(dst, 0, n);
+        T_EQ(ft_read(f, &d, 4095, NULL), n);
+        T_MEMEQ(src, dst, n);
+    }
+    ft_file_close(f);
+    T_EQ(ft_profile_save(ctx), 0);
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *out = open_memstream(&buf, &len);
+    T_EQ(ft_profile_show(ctx, t_path("auto.bin"), out), 0);
+    fclose(out);
+    T_TRUE(strstr(buf, "read") && strstr(buf, "write") && strstr(buf, "uring"));
+    free(buf);
+    ft_ctx_destroy(ctx);
+    FILE *p = fopen(t_path("auto-profile.txt"), "r");
+    T_TRUE(p != NULL);
+    char line[64];
+    T_TRUE(fgets(line, sizeof line, p) && !strcmp(line, "fastensor-profile 1\n"));
+    fclose(p);
+    unsetenv("FASTENSOR_PROFILE");
+    free(src);
+    free(dst);
+}
+
+int main(void)
+{
+    if (!t_have_odirect())
+        t_skip("no O_DIRECT on the filesystem of %s", t_dir());
+    const t_case cases[] = {
+        {"converges within the exploration budget", case_converges},
+        {">= 95% optimal decisions once converged", case_stationary},
+        {"re-converges after the costs swap", case_swap},
+        {"unseen keys: nearest bucket, then the default", case_unseen_keys},
+        {"profile round trip; foreign and corrupt profiles ignored", case_profile},
+        {"8 threads choosing and recording at once", case_concurrent},
+        {"engine AUTO on real files, profile saved", case_auto_end_to_end},
+    };
+    return t_run(cases, sizeof cases / sizeof *cases);
+}
