@@ -26,6 +26,8 @@ typedef struct bench_opts {
     const char *file; /* NULL: temporary file in the current directory */
     int repeat;
     int inflight;     /* 0: keep about 256 MiB in flight, 1..16 blocks */
+    bool mixed;       /* the seeded mixed workload instead of the sweep */
+    bool overhead;    /* measure AUTO's decision overhead */
 } bench_opts;
 
 typedef struct result {
@@ -45,7 +47,10 @@ static void bench_usage(FILE *out)
             "  --warm          only warm reads (file in the page cache)\n"
             "  --repeat N      repeat each measurement N times, report the median (1)\n"
             "  --inflight N    requests in flight, 1..16 (default: 256 MiB worth, 1..16)\n"
-            "  --json          one JSON object per measurement instead of the table\n\n"
+            "  --json          one JSON object per measurement instead of the table\n"
+            "  --mixed         a seeded mixed workload (4K..256M, reads and writes, cached and\n"
+            "                  cold files) per engine: total time and GB/s (JSON block 0)\n"
+            "  --overhead      AUTO's decision cost (probe + lookup) per call, cached keys\n\n"
             "Writes are timed including fdatasync. Settings: FASTENSOR_* variables.\n");
 }
 
@@ -198,6 +203,8 @@ static int parse_args(int argc, char **argv, bench_opts *o)
         {"warm", no_argument, NULL, 'w'},         {"repeat", required_argument, NULL, 'r'},
         {"json", no_argument, NULL, 'j'},         {"help", no_argument, NULL, 'h'},
         {"inflight", required_argument, NULL, 'i'},
+        {"mixed", no_argument, NULL, 'M'},
+        {"overhead", no_argument, NULL, 'O'},
         {0}};
     *o = (bench_opts){.do_read = true, .do_write = true, .repeat = 1};
     o->nengines = cli_parse_engines("all", o->engines, MAX_ITEMS);
@@ -244,6 +251,8 @@ static int parse_args(int argc, char **argv, bench_opts *o)
             }
             break;
         case 'j': o->json = true; break;
+        case 'M': o->mixed = true; break;
+        case 'O': o->overhead = true; break;
         case 'i':
             o->inflight = atoi(optarg);
             if (o->inflight < 1 || o->inflight > MAX_INFLIGHT) {
@@ -277,6 +286,10 @@ int cmd_bench(int argc, char **argv)
     int rc = parse_args(argc, argv, &o);
     if (rc >= 0)
         return rc;
+    if (o.mixed)
+        return bench_mixed(o.engines, o.nengines, o.json, ".");
+    if (o.overhead)
+        return bench_overhead(o.json);
     const char *path = o.file;
     if (!path) {
         snprintf(temp_path, sizeof temp_path, "./fastensor-bench-%d.tmp", (int)getpid());

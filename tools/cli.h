@@ -14,6 +14,10 @@ int cmd_bench(int argc, char **argv);
 int cmd_demo(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);
 int cmd_verify(int argc, char **argv);
+int cmd_tune(int argc, char **argv);
+int bench_mixed(const ft_engine *engines, int nengines, bool json, const char *dir);
+int bench_overhead(bool json);
+int cmd_profile(int argc, char **argv);
 
 /** Print "fastensor <cmd>: message" to stderr (printf-style). */
 void cli_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -13,6 +13,8 @@ static const struct {
     {"demo", cmd_demo, "save, load and verify a synthetic model checkpoint; compare engines"},
     {"inspect", cmd_inspect, "list a checkpoint's tensors, metadata, shards and alignment"},
     {"verify", cmd_verify, "check a checkpoint's block checksums"},
+    {"tune", cmd_tune, "build the AUTO selector's profile for a filesystem"},
+    {"profile", cmd_profile, "profile show: print the AUTO selector's dictionary"},
 };
 
 static void usage(FILE *out)

@@ -92,7 +92,9 @@ struct ft_file {
     pthread_mutex_t lock;   /* guards the lazily opened state below and file growth */
     int direct_fd;          /* O_DIRECT descriptor, -1 until first use */
     int direct_err;         /* cached -errno when O_DIRECT cannot be opened, else 0 */
-    struct ft__selector *sel; /* AUTO's selector for this file's filesystem, once known */
+    struct ft__selector *_Atomic sel; /* AUTO's selector for this file's filesystem */
+    _Atomic unsigned auto_caps;  /* AUTO: 1 | 2 O_DIRECT works | 4 io_uring works; 0 unknown */
+    _Atomic uint64_t cache_memo; /* AUTO: last cache probe, (ns << 2) | class */
 };
 
 /** @return the O_DIRECT descriptor (opened once, on first use) or -errno (cached). */
@@ -135,8 +137,7 @@ typedef struct ft__decision {
     unsigned arm;
     ft_engine engine;
     uint64_t piece;
-    uint64_t t0;        /* when the transfer started */
-    uint64_t probe_ns;  /* cost of probing and choosing */
+    uint64_t t0;        /* when the decision started */
     ft__sel_key key;
 } ft__decision;
 

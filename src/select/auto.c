@@ -99,8 +99,9 @@ static void profile_path(dev_t dev, char *out, size_t len)
 /* The selector for the filesystem holding @p f (created, with its profile, on first use). */
 static ft__selector *selector_for(ft_file *f)
 {
-    if (f->sel)
-        return f->sel;
+    ft__selector *known = atomic_load_explicit(&f->sel, memory_order_acquire);
+    if (known)
+        return known;
     struct stat st;
     if (ft__sys.fstat(f->fd, &st) != 0)
         return NULL;
@@ -130,14 +131,42 @@ static ft__selector *selector_for(ft_file *f)
         }
     }
     pthread_mutex_unlock(&a->lock);
-    f->sel = sel;
+    atomic_store_explicit(&f->sel, sel, memory_order_release);
     return sel;
+}
+
+/* Engines usable for @p f, worked out once per file. */
+static unsigned file_caps(ft_file *f)
+{
+    unsigned caps = atomic_load_explicit(&f->auto_caps, memory_order_acquire);
+    if (caps)
+        return caps;
+    char keep[FT__DETAIL_MAX];
+    ft__detail_save(keep);
+    bool direct = ft__file_direct_fd(f) >= 0;
+    ft__detail_restore(keep);
+    caps = 1u | (direct ? 2u : 0) |
+           (direct && ft_engine_available(f->ctx, FT_ENGINE_URING, NULL) ? 4u : 0);
+    atomic_store_explicit(&f->auto_caps, caps, memory_order_release);
+    return caps;
+}
+
+/* Page-cache class of a read, probed at most once per millisecond per file: in a loop of
+ * small reads the probe would cost as much as the read. */
+static unsigned cache_class(ft_file *f, uint64_t off, uint64_t len, uint64_t now)
+{
+    uint64_t memo = atomic_load_explicit(&f->cache_memo, memory_order_relaxed);
+    if (memo && now - (memo >> 2) < 1000000u)
+        return (unsigned)(memo & 3);
+    unsigned cls = ft__probe_cache(f->fd, off, len);
+    atomic_store_explicit(&f->cache_memo, (now << 2) | cls, memory_order_relaxed);
+    return cls;
 }
 
 static uint32_t eligible_arms(ft_file *f, uint64_t len)
 {
-    bool direct = ft__file_direct_fd(f) >= 0;
-    bool uring = direct && ft_engine_available(f->ctx, FT_ENGINE_URING, NULL);
+    unsigned caps = file_caps(f);
+    bool direct = caps & 2, uring = caps & 4;
     uint32_t mask = 0;
     for (unsigned i = 0; i < ft__narms; i++) {
         const ft__arm *arm = &ft__arms[i];
@@ -176,7 +205,7 @@ void ft__auto_decide(ft_file *f, uint64_t off, uint64_t len, bool write, bool sy
         .write = write,
         .mem = FT_MEM_HOST,
         .bucket = (uint8_t)ft__sel_bucket(len),
-        .cache = write ? (uint8_t)sync : (uint8_t)ft__probe_cache(f->fd, off, len),
+        .cache = write ? (uint8_t)sync : (uint8_t)cache_class(f, off, len, d->t0),
         .busy = atomic_load_explicit(&f->ctx->inflight, memory_order_relaxed) > 1,
         .cpu = (uint8_t)ft__probe_cpu(),
     };
@@ -186,8 +215,6 @@ void ft__auto_decide(ft_file *f, uint64_t off, uint64_t len, bool write, bool sy
     d->arm = arm;
     d->engine = ft__arms[arm].engine;
     d->piece = ft__arms[arm].piece;
-    d->probe_ns = now_ns() - d->t0;
-    d->t0 += d->probe_ns;
 }
 
 void ft__auto_done(const ft__decision *d, int64_t result)

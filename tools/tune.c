@@ -1,0 +1,164 @@
+/* fastensor tune / profile: build and show the AUTO selector's dictionary. */
+#include "cli.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static char temp_path[4096];
+static void remove_temp(void)
+{
+    if (temp_path[0])
+        unlink(temp_path);
+}
+
+static void tune_usage(FILE *out)
+{
+    fprintf(out, "usage: fastensor tune [--file PATH] [--memory host] [--seconds N] "
+                 "[--max-size BYTES]\n\n"
+                 "Builds the AUTO profile for the filesystem holding PATH (default: a temporary "
+                 "file here):\ntransfers of 4K..max-size (256M), reads cold and cached, writes "
+                 "plain and durable, each\nrepeated until every engine setting is measured, "
+                 "within N seconds (60). Then saves the\nprofile and prints it.\n");
+}
+
+/* Evict the range so the next read of it is cold (the file's pages only). */
+static void evict(int fd, uint64_t off, uint64_t len)
+{
+    posix_fadvise(fd, (off_t)off, (off_t)len, POSIX_FADV_DONTNEED);
+}
+
+int cmd_tune(int argc, char **argv)
+{
+    static const struct option opts[] = {{"file", required_argument, NULL, 'f'},
+                                         {"memory", required_argument, NULL, 'm'},
+                                         {"seconds", required_argument, NULL, 's'},
+                                         {"max-size", required_argument, NULL, 'x'},
+                                         {"help", no_argument, NULL, 'h'},
+                                         {0}};
+    const char *path = NULL;
+    double budget = 60;
+    uint64_t max_size = 256u << 20;
+    int c;
+    while ((c = getopt_long(argc, argv, "f:m:s:x:h", opts, NULL)) != -1) {
+        if (c == 'f')
+            path = optarg;
+        else if (c == 'm' && strcmp(optarg, "host") != 0) {
+            cli_error("tune", "--memory %s: only host memory in this build", optarg);
+            return EXIT_USAGE;
+        } else if (c == 's' && (budget = atof(optarg)) <= 0) {
+            cli_error("tune", "bad --seconds '%s'", optarg);
+            return EXIT_USAGE;
+        } else if (c == 'x' && (ft_parse_size(optarg, &max_size) < 0 || max_size < 4096)) {
+            cli_error("tune", "bad --max-size '%s'", optarg);
+            return EXIT_USAGE;
+        } else if (c == 'h' || c == '?') {
+            tune_usage(c == 'h' ? stdout : stderr);
+            return c == 'h' ? EXIT_OK : EXIT_USAGE;
+        }
+    }
+    if (!path) {
+        snprintf(temp_path, sizeof temp_path, "./fastensor-tune-%d.tmp", (int)getpid());
+        atexit(remove_temp);
+        path = temp_path;
+    }
+    ft_ctx *ctx;
+    ft_file *f;
+    int rc = ft_ctx_create(&ctx, NULL);
+    if (rc < 0 || (rc = ft_file_open(ctx, &f, path, FT_OPEN_READ | FT_OPEN_WRITE |
+                                                        FT_OPEN_CREATE, 0644)) < 0) {
+        cli_ft_error("tune", path, rc);
+        return EXIT_ERR;
+    }
+    uint8_t *buf = cli_alloc((size_t)max_size);
+    cli_fill_random(buf, (size_t)max_size, 7);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    ft_buf b = ft_host_buf(buf, (size_t)max_size);
+    ft_io_opts posix = {.engine = FT_ENGINE_POSIX, .flags = FT_IO_SYNC};
+    if ((rc = (int)ft_write(f, &b, 0, &posix)) < 0) {
+        cli_ft_error("tune", path, rc);
+        return EXIT_ERR;
+    }
+    const unsigned rounds = 3 * 8 + 4; /* every arm explored (3 each), then exploited */
+    double start = cli_now();
+    unsigned calls = 0;
+    bool out_of_time = false;
+    for (uint64_t size = 4096; size <= max_size && !out_of_time; size *= 4) {
+        for (int kind = 0; kind < 4 && !out_of_time; kind++) { /* cold, cached, write, sync */
+            ft_buf part = ft_host_buf(buf, (size_t)size);
+            ft_io_opts o = {.engine = FT_ENGINE_AUTO, .flags = kind == 3 ? FT_IO_SYNC : 0};
+            if (kind == 1) /* make it cached */
+                ft_read(f, &part, 0, &(ft_io_opts){.engine = FT_ENGINE_POSIX});
+            for (unsigned r = 0; r < rounds; r++) {
+                if (cli_now() - start > budget) {
+                    out_of_time = true;
+                    break;
+                }
+                uint64_t off = (r * size) % (max_size - size + 1) / 4096 * 4096;
+                if (kind == 1)
+                    off = 0;
+                if (kind == 0)
+                    evict(fd, off, size);
+                int64_t n = kind >= 2 ? ft_write(f, &part, off, &o) : ft_read(f, &part, off, &o);
+                if (n < 0) {
+                    cli_ft_error("tune", path, (int)n);
+                    return EXIT_ERR;
+                }
+                calls++;
+            }
+        }
+        if (isatty(2))
+            fprintf(stderr, "\r\033[Ktuned up to %llu bytes (%u calls, %.0f s)",
+                    (unsigned long long)size, calls, cli_now() - start);
+    }
+    if (isatty(2))
+        fputc('\n', stderr);
+    if (out_of_time)
+        fprintf(stderr, "fastensor tune: time budget of %.0f s reached; larger sizes keep "
+                        "learning in use\n", budget);
+    close(fd);
+    rc = ft_profile_save(ctx);
+    if (rc < 0)
+        cli_ft_error("tune", "saving the profile", rc);
+    ft_profile_show(ctx, path, stdout);
+    ft_file_close(f);
+    ft_ctx_destroy(ctx);
+    free(buf);
+    return rc < 0 ? EXIT_ERR : EXIT_OK;
+}
+
+int cmd_profile(int argc, char **argv)
+{
+    static const struct option opts[] = {{"file", required_argument, NULL, 'f'},
+                                         {"help", no_argument, NULL, 'h'},
+                                         {0}};
+    const char *path = ".";
+    int c;
+    while ((c = getopt_long(argc, argv, "f:h", opts, NULL)) != -1) {
+        if (c == 'f')
+            path = optarg;
+        else {
+            FILE *out = c == 'h' ? stdout : stderr;
+            fprintf(out, "usage: fastensor profile show [--file PATH]\n\n"
+                         "Prints the AUTO dictionary for the filesystem holding PATH (default .): "
+                         "per key the\nchosen engine setting and every setting's median GB/s "
+                         "and sample count.\n");
+            return c == 'h' ? EXIT_OK : EXIT_USAGE;
+        }
+    }
+    if (optind != argc - 1 || strcmp(argv[optind], "show") != 0) {
+        cli_error("profile", "expected 'show' (see --help)");
+        return EXIT_USAGE;
+    }
+    ft_ctx *ctx;
+    int rc = ft_ctx_create(&ctx, NULL);
+    if (rc == 0)
+        rc = ft_profile_show(ctx, path, stdout);
+    if (rc < 0)
+        cli_ft_error("profile", path, rc);
+    ft_ctx_destroy(ctx);
+    return rc < 0 ? EXIT_ERR : EXIT_OK;
+}
