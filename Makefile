@@ -25,9 +25,9 @@ WARN := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes 
 ALL_CFLAGS := -std=c11 -D_GNU_SOURCE -fPIC -pthread $(WARN) $(CFLAGS) $(SANFLAGS) -Iinclude
 # liburing is linked in statically so the library runs where liburing is not installed.
 URING_LIBS := -Wl,-Bstatic -luring -Wl,-Bdynamic
-LIBS := $(URING_LIBS) -ljansson -lxxhash -lpthread
+LIBS := $(URING_LIBS) -ljansson -lxxhash -ldl -lpthread
 
-LIB_SRC := $(wildcard src/core/*.c src/engine/*.c src/ckpt/*.c src/select/*.c)
+LIB_SRC := $(wildcard src/core/*.c src/engine/*.c src/ckpt/*.c src/select/*.c src/gpu/*.c)
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
 CLI_SRC := $(wildcard tools/*.c)
 CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/%.o)

@@ -51,7 +51,7 @@ for rep in $(seq "$REPEAT"); do
         done
         for op in read write; do
             drop
-            FASTENSOR_THREADS=$((THREADS > 1 ? THREADS - 1 : 1)) "$FT" bench --file "$FILE" \
+            "$FT" bench --file "$FILE" \
                 --engine "$ENGINES" --op $op --size "$bs" --total "$TOTAL" --cold --json \
                 >"$out/ft.json"
             $PY -c 'import json,sys

@@ -66,6 +66,7 @@ typedef enum ft_engine {
     FT_ENGINE_DIRECT = 2, /**< O_DIRECT through aligned bounce buffers, several in flight */
     FT_ENGINE_URING = 3,  /**< io_uring with O_DIRECT, registered buffers, deep queue */
     FT_ENGINE_MMAP = 4,   /**< mapped file and parallel copy */
+    FT_ENGINE_CUFILE = 5, /**< NVIDIA cuFile / GPUDirect Storage (device memory) */
     FT_ENGINE_COUNT
 } ft_engine;
 
@@ -73,7 +74,8 @@ typedef enum ft_engine {
 const char *ft_engine_name(ft_engine engine);
 
 /**
- * Parse an engine name (case-insensitive): "auto", "posix", "direct", "uring", "mmap".
+ * Parse an engine name (case-insensitive): "auto", "posix", "direct", "uring", "mmap",
+ * "cufile".
  * @return the engine (>= 0), or -EINVAL for an unknown name.
  */
 int ft_engine_from_name(const char *name);
@@ -186,7 +188,9 @@ const char *ft_file_path(const ft_file *file);
 
 /** Where a buffer lives. */
 typedef enum ft_mem_kind {
-    FT_MEM_HOST = 0, /**< ordinary host memory (any alignment) */
+    FT_MEM_HOST = 0, /**< host memory, pageable or pinned (any alignment); device pointers
+                          passed as HOST are recognised and treated as FT_MEM_CUDA */
+    FT_MEM_CUDA = 1, /**< CUDA device memory of device ft_buf.device */
 } ft_mem_kind;
 
 /** A memory range taking part in a transfer. */
@@ -212,6 +216,11 @@ enum {
 typedef struct ft_io_opts {
     ft_engine engine; /**< engine for this call, FT_ENGINE_AUTO to let the library choose */
     unsigned flags;   /**< FT_IO_* bits */
+    void *stream;     /**< device memory: the caller's CUstream (NULL: the legacy default
+                           stream). The transfer starts after the work already queued on it
+                           (a write never reads the buffer before its producers finish; a
+                           read never overwrites it while queued work still uses it) and the
+                           data is in place when the call returns. */
 } ft_io_opts;
 
 /**
@@ -261,6 +270,39 @@ int64_t ft_req_wait(ft_req *req);
 /** Free a request, waiting for it first if it is still running. NULL is a no-op. */
 void ft_req_free(ft_req *req);
 
+
+/* ------------------------------------------------------------------------------------------
+ * GPUs (libcuda.so.1, libcufile.so.0 and libnvidia-ml.so.1 are opened at run time)
+ * ---------------------------------------------------------------------------------------- */
+
+/** @return 1 when the CUDA driver and a device are usable, else 0 with *reason set. */
+int ft_cuda_available(const char **reason);
+
+/** Allocate @p len bytes of device memory on @p device (cuMemAlloc). @return 0 or -errno. */
+int ft_cuda_alloc(int device, size_t len, void **out);
+
+/** Free memory from ft_cuda_alloc. NULL is a no-op. @return 0 or -errno. */
+int ft_cuda_free(void *ptr);
+
+/** Copy @p len bytes between host and device memory (either way). @return 0 or -errno. */
+int ft_cuda_copy(void *dst, const void *src, size_t len);
+
+/**
+ * Describe the GPUs (driver version, devices, pinned copy bandwidth) and cuFile (GDS or
+ * compatibility mode, or why not available) as text lines into @p buf. @return 0.
+ */
+int ft_gpu_describe(char *buf, size_t len);
+
+/** Cumulative energy counters; differences of two samples give joules spent. */
+typedef struct ft_energy {
+    double gpu_joules; /**< all GPUs (NVML), valid when gpu_valid */
+    double cpu_joules; /**< CPU packages (RAPL powercap), valid when cpu_valid */
+    int gpu_valid;
+    int cpu_valid;
+} ft_energy;
+
+/** Read the energy counters. @return 0 (fields say what was readable). */
+int ft_energy_sample(ft_energy *out);
 
 /* ------------------------------------------------------------------------------------------
  * Checkpoints: safetensors files (8-byte little-endian header length, JSON header, data)
@@ -400,6 +442,7 @@ enum {
 typedef struct ft_load_opts {
     ft_engine engine;
     unsigned flags; /**< FT_LOAD_* bits */
+    void *stream;   /**< device destinations: the caller's CUstream (see ft_io_opts) */
 } ft_load_opts;
 
 /**

@@ -45,7 +45,7 @@ for s in "$here"/check-*.sh; do
     [ -e "$s" ] || continue
     run_one "$(basename "$s")" bash "$s"
 done
-if [ -z "${SAN:-}" ] && [ -d "$here/python" ]; then
+if [ -z "${SAN:-}" ] && [ -z "${FT_NO_PYTEST:-}" ] && [ -d "$here/python" ]; then
     run_one "pytest" "$here/../scripts/pytest.sh"
 fi
 echo

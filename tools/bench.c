@@ -27,11 +27,13 @@ typedef struct bench_opts {
     int repeat;
     int inflight;     /* 0: keep about 256 MiB in flight, 1..16 blocks */
     bool mixed;       /* the seeded mixed workload instead of the sweep */
+    int device;       /* -1: host memory; else the CUDA device of the buffers */
     bool overhead;    /* measure AUTO's decision overhead */
 } bench_opts;
 
 typedef struct result {
     double seconds, cpu;
+    double gpu_j, cpu_j; /* energy spent, < 0 when not measurable */
 } result;
 
 static void bench_usage(FILE *out)
@@ -50,8 +52,10 @@ static void bench_usage(FILE *out)
             "  --json          one JSON object per measurement instead of the table\n"
             "  --mixed         a seeded mixed workload (4K..256M, reads and writes, cached and\n"
             "                  cold files) per engine: total time and GB/s (JSON block 0)\n"
-            "  --overhead      AUTO's decision cost (probe + lookup) per call, cached keys\n\n"
-            "Writes are timed including fdatasync. Settings: FASTENSOR_* variables.\n");
+            "  --overhead      AUTO's decision cost (probe + lookup) per call, cached keys\n"
+            "  --memory M      host (default), cuda or cuda:N: buffers in that memory\n\n"
+            "Writes are timed including fdatasync. Energy columns (joules per GB, GPU via NVML,\n"
+            "CPU via RAPL) show '-' (JSON null) where not measurable. Settings: FASTENSOR_*.\n");
 }
 
 static uint64_t total_for(const bench_opts *o, uint64_t block)
@@ -86,10 +90,14 @@ static int reap(ft_req *req, uint64_t block)
 
 /* Block-sized requests over [0, total) in file order, @p depth of them in flight (each with
  * its own buffer), like fio's iodepth. @return 0 or -errno. */
+static int g_device = -1; /* the CUDA device of the buffers, -1 for host memory */
+
 static int run_pass(ft_file *f, ft_engine e, bool write, uint8_t *bufs, uint64_t block,
                     uint64_t total, int depth, result *res)
 {
     ft_io_opts o = {.engine = e};
+    ft_energy e0, e1;
+    ft_energy_sample(&e0);
     ft_req *window[MAX_INFLIGHT];
     int head = 0, queued = 0, rc = 0;
     double c0 = cli_cpu_seconds(), t0 = cli_now();
@@ -101,6 +109,10 @@ static int run_pass(ft_file *f, ft_engine e, bool write, uint8_t *bufs, uint64_t
         }
         int slot = (head + queued) % depth;
         ft_buf b = ft_host_buf(bufs + (size_t)slot * block, (size_t)block);
+        if (g_device >= 0) {
+            b.kind = FT_MEM_CUDA;
+            b.device = g_device;
+        }
         int s = write ? ft_submit_write(f, &b, off, &o, &window[slot])
                       : ft_submit_read(f, &b, off, &o, &window[slot]);
         if (s < 0 && rc == 0)
@@ -122,6 +134,9 @@ static int run_pass(ft_file *f, ft_engine e, bool write, uint8_t *bufs, uint64_t
     }
     res->seconds = cli_now() - t0;
     res->cpu = cli_cpu_seconds() - c0;
+    ft_energy_sample(&e1);
+    res->gpu_j = e0.gpu_valid && e1.gpu_valid ? e1.gpu_joules - e0.gpu_joules : -1;
+    res->cpu_j = e0.cpu_valid && e1.cpu_valid ? e1.cpu_joules - e0.cpu_joules : -1;
     return 0;
 }
 
@@ -134,17 +149,28 @@ static int cmp_double(const void *a, const void *b)
 static void report(const bench_opts *o, ft_engine e, const char *op, uint64_t block,
                    uint64_t total, const char *cache, const result *r)
 {
-    double gbps = (double)total / r->seconds / 1e9;
+    double gbps = (double)total / r->seconds / 1e9, gb = (double)total / 1e9;
+    char gj[32] = "null", cj[32] = "null", gjt[16] = "-", cjt[16] = "-";
+    if (r->gpu_j >= 0) {
+        snprintf(gj, sizeof gj, "%.3f", r->gpu_j);
+        snprintf(gjt, sizeof gjt, "%.2f", r->gpu_j / gb);
+    }
+    if (r->cpu_j >= 0) {
+        snprintf(cj, sizeof cj, "%.3f", r->cpu_j);
+        snprintf(cjt, sizeof cjt, "%.2f", r->cpu_j / gb);
+    }
+    const char *mem = o->device >= 0 ? "cuda" : "host";
     if (o->json) {
         printf("{\"engine\":\"%s\",\"op\":\"%s\",\"block\":%llu,\"bytes\":%llu,"
-               "\"seconds\":%.6f,\"gbps\":%.4f,\"cache\":\"%s\",\"memory\":\"host\"}\n",
+               "\"seconds\":%.6f,\"gbps\":%.4f,\"cache\":\"%s\",\"memory\":\"%s\","
+               "\"gpu_j\":%s,\"cpu_j\":%s}\n",
                ft_engine_name(e), op, (unsigned long long)block, (unsigned long long)total,
-               r->seconds, gbps, cache);
+               r->seconds, gbps, cache, mem, gj, cj);
     } else {
         char bs[32], ts[32];
-        printf("%-7s %-5s %6s %6s %-5s %9.3f %11.0f %8.2f\n", ft_engine_name(e), op,
-               cli_fmt_size(block, bs, sizeof bs), cli_fmt_size(total, ts, sizeof ts), cache,
-               gbps, (double)total / (double)block / r->seconds, r->cpu);
+        printf("%-7s %-5s %6s %6s %-5s %-4s %9.3f %11.0f %8.2f %8s %8s\n", ft_engine_name(e),
+               op, cli_fmt_size(block, bs, sizeof bs), cli_fmt_size(total, ts, sizeof ts), cache,
+               mem, gbps, (double)total / (double)block / r->seconds, r->cpu, gjt, cjt);
     }
     fflush(stdout);
 }
@@ -168,7 +194,7 @@ static int measure(ft_file *f, const char *path, ft_engine e, bool write, const 
                    uint8_t *buf, uint64_t block, uint64_t total, int depth, int repeat,
                    result *out)
 {
-    double secs[64], cpus[64];
+    double secs[64], cpus[64], gj[64], cj[64];
     for (int i = 0; i < repeat; i++) {
         if (!write && !strcmp(cache, "cold"))
             cli_evict(path);
@@ -186,11 +212,17 @@ static int measure(ft_file *f, const char *path, ft_engine e, bool write, const 
             return rc;
         secs[i] = r.seconds;
         cpus[i] = r.cpu;
+        gj[i] = r.gpu_j;
+        cj[i] = r.cpu_j;
     }
     qsort(secs, (size_t)repeat, sizeof *secs, cmp_double);
     qsort(cpus, (size_t)repeat, sizeof *cpus, cmp_double);
+    qsort(gj, (size_t)repeat, sizeof *gj, cmp_double);
+    qsort(cj, (size_t)repeat, sizeof *cj, cmp_double);
     out->seconds = secs[repeat / 2];
     out->cpu = cpus[repeat / 2];
+    out->gpu_j = gj[repeat / 2];
+    out->cpu_j = cj[repeat / 2];
     return 0;
 }
 
@@ -205,13 +237,14 @@ static int parse_args(int argc, char **argv, bench_opts *o)
         {"inflight", required_argument, NULL, 'i'},
         {"mixed", no_argument, NULL, 'M'},
         {"overhead", no_argument, NULL, 'O'},
+        {"memory", required_argument, NULL, 'm'},
         {0}};
-    *o = (bench_opts){.do_read = true, .do_write = true, .repeat = 1};
+    *o = (bench_opts){.do_read = true, .do_write = true, .repeat = 1, .device = -1};
     o->nengines = cli_parse_engines("all", o->engines, MAX_ITEMS);
     o->nsizes = cli_parse_sizes("4K,1M,64M,1G", o->sizes, MAX_ITEMS);
     bool cold = false, warm = false;
     int c;
-    while ((c = getopt_long(argc, argv, "e:o:s:t:f:cwr:jhi:", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "e:o:s:t:f:cwr:jhi:m:", opts, NULL)) != -1) {
         switch (c) {
         case 'e':
             if ((o->nengines = cli_parse_engines(optarg, o->engines, MAX_ITEMS)) <= 0) {
@@ -252,6 +285,17 @@ static int parse_args(int argc, char **argv, bench_opts *o)
             break;
         case 'j': o->json = true; break;
         case 'M': o->mixed = true; break;
+        case 'm':
+            if (!strcmp(optarg, "host")) {
+                o->device = -1;
+            } else if (!strncmp(optarg, "cuda", 4) &&
+                       (optarg[4] == '\0' || (optarg[4] == ':' && optarg[5]))) {
+                o->device = optarg[4] ? atoi(optarg + 5) : 0;
+            } else {
+                cli_error("bench", "bad --memory '%s' (host, cuda, cuda:N)", optarg);
+                return EXIT_USAGE;
+            }
+            break;
         case 'O': o->overhead = true; break;
         case 'i':
             o->inflight = atoi(optarg);
@@ -286,6 +330,10 @@ int cmd_bench(int argc, char **argv)
     int rc = parse_args(argc, argv, &o);
     if (rc >= 0)
         return rc;
+    if (o.mixed && o.device >= 0) {
+        cli_error("bench", "--mixed runs on host memory");
+        return EXIT_USAGE;
+    }
     if (o.mixed)
         return bench_mixed(o.engines, o.nengines, o.json, ".");
     if (o.overhead)
@@ -309,7 +357,7 @@ int cmd_bench(int argc, char **argv)
         if (need > buf_bytes)
             buf_bytes = need;
     }
-    uint8_t *buf = cli_alloc((size_t)buf_bytes);
+    uint8_t *buf = cli_alloc((size_t)buf_bytes), *dbuf = NULL;
     ft_ctx *ctx = NULL;
     ft_file *f = NULL;
     if (!buf) {
@@ -317,6 +365,19 @@ int cmd_bench(int argc, char **argv)
         return EXIT_ERR;
     }
     cli_fill_random(buf, (size_t)buf_bytes, 42);
+    g_device = o.device;
+    if (o.device >= 0) { /* device buffers, filled from the host ones */
+        int crc = ft_cuda_alloc(o.device, (size_t)buf_bytes, (void **)&dbuf);
+        if (crc == 0)
+            crc = ft_cuda_copy(dbuf, buf, (size_t)buf_bytes);
+        if (crc < 0) {
+            cli_ft_error("bench", "device buffers", crc);
+            free(buf);
+            return EXIT_ERR;
+        }
+        free(buf);
+        buf = dbuf;
+    }
     if ((rc = ft_ctx_create(&ctx, NULL)) < 0 ||
         (rc = ft_file_open(ctx, &f, path, FT_OPEN_READ | FT_OPEN_WRITE | FT_OPEN_CREATE, 0644)) <
             0) {
@@ -326,8 +387,8 @@ int cmd_bench(int argc, char **argv)
         return EXIT_ERR;
     }
     if (!o.json)
-        printf("%-7s %-5s %6s %6s %-5s %9s %11s %8s\n", "engine", "op", "block", "total",
-               "cache", "GB/s", "IOPS", "cpu_s");
+        printf("%-7s %-5s %6s %6s %-5s %-4s %9s %11s %8s %8s %8s\n", "engine", "op", "block",
+               "total", "cache", "mem", "GB/s", "IOPS", "cpu_s", "GPU J/GB", "CPU J/GB");
     int all = o.nengines * o.nsizes * ((o.do_write ? 1 : 0) + (o.do_read ? o.cold + o.warm : 0));
     int done = 0, status = EXIT_OK;
     for (int s = 0; s < o.nsizes && status == EXIT_OK; s++) {
@@ -371,6 +432,9 @@ int cmd_bench(int argc, char **argv)
     progress(all, all, FT_ENGINE_AUTO, "", 0);
     ft_file_close(f);
     ft_ctx_destroy(ctx);
-    free(buf);
+    if (dbuf)
+        ft_cuda_free(dbuf);
+    else
+        free(buf);
     return status;
 }

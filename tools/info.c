@@ -151,7 +151,13 @@ int cmd_info(int argc, char **argv)
     char buf[256];
     const char *od = odirect_probe(dir, buf, sizeof buf);
     printf("O_DIRECT    %s\n", od ? od : "supported");
-    printf("cuda        not available: this build has no GPU support (host memory only)\n");
-    printf("cufile      not available: this build has no GPU support\n");
+    char gpu[4096];
+    ft_gpu_describe(gpu, sizeof gpu);
+    fputs(gpu, stdout);
+    ft_energy en;
+    ft_energy_sample(&en);
+    printf("energy      GPU (NVML): %s, CPU (RAPL powercap): %s\n",
+           en.gpu_valid ? "readable" : "not available",
+           en.cpu_valid ? "readable" : "not available");
     return EXIT_OK;
 }

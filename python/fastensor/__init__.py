@@ -16,7 +16,7 @@ import threading
 from . import _C
 
 __version__ = "0.1.0"
-ENGINES = ("auto", "posix", "direct", "uring", "mmap")
+ENGINES = ("auto", "posix", "direct", "uring", "mmap", "cufile")
 
 _ctx_lock = threading.Lock()
 _ctx = None
@@ -57,21 +57,27 @@ def engine_id(name: str) -> int:
 
 
 def _memory(obj, writable: bool):
-    """(address, nbytes, keepalive) of a contiguous CPU tensor, ndarray or buffer."""
+    """(address, nbytes, keepalive, kind, device, stream) of a contiguous tensor (CPU or
+    CUDA: kind 1, the current stream), ndarray or buffer."""
     mod = type(obj).__module__
     if mod.startswith("torch"):
-        if obj.device.type != "cpu":
-            raise ValueError(f"tensor on {obj.device}: this build moves host memory only")
         if not obj.is_contiguous():
             raise ValueError("tensor must be contiguous (call .contiguous() first)")
-        return obj.data_ptr(), obj.numel() * obj.element_size(), obj
+        n = obj.numel() * obj.element_size()
+        if obj.device.type == "cuda":
+            import torch
+            stream = torch.cuda.current_stream(obj.device).cuda_stream
+            return obj.data_ptr(), n, obj, 1, obj.device.index or 0, stream
+        if obj.device.type != "cpu":
+            raise ValueError(f"tensor on {obj.device}: host or CUDA memory only")
+        return obj.data_ptr(), n, obj, 0, 0, 0
     import numpy as np
     arr = obj if isinstance(obj, np.ndarray) else np.frombuffer(obj, dtype=np.uint8)
     if not arr.flags.c_contiguous:
         raise ValueError("array must be C-contiguous")
     if writable and not arr.flags.writeable:
         raise ValueError("array is read-only")
-    return arr.ctypes.data, arr.nbytes, (obj, arr)
+    return arr.ctypes.data, arr.nbytes, (obj, arr), 0, 0, 0
 
 
 class Request:
@@ -126,30 +132,32 @@ class File:
     def write(self, tensor, offset: int = 0, *, engine: str | None = None,
               sync: bool = False) -> int:
         """Write the tensor's bytes at ``offset``; with ``sync`` they are durable on return."""
-        addr, n, keep = _memory(tensor, writable=False)
+        addr, n, keep, kind, dev, stream = _memory(tensor, writable=False)
         flags = _C.IO_SYNC if sync else 0
-        r = _C.file_io(self._handle, addr, n, offset, self._eng(engine), flags, True)
+        r = _C.file_io(self._handle, addr, n, offset, self._eng(engine), flags, True, kind, dev,
+                       stream)
         del keep
         return r
 
     def read_into(self, tensor, offset: int = 0, *, engine: str | None = None) -> int:
         """Fill the tensor from ``offset``; returns bytes read (fewer at end of file)."""
-        addr, n, keep = _memory(tensor, writable=True)
-        r = _C.file_io(self._handle, addr, n, offset, self._eng(engine), 0, False)
+        addr, n, keep, kind, dev, stream = _memory(tensor, writable=True)
+        r = _C.file_io(self._handle, addr, n, offset, self._eng(engine), 0, False, kind, dev,
+                       stream)
         del keep
         return r
 
     def write_async(self, tensor, offset: int = 0, *, engine: str | None = None,
                     sync: bool = False) -> Request:
-        addr, n, keep = _memory(tensor, writable=False)
+        addr, n, keep, kind, dev, stream = _memory(tensor, writable=False)
         flags = _C.IO_SYNC if sync else 0
         return Request(_C.file_submit(self._handle, addr, n, offset, self._eng(engine), flags,
-                                      True), keep, self)
+                                      True, kind, dev, stream), keep, self)
 
     def read_into_async(self, tensor, offset: int = 0, *, engine: str | None = None) -> Request:
-        addr, n, keep = _memory(tensor, writable=True)
+        addr, n, keep, kind, dev, stream = _memory(tensor, writable=True)
         return Request(_C.file_submit(self._handle, addr, n, offset, self._eng(engine), 0,
-                                      False), keep, self)
+                                      False, kind, dev, stream), keep, self)
 
     def size(self) -> int:
         return _C.file_size(self._handle)

@@ -28,5 +28,9 @@ def open_checkpoint(path):
     return ck, tensors, meta, shards
 
 
-def load_shard(ck, shard, address, nbytes, *, engine="auto", verify=False):
-    return _C.ckpt_load_shard(ck, shard, address, nbytes, engine_id(engine), bool(verify))
+def load_shard(ck, shard, address, nbytes, *, engine="auto", verify=False, device=None,
+               stream=0):
+    """Read a shard's data section into host memory, or device memory of CUDA ``device``."""
+    kind, dev = (0, 0) if device is None else (1, device)
+    return _C.ckpt_load_shard(ck, shard, address, nbytes, engine_id(engine), bool(verify),
+                              kind, dev, stream)

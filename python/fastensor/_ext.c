@@ -190,21 +190,34 @@ static PyObject *py_file_sync(PyObject *self, PyObject *args)
     return rc < 0 ? raise_ft(rc, ft_file_path(f)) : (Py_INCREF(Py_None), Py_None);
 }
 
-/* (file, address, length, offset, engine, flags, is_write) -> bytes */
+/* A buffer and options from (address, length, kind, device) and (engine, flags, stream). */
+static void make_io(unsigned long long addr, unsigned long long len, int kind, int device,
+                    int engine, unsigned flags, unsigned long long stream, ft_buf *b,
+                    ft_io_opts *o)
+{
+    *b = (ft_buf){(void *)(uintptr_t)addr, (size_t)len, kind ? FT_MEM_CUDA : FT_MEM_HOST,
+                  device};
+    *o = (ft_io_opts){.engine = (ft_engine)engine, .flags = flags,
+                      .stream = (void *)(uintptr_t)stream};
+}
+
+/* (file, address, length, offset, engine, flags, is_write, kind, device, stream) -> bytes */
 static PyObject *py_file_io(PyObject *self, PyObject *args)
 {
     (void)self;
     PyObject *cap;
-    unsigned long long addr, len, off;
-    int engine, write;
+    unsigned long long addr, len, off, stream = 0;
+    int engine, write, kind = 0, device = 0;
     unsigned flags;
-    if (!PyArg_ParseTuple(args, "OKKKiIp", &cap, &addr, &len, &off, &engine, &flags, &write))
+    if (!PyArg_ParseTuple(args, "OKKKiIp|iiK", &cap, &addr, &len, &off, &engine, &flags, &write,
+                          &kind, &device, &stream))
         return NULL;
     ft_file *f = cap_get(cap, CAP_FILE);
     if (!f)
         return NULL;
-    ft_buf b = ft_host_buf((void *)(uintptr_t)addr, (size_t)len);
-    ft_io_opts o = {.engine = (ft_engine)engine, .flags = flags};
+    ft_buf b;
+    ft_io_opts o;
+    make_io(addr, len, kind, device, engine, flags, stream, &b, &o);
     int64_t n;
     Py_BEGIN_ALLOW_THREADS
     n = write ? ft_write(f, &b, off, &o) : ft_read(f, &b, off, &o);
@@ -216,16 +229,18 @@ static PyObject *py_file_submit(PyObject *self, PyObject *args)
 {
     (void)self;
     PyObject *cap;
-    unsigned long long addr, len, off;
-    int engine, write;
+    unsigned long long addr, len, off, stream = 0;
+    int engine, write, kind = 0, device = 0;
     unsigned flags;
-    if (!PyArg_ParseTuple(args, "OKKKiIp", &cap, &addr, &len, &off, &engine, &flags, &write))
+    if (!PyArg_ParseTuple(args, "OKKKiIp|iiK", &cap, &addr, &len, &off, &engine, &flags, &write,
+                          &kind, &device, &stream))
         return NULL;
     ft_file *f = cap_get(cap, CAP_FILE);
     if (!f)
         return NULL;
-    ft_buf b = ft_host_buf((void *)(uintptr_t)addr, (size_t)len);
-    ft_io_opts o = {.engine = (ft_engine)engine, .flags = flags};
+    ft_buf b;
+    ft_io_opts o;
+    make_io(addr, len, kind, device, engine, flags, stream, &b, &o);
     ft_req *req;
     int rc = write ? ft_submit_write(f, &b, off, &o, &req) : ft_submit_read(f, &b, off, &o, &req);
     if (rc < 0)
@@ -291,7 +306,9 @@ static PyObject *py_ckpt_save(PyObject *self, PyObject *args)
         PyObject *item = PyList_GetItem(list, i), *shape;
         const char *name, *dtype;
         unsigned long long addr, nbytes;
-        if (!PyArg_ParseTuple(item, "ssOKK", &name, &dtype, &shape, &addr, &nbytes))
+        int kind = 0, device = 0;
+        if (!PyArg_ParseTuple(item, "ssOKK|ii", &name, &dtype, &shape, &addr, &nbytes, &kind,
+                              &device))
             goto out;
         int d = ft_dtype_from_name(dtype);
         Py_ssize_t ndim = PyTuple_Check(shape) ? PyTuple_Size(shape) : -1;
@@ -305,7 +322,8 @@ static PyObject *py_ckpt_save(PyObject *self, PyObject *args)
                 goto out;
         }
         t[i] = (ft_tensor){name, (ft_dtype)d, (unsigned)ndim, &shapes[i * FT_MAX_DIMS],
-                           ft_host_buf((void *)(uintptr_t)addr, (size_t)nbytes)};
+                           {(void *)(uintptr_t)addr, (size_t)nbytes,
+                            kind ? FT_MEM_CUDA : FT_MEM_HOST, device}};
     }
     PyObject *key, *value;
     Py_ssize_t pos = 0, at = 0;
@@ -411,21 +429,23 @@ fail:
     return NULL;
 }
 
-/* (ckpt, shard, address, length, engine, verify) -> bytes */
+/* (ckpt, shard, address, length, engine, verify, kind, device, stream) -> bytes */
 static PyObject *py_ckpt_load_shard(PyObject *self, PyObject *args)
 {
     (void)self;
     PyObject *cap;
     unsigned shard;
-    unsigned long long addr, len;
-    int engine, verify;
-    if (!PyArg_ParseTuple(args, "OIKKip", &cap, &shard, &addr, &len, &engine, &verify))
+    unsigned long long addr, len, stream = 0;
+    int engine, verify, kind = 0, device = 0;
+    if (!PyArg_ParseTuple(args, "OIKKip|iiK", &cap, &shard, &addr, &len, &engine, &verify, &kind,
+                          &device, &stream))
         return NULL;
     ft_ckpt *c = cap_get(cap, CAP_CKPT);
     if (!c)
         return NULL;
-    ft_buf b = ft_host_buf((void *)(uintptr_t)addr, (size_t)len);
-    ft_load_opts o = {.engine = (ft_engine)engine, .flags = verify ? FT_LOAD_VERIFY : 0};
+    ft_buf b = {(void *)(uintptr_t)addr, (size_t)len, kind ? FT_MEM_CUDA : FT_MEM_HOST, device};
+    ft_load_opts o = {.engine = (ft_engine)engine, .flags = verify ? FT_LOAD_VERIFY : 0,
+                      .stream = (void *)(uintptr_t)stream};
     int64_t n;
     Py_BEGIN_ALLOW_THREADS
     n = ft_ckpt_load_shard(c, shard, &b, &o);

@@ -6,8 +6,9 @@
 
 Files are safetensors files (any safetensors reader loads them) with a page-aligned data
 section and xxh3 block checksums; saves are atomic and durable; loads read each shard with
-one large parallel read. CUDA tensors are saved after the current stream's queued work
-(the copy to host waits for it); GPU loads copy each shard to the device in one transfer.
+one large parallel read. CUDA tensors are saved after the current stream's queued work and
+read from device memory by the library; GPU loads go straight into device memory (pinned
+staging pipeline or cuFile), one transfer per shard.
 """
 from __future__ import annotations
 
@@ -30,28 +31,34 @@ _FROM_ST = {v: k for k, v in _TO_ST.items()}
 _ALIASES_KEY = "fastensor_aliases"
 
 
-def _host_contiguous(name, t):
+def _contiguous(name, t):
+    """The tensor, contiguous, on the CPU or a CUDA device (read there by the library)."""
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name!r}: expected a torch.Tensor, got {type(t).__name__}")
     if t.dtype not in _TO_ST:
         raise ValueError(f"{name!r}: dtype {t.dtype} has no safetensors equivalent")
     t = t.detach()
-    if t.device.type != "cpu":
-        t = t.to("cpu")  # ordered after the current stream's queued work
+    if t.device.type not in ("cpu", "cuda"):
+        t = t.to("cpu")
     return t.contiguous()
 
 
 def _items(tensors):
     if not isinstance(tensors, dict):
         raise TypeError("tensors must be a dict of name -> torch.Tensor")
-    items, keep = [], []
+    items, keep, devices = [], [], set()
     for name, t in tensors.items():
         if not isinstance(name, str):
             raise TypeError(f"tensor names must be str, not {type(name).__name__}")
-        h = _host_contiguous(name, t)
+        h = _contiguous(name, t)
         keep.append(h)
+        cuda = h.device.type == "cuda"
+        if cuda:
+            devices.add(h.device)
         items.append((name, _TO_ST[h.dtype], tuple(int(s) for s in h.shape), h.data_ptr(),
-                      h.numel() * h.element_size()))
+                      h.numel() * h.element_size(), int(cuda), (h.device.index or 0) if cuda else 0))
+    for d in devices:  # the data written is the data after the queued work on the stream
+        torch.cuda.current_stream(d).synchronize()
     return items, keep
 
 
@@ -86,10 +93,16 @@ def _load(filename, device, engine, verify):
     device = torch.device(device)
     ck, tensors, meta, shards = _ckpt.open_checkpoint(filename)
     bufs = []
+    cuda = device.type == "cuda"
+    if cuda and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
     for k, (_, size) in enumerate(shards):
-        buf = torch.empty(max(size, 1), dtype=torch.uint8)
-        _ckpt.load_shard(ck, k, buf.data_ptr(), size, engine=engine, verify=verify)
-        if device.type != "cpu":
+        buf = torch.empty(max(size, 1), dtype=torch.uint8, device=device if cuda else "cpu")
+        # straight into device memory (pinned staging or cuFile), ordered on the current stream
+        stream = torch.cuda.current_stream(device).cuda_stream if cuda else 0
+        _ckpt.load_shard(ck, k, buf.data_ptr(), size, engine=engine, verify=verify,
+                         device=device.index if cuda else None, stream=stream)
+        if device.type not in ("cpu", "cuda"):
             buf = buf.to(device)
         bufs.append(buf)
     out = {name: _tensor_from(bufs[shard], dtype, shape, nbytes, off)

@@ -4,6 +4,7 @@
  * each piece checked against its block checksums as soon as it lands (no second read).
  */
 #include "ckpt.h"
+#include "../gpu/cuda.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -13,6 +14,7 @@ typedef struct verify_job {
     ft__shard *s;
     const ft_io_opts *io;
     uint8_t *dst;          /* where the section goes; NULL: scratch per piece (verify only) */
+    bool dst_device;       /* dst is device memory: read and check in scratch, then copy */
     uint64_t piece;
     uint64_t first_piece;  /* pieces [first_piece, first_piece + n) in this round */
     ft__bufpool *scratch;
@@ -27,7 +29,8 @@ static int64_t verify_piece(void *arg, unsigned i)
     verify_job *j = arg;
     ft__shard *s = j->s;
     uint64_t at = (j->first_piece + i) * j->piece, len = FT__MIN(j->piece, s->data_size - at);
-    uint8_t *buf = j->dst ? j->dst + at : ft__bufpool_get(j->scratch);
+    bool scratch = !j->dst || j->dst_device;
+    uint8_t *buf = scratch ? ft__bufpool_get(j->scratch) : j->dst + at;
     if (!buf)
         return ft__err(-ENOMEM, "verify buffer");
     ft_buf b = ft_host_buf(buf, (size_t)len);
@@ -46,6 +49,10 @@ static int64_t verify_piece(void *arg, unsigned i)
             break;
         }
     }
+    if (r >= 0 && j->dst_device) {
+        int crc = ft_cuda_copy(j->dst + at, buf, (size_t)len);
+        r = crc < 0 ? crc : r;
+    }
     if (r < 0) {
         pthread_mutex_lock(&j->lock);
         if (i < j->err_piece) {
@@ -54,7 +61,7 @@ static int64_t verify_piece(void *arg, unsigned i)
         }
         pthread_mutex_unlock(&j->lock);
     }
-    if (!j->dst)
+    if (scratch)
         ft__bufpool_put(j->scratch, buf);
     return r;
 }
@@ -74,21 +81,23 @@ static int bad_block_error(const ft__shard *s, uint64_t k)
  * Read (into @p dst, or scratch memory when NULL) and check a shard's data, in rounds of
  * pieces; @p progress runs between rounds on the calling thread.
  */
-static int verify_shard(ft_ctx *ctx, ft__shard *s, uint8_t *dst, const ft_io_opts *io,
-                        void (*progress)(uint64_t, uint64_t, void *), void *arg,
-                        uint64_t *done, uint64_t total)
+static int verify_shard(ft_ctx *ctx, ft__shard *s, uint8_t *dst, bool dst_device,
+                        const ft_io_opts *io, void (*progress)(uint64_t, uint64_t, void *),
+                        void *arg, uint64_t *done, uint64_t total)
 {
     uint64_t block = s->header.csum_block;
-    verify_job j = {.s = s, .io = io, .dst = dst, .bad_block = UINT64_MAX,
-                    .err_piece = UINT32_MAX};
+    verify_job j = {.s = s, .io = io, .dst = dst, .dst_device = dst_device,
+                    .bad_block = UINT64_MAX, .err_piece = UINT32_MAX};
     /* Reading into the caller's memory needs no staging: as large as one O_DIRECT request. */
-    uint64_t want = dst ? FT__MAX((uint64_t)ctx->cfg.chunk_size, (uint64_t)FT__CKPT_PIECE)
+    uint64_t want = dst && !dst_device
+                        ? FT__MAX((uint64_t)ctx->cfg.chunk_size, (uint64_t)FT__CKPT_PIECE)
                         : (uint64_t)FT__CKPT_PIECE;
     j.piece = FT__MAX(want / block, 1) * block;
     uint64_t npieces = (s->data_size + j.piece - 1) / j.piece;
     unsigned per_round = progress ? ctx->cfg.threads + 1 : (unsigned)FT__MIN(npieces, 1u << 20);
     int rc = 0;
-    if (!dst && ft__bufpool_create(&j.scratch, (size_t)j.piece, ctx->cfg.threads + 1) < 0)
+    if ((!dst || dst_device) &&
+        ft__bufpool_create(&j.scratch, (size_t)j.piece, ctx->cfg.threads + 1) < 0)
         return ft__err(-ENOMEM, "verify buffers");
     int64_t *results = calloc(per_round ? per_round : 1, sizeof *results);
     if (!results)
@@ -118,7 +127,7 @@ static int verify_shard(ft_ctx *ctx, ft__shard *s, uint8_t *dst, const ft_io_opt
 
 static ft_io_opts io_opts(const ft_load_opts *o)
 {
-    return (ft_io_opts){.engine = o ? o->engine : FT_ENGINE_AUTO};
+    return (ft_io_opts){.engine = o ? o->engine : FT_ENGINE_AUTO, .stream = o ? o->stream : NULL};
 }
 
 static int check_load_opts(const ft_load_opts *o)
@@ -140,16 +149,20 @@ int64_t ft_ckpt_load_shard(ft_ckpt *c, unsigned k, const ft_buf *dst, const ft_l
     if (dst->len < s->data_size)
         return ft__err(-EINVAL, "%s: buffer of %zu bytes is smaller than the data (%llu)",
                        s->path, dst->len, (unsigned long long)s->data_size);
-    if (dst->kind != FT_MEM_HOST)
+    if (dst->kind != FT_MEM_HOST && dst->kind != FT_MEM_CUDA)
         return ft__err(-EINVAL, "%s: memory kind %d is not supported", s->path,
                        (int)dst->kind);
     ft_io_opts io = io_opts(o);
     if (o && (o->flags & FT_LOAD_VERIFY) && s->header.csum_block) {
         uint64_t done = 0;
-        rc = verify_shard(c->ctx, s, dst->ptr, &io, NULL, NULL, &done, s->data_size);
+        int dev = dst->device;
+        bool pinned, device = dst->kind == FT_MEM_CUDA ||
+                              ft__cuda_pointer(dst->ptr, &dev, &pinned) == 1;
+        rc = verify_shard(c->ctx, s, dst->ptr, device, &io, NULL, NULL, &done, s->data_size);
         return rc < 0 ? rc : (int64_t)s->data_size;
     }
-    ft_buf part = ft_host_buf(dst->ptr, (size_t)s->data_size);
+    ft_buf part = *dst;
+    part.len = (size_t)s->data_size;
     int64_t r = ft__transfer(s->file, &part, s->data_start, &io, false);
     if (r >= 0 && (uint64_t)r != s->data_size)
         return ft__err(-EIO, "%s: the file ended early", s->path);
@@ -279,6 +292,6 @@ int ft_ckpt_verify(ft_ckpt *c, const ft_load_opts *o,
         total += c->shards[k].data_size;
     ft_io_opts io = io_opts(o);
     for (unsigned k = 0; rc == 0 && k < c->nshards; k++)
-        rc = verify_shard(c->ctx, &c->shards[k], NULL, &io, progress, arg, &done, total);
+        rc = verify_shard(c->ctx, &c->shards[k], NULL, false, &io, progress, arg, &done, total);
     return rc;
 }

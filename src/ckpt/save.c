@@ -53,9 +53,11 @@ static int check_tensors(const ft_tensor *t, size_t n, const char *const *meta)
             rc = ft__err(-EINVAL, "tensor '%s': unknown dtype %d", nm, (int)t[i].dtype);
         else if (t[i].ndim > FT_MAX_DIMS || (t[i].ndim && !t[i].shape))
             rc = ft__err(-EINVAL, "tensor '%s': bad shape (%u dimensions)", nm, t[i].ndim);
-        else if (t[i].data.kind != FT_MEM_HOST)
+        else if (t[i].data.kind != FT_MEM_HOST && t[i].data.kind != FT_MEM_CUDA)
             rc = ft__err(-EINVAL, "tensor '%s': memory kind %d not supported", nm,
                          (int)t[i].data.kind);
+        else if (t[i].data.kind == FT_MEM_CUDA && !ft_cuda_available(NULL))
+            rc = ft__err(-ENODEV, "tensor '%s': device memory, but CUDA is not available", nm);
         for (unsigned d = 0; rc == 0 && d < t[i].ndim; d++)
             if (__builtin_mul_overflow(bytes, t[i].shape[d], &bytes))
                 rc = ft__err(-EINVAL, "tensor '%s': size overflows", nm);
@@ -121,8 +123,9 @@ static char *header_json(const save_job *job, const save_shard *s, size_t *len)
     return out;
 }
 
-/* Gather data bytes [at, at+len) of @p s from its tensors into @p dst. */
-static void gather(const save_shard *s, uint64_t at, uint64_t len, uint8_t *dst)
+/* Gather data bytes [at, at+len) of @p s from its tensors (host or device) into @p dst.
+ * @return 0 or -errno. */
+static int gather(const save_shard *s, uint64_t at, uint64_t len, uint8_t *dst)
 {
     size_t lo = 0, hi = s->count; /* first tensor ending after at */
     while (lo < hi) {
@@ -135,10 +138,18 @@ static void gather(const save_shard *s, uint64_t at, uint64_t len, uint8_t *dst)
     for (size_t i = lo; i < s->count && s->begin[i] < at + len; i++) {
         uint64_t tb = s->begin[i], te = tb + s->tensors[i].data.len;
         uint64_t from = FT__MAX(tb, at), to = FT__MIN(te, at + len);
-        if (to > from)
-            memcpy(dst + (from - at), (const uint8_t *)s->tensors[i].data.ptr + (from - tb),
-                   (size_t)(to - from));
+        if (to <= from)
+            continue;
+        const uint8_t *src = (const uint8_t *)s->tensors[i].data.ptr + (from - tb);
+        if (s->tensors[i].data.kind == FT_MEM_CUDA) {
+            int rc = ft_cuda_copy(dst + (from - at), src, (size_t)(to - from));
+            if (rc < 0)
+                return rc;
+        } else {
+            memcpy(dst + (from - at), src, (size_t)(to - from));
+        }
     }
+    return 0;
 }
 
 typedef struct piece_job {
@@ -157,7 +168,11 @@ static int64_t write_piece(void *arg, unsigned i)
     uint8_t *buf = ft__bufpool_get(pj->staging);
     if (!buf)
         return ft__err(-ENOMEM, "staging buffer");
-    gather(s, at, len, buf);
+    int grc = gather(s, at, len, buf);
+    if (grc < 0) {
+        ft__bufpool_put(pj->staging, buf);
+        return grc;
+    }
     uint64_t block = pj->job->block;
     for (uint64_t b = 0; block && b < len; b += block)
         s->csums[(at + b) / block] = ft__csum(buf + b, (size_t)FT__MIN(block, len - b));

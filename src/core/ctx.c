@@ -24,6 +24,7 @@ int ft_ctx_create(ft_ctx **out, const ft_config *cfg_in)
     if ((rc = ft__bufpool_create(&ctx->bounce, cfg.bounce_size, 2 * cfg.threads + 2)) < 0 ||
         (rc = ft__uring_cache_create(&ctx->uring)) < 0 ||
         (rc = ft__auto_create(&ctx->autosel)) < 0 ||
+        (rc = ft__stage_create(&ctx->stage, FT__MAX(cfg.bounce_size, (size_t)16 << 20))) < 0 ||
         (rc = ft__pool_create(&ctx->pool, cfg.threads)) < 0) {
         ft_ctx_destroy(ctx);
         return rc == -ENOMEM ? ft__err(rc, "context") : rc;
@@ -44,6 +45,7 @@ void ft_ctx_destroy(ft_ctx *ctx)
             ops->ctx_fini(ctx);
     }
     ft__bufpool_destroy(ctx->bounce);
+    ft__stage_destroy(ctx->stage);
     free(ctx);
 }
 

@@ -79,6 +79,7 @@ int ft_file_close(ft_file *f)
     if (!f)
         return 0;
     int rc = 0;
+    ft__cufile_file_close(f);
     if (f->direct_fd >= 0 && ft__sys.close(f->direct_fd) != 0 && errno != EINTR)
         rc = ft__err(-errno, "close of %s (O_DIRECT)", f->path);
     if (ft__sys.close(f->fd) != 0 && errno != EINTR && rc == 0)

@@ -66,6 +66,9 @@ size_t ft__bufpool_size(const ft__bufpool *pool);
 
 typedef struct ft__uring_cache ft__uring_cache;
 int ft__uring_cache_create(ft__uring_cache **out);
+typedef struct ft__stage ft__stage;
+int ft__stage_create(ft__stage **out, size_t chunk);
+void ft__stage_destroy(ft__stage *s);
 typedef struct ft__auto ft__auto;
 int ft__auto_create(ft__auto **out);
 void ft__auto_destroy(ft__auto *a);
@@ -76,6 +79,7 @@ struct ft_ctx {
     ft__bufpool *bounce;
     ft__uring_cache *uring; /* rings kept for reuse by the uring engine */
     ft__auto *autosel;      /* the AUTO selector, one per filesystem device */
+    ft__stage *stage;       /* pinned staging buffers for device memory */
     _Atomic unsigned inflight; /* transfers running now (a selector context probe) */
 };
 
@@ -95,6 +99,9 @@ struct ft_file {
     struct ft__selector *_Atomic sel; /* AUTO's selector for this file's filesystem */
     _Atomic unsigned auto_caps;  /* AUTO: 1 | 2 O_DIRECT works | 4 io_uring works; 0 unknown */
     _Atomic uint64_t cache_memo; /* AUTO: last cache probe, (ns << 2) | class */
+    void *cufile_handle;    /* registered cuFile handle (under lock), NULL until first use */
+    int cufile_err;         /* cached -errno when registration failed */
+    int cufile_code;        /* cuFile's error code of that failure */
 };
 
 /** @return the O_DIRECT descriptor (opened once, on first use) or -errno (cached). */
@@ -142,7 +149,7 @@ typedef struct ft__decision {
 } ft__decision;
 
 void ft__auto_decide(ft_file *f, uint64_t off, uint64_t len, bool write, bool sync,
-                     ft__decision *d);
+                     int device, ft__decision *d);
 void ft__auto_done(const ft__decision *d, int64_t result);
 
 /* ---- full transfers (rw.c): loop on short counts and EINTR, cap at FT__MAX_RW ---- */
@@ -168,6 +175,7 @@ typedef struct ft__io {
     uint64_t off;  /* file offset */
     void *aux;     /* engine's own data for its piece functions */
     uint64_t piece; /* selector's setting: piece size (0 default, UINT64_MAX unsplit) */
+    int device;     /* -1: ptr is host memory; else the CUDA device of ptr */
 } ft__io;
 
 /** One piece of a transfer: [off, off+len) of the file <-> ptr. */
@@ -210,5 +218,16 @@ static inline bool ft__is_direct_aligned(const void *ptr, uint64_t off, uint64_t
  */
 int64_t ft__direct_transfer(const ft__io *io, bool write, int64_t (*mid)(const ft__io *part,
                                                                          bool write, int fd));
+
+/* ---- device memory (gpu/) ---- */
+
+struct ft__engine_ops;
+/** Move a device-memory transfer through pinned staging with a host engine. */
+int64_t ft__stage_transfer(const ft__io *io, const struct ft__engine_ops *ops, bool write,
+                           int device, void *caller_stream);
+/** cuFile's mode ("GPUDirect Storage (nvidia-fs)" / "compatibility mode") or NULL. */
+const char *ft__cufile_mode(void);
+/** Deregister the file's cuFile handle, if any. */
+void ft__cufile_file_close(ft_file *f);
 
 #endif

@@ -2,6 +2,7 @@
 #include "internal.h"
 #include "../engine/engine.h"
 #include "syscall.h"
+#include "../gpu/cuda.h"
 
 #include <errno.h>
 
@@ -10,8 +11,12 @@ int ft__io_check(ft_file *f, const ft_buf *buf, uint64_t offset, const ft_io_opt
 {
     if (!f || !buf)
         return ft__err(-EINVAL, "%s: file or buffer is NULL", write ? "write" : "read");
-    if (buf->kind != FT_MEM_HOST)
+    if (buf->kind != FT_MEM_HOST && buf->kind != FT_MEM_CUDA)
         return ft__err(-EINVAL, "%s: memory kind %d is not supported", f->path, (int)buf->kind);
+    const char *why;
+    if (buf->kind == FT_MEM_CUDA && !ft_cuda_available(&why))
+        return ft__err(-ENODEV, "%s: device memory, but CUDA is not available: %s", f->path,
+                       why);
     if (!buf->ptr && buf->len)
         return ft__err(-EFAULT, "%s: buffer pointer is NULL", f->path);
     if (offset > INT64_MAX || buf->len > INT64_MAX - offset)
@@ -36,7 +41,18 @@ static ft_engine requested_engine(const ft_file *f, const ft_io_opts *opts)
 int64_t ft__transfer(ft_file *f, const ft_buf *buf, uint64_t offset, const ft_io_opts *opts,
                      bool write)
 {
-    ft__io io = {.ctx = f->ctx, .file = f, .ptr = buf->ptr, .len = buf->len, .off = offset};
+    ft__io io = {.ctx = f->ctx, .file = f, .ptr = buf->ptr, .len = buf->len, .off = offset,
+                 .device = -1};
+    if (buf->kind == FT_MEM_CUDA || ft_cuda_available(NULL)) {
+        /* Device memory, whatever the caller said: a memcpy on it would crash. */
+        int dev = buf->device;
+        bool pinned;
+        int kind = ft__cuda_pointer(buf->ptr, &dev, &pinned);
+        if (kind < 0)
+            return kind;
+        if (kind == 1 || buf->kind == FT_MEM_CUDA)
+            io.device = dev;
+    }
     if (!write) {
         int64_t size = ft__file_size(f);
         if (size < 0)
@@ -50,11 +66,15 @@ int64_t ft__transfer(ft_file *f, const ft_buf *buf, uint64_t offset, const ft_io
     if (io.len > 0) {
         atomic_fetch_add_explicit(&f->ctx->inflight, 1, memory_order_relaxed);
         if (e == FT_ENGINE_AUTO) { /* the selector picks an arm and learns from the result */
-            ft__auto_decide(f, offset, io.len, write, sync, &d);
+            ft__auto_decide(f, offset, io.len, write, sync, io.device, &d);
             io.piece = d.piece;
         }
-        const ft__engine_ops *ops = ft__engine_get(e == FT_ENGINE_AUTO ? d.engine : e);
-        r = write ? ops->write(&io) : ops->read(&io);
+        ft_engine chosen = e == FT_ENGINE_AUTO ? d.engine : e;
+        const ft__engine_ops *ops = ft__engine_get(chosen);
+        if (io.device >= 0 && chosen != FT_ENGINE_CUFILE) /* device memory via pinned staging */
+            r = ft__stage_transfer(&io, ops, write, io.device, opts ? opts->stream : NULL);
+        else
+            r = write ? ops->write(&io) : ops->read(&io);
         atomic_fetch_sub_explicit(&f->ctx->inflight, 1, memory_order_relaxed);
     }
     if (r >= 0 && sync) {

@@ -32,6 +32,7 @@ extern const ft__engine_ops ft__engine_posix;
 extern const ft__engine_ops ft__engine_direct;
 extern const ft__engine_ops ft__engine_uring;
 extern const ft__engine_ops ft__engine_mmap;
+extern const ft__engine_ops ft__engine_cufile;
 
 /** @return the ops of a concrete engine, or NULL for AUTO and unknown ids. */
 const ft__engine_ops *ft__engine_get(ft_engine id);

@@ -10,6 +10,7 @@ static const ft__engine_ops *const engines[FT_ENGINE_COUNT] = {
     [FT_ENGINE_DIRECT] = &ft__engine_direct,
     [FT_ENGINE_URING] = &ft__engine_uring,
     [FT_ENGINE_MMAP] = &ft__engine_mmap,
+    [FT_ENGINE_CUFILE] = &ft__engine_cufile,
 };
 
 const ft__engine_ops *ft__engine_get(ft_engine id)

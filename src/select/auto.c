@@ -29,9 +29,10 @@ const ft__arm ft__arms[] = {
     {FT_ENGINE_URING, 8u << 20, "uring/8M"},
     {FT_ENGINE_MMAP, 0, "mmap"},
     {FT_ENGINE_MMAP, UINT64_MAX, "mmap/1thread"},
+    {FT_ENGINE_CUFILE, 0, "cufile"},
 };
 const unsigned ft__narms = sizeof ft__arms / sizeof *ft__arms;
-#define ARMS_TAG "arms=posix,posix/1,direct,direct/8M,uring,uring/8M,mmap,mmap/1"
+#define ARMS_TAG "arms=posix,posix/1,direct,direct/8M,uring,uring/8M,mmap,mmap/1,cufile"
 
 #define MAX_DEVICES 16
 
@@ -163,15 +164,19 @@ static unsigned cache_class(ft_file *f, uint64_t off, uint64_t len, uint64_t now
     return cls;
 }
 
-static uint32_t eligible_arms(ft_file *f, uint64_t len)
+static uint32_t eligible_arms(ft_file *f, uint64_t len, int device)
 {
     unsigned caps = file_caps(f);
     bool direct = caps & 2, uring = caps & 4;
+    /* cuFile: device memory only, while the file's registration has not failed */
+    bool cufile = device >= 0 && direct && !f->cufile_err &&
+                  ft_engine_available(f->ctx, FT_ENGINE_CUFILE, NULL);
     uint32_t mask = 0;
     for (unsigned i = 0; i < ft__narms; i++) {
         const ft__arm *arm = &ft__arms[i];
         if ((arm->engine == FT_ENGINE_DIRECT && !direct) ||
-            (arm->engine == FT_ENGINE_URING && !uring))
+            (arm->engine == FT_ENGINE_URING && !uring) ||
+            (arm->engine == FT_ENGINE_CUFILE && !cufile))
             continue;
         /* a setting that cannot change this transfer is the same arm twice */
         if (arm->piece == UINT64_MAX && len <= (2u << 20))
@@ -195,15 +200,15 @@ static unsigned static_default(uint32_t eligible, uint64_t len)
 }
 
 void ft__auto_decide(ft_file *f, uint64_t off, uint64_t len, bool write, bool sync,
-                     ft__decision *d)
+                     int device, ft__decision *d)
 {
     memset(d, 0, sizeof *d);
     d->t0 = now_ns();
     ft__selector *sel = selector_for(f);
-    uint32_t eligible = eligible_arms(f, len);
+    uint32_t eligible = eligible_arms(f, len, device);
     d->key = (ft__sel_key){
         .write = write,
-        .mem = FT_MEM_HOST,
+        .mem = device >= 0 ? FT_MEM_CUDA : FT_MEM_HOST,
         .bucket = (uint8_t)ft__sel_bucket(len),
         .cache = write ? (uint8_t)sync : (uint8_t)cache_class(f, off, len, d->t0),
         .busy = atomic_load_explicit(&f->ctx->inflight, memory_order_relaxed) > 1,
@@ -316,7 +321,9 @@ int ft_profile_show(ft_ctx *ctx, const char *path, FILE *out)
                 snprintf(size, sizeof size, "%lluK", (unsigned long long)(b >> 10));
             else
                 snprintf(size, sizeof size, "%llu", (unsigned long long)b);
-            fprintf(out, "%-5s %-4s %7s %-7s %-4s %-4s  %-14s ", write ? "write" : "read", "host",
+            unsigned mem = rest % 2;
+            fprintf(out, "%-5s %-4s %7s %-7s %-4s %-4s  %-14s ", write ? "write" : "read",
+                    mem ? "cuda" : "host",
                     size, write ? (cache ? "sync" : "-") : cache_name[cache], busy ? "yes" : "no",
                     cpu ? "high" : "low", best >= 0 ? ft__arms[best].label : "-");
             for (unsigned k = 0; k < ft__narms; k++)

@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# The GPU machine check, in one call: info, the C test suite (GPU tests included), the
+# Python tests (CUDA included), and the GPU benchmarks, with logs and JSON under $OUT.
+#
+#   scripts/gpu-check.sh [--udev] [--quick] [--no-bench] [--no-tests]
+#
+# The GPU machine has no -dev packages, so by default it runs what was built on the
+# development machine and carried along: `make BUILD=gpubuild all tests python` there, then
+# carry gpubuild and python/fastensor/_C.abi3.so (the extension is on the stable ABI).
+# --udev: ONLY on a throwaway test VM: create the udev entry cuFile needs for the block
+#         device holding this directory (/run/udev/data/b<major>:<minor>), see DESIGN.md.
+set -u
+here=$(cd "$(dirname "$0")/.." && pwd)
+cd "$here"
+OUT=${OUT:-$here/gpu-out}
+BUILD=${BUILD:-gpubuild}
+UDEV=0 QUICK=0 BENCH=1 TESTS=1
+for a in "$@"; do
+    case $a in
+        --udev) UDEV=1 ;;
+        --quick) QUICK=1 ;;
+        --no-bench) BENCH=0 ;;
+        --no-tests) TESTS=0 ;;
+        -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+        *) echo "unknown option $a" >&2; exit 2 ;;
+    esac
+done
+mkdir -p "$OUT"
+log() { echo "== $*" | tee -a "$OUT/summary.txt"; }
+export FASTENSOR_PROFILE=${FASTENSOR_PROFILE:-$OUT/profile.txt}
+export FASTENSOR_QUIET=1
+WORK=${FT_GPU_WORK:-$here/gpu-work}
+mkdir -p "$WORK"
+
+log "machine: $(uname -r), $(nproc) CPUs, $(free -g | awk '/Mem:/{print $2}') GiB"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | tee -a "$OUT/summary.txt"
+
+if [ $UDEV = 1 ]; then
+    dev=$(stat -c '%d' "$WORK")
+    maj=$((dev >> 8 & 0xfff)) min=$(( (dev & 0xff) | (dev >> 12 & 0xfff00) ))
+    fstype=$(stat -f -c %T "$WORK")
+    [ "$fstype" = ext2/ext3 ] && fstype=ext4
+    mkdir -p /run/udev/data
+    if [ ! -e "/run/udev/data/b$maj:$min" ]; then
+        printf 'E:ID_FS_USAGE=filesystem\nE:ID_FS_TYPE=%s\n' "$fstype" > "/run/udev/data/b$maj:$min"
+        log "created /run/udev/data/b$maj:$min for cuFile ($fstype) -- test VM only"
+    fi
+fi
+
+if [ ! -x "$BUILD/fastensor" ]; then
+    log "no carried build in $BUILD: building here"
+    make BUILD="$BUILD" all tests >"$OUT/build.log" 2>&1 || { log "build failed (see build.log)"; exit 1; }
+fi
+"$BUILD/fastensor" info --path "$WORK" | tee "$OUT/info.txt"
+
+if [ $TESTS = 1 ]; then
+    log "C tests (GPU suite included)"
+    [ $QUICK = 1 ] && export FT_TEST_QUICK=1
+    FT_NO_PYTEST=1 FT_TEST_DIR="$WORK/tests" BUILD="$BUILD" timeout 900 tests/run.sh 2>&1 | tee "$OUT/tests.log" | tail -12
+    cp "$WORK"/tests/test_gpu.log "$OUT/test_gpu.log" 2>/dev/null
+    log "Python tests (torch $(python3 -c 'import torch; print(torch.__version__)' 2>&1))"
+    PYTHONPATH="$here/python" FT_TEST_DIR="$WORK/py" timeout 600 python3 -m pytest -q -rs \
+        tests/python 2>&1 | tee "$OUT/pytest.log" | tail -8
+fi
+
+if [ $BENCH = 1 ]; then
+    F="$WORK/bench.bin"
+    SZ=${FT_GPU_BENCH_TOTAL:-4G}
+    log "raw O_DIRECT ceiling: 16M blocks, 1..16 in flight, host memory, $SZ cold"
+    for q in 1 2 4 8 16; do
+        "$BUILD/fastensor" bench --file "$F" --engine direct --size 16M --total "$SZ" --cold \
+            --inflight $q --json | sed "s/}\$/,\"inflight\":$q}/"
+    done | tee "$OUT/ceiling.json"
+    log "file <-> GPU, cold, 4 GiB, 1 GiB and 256 MiB blocks, every engine"
+    "$BUILD/fastensor" bench --file "$F" --memory cuda --engine posix,direct,uring,mmap,cufile,auto \
+        --size 256M,1G --total "$SZ" --cold --json | tee "$OUT/gpu-cold.json"
+    log "single cuFileRead/cuFileWrite calls of 1 GiB (no splitting), cold"
+    FASTENSOR_CHUNK_SIZE=1G "$BUILD/fastensor" bench --file "$F" --memory cuda --engine cufile \
+        --size 1G --total "$SZ" --cold --inflight 1 --json | tee "$OUT/cufile-single.json"
+    log "page cache -> GPU, warm, 4 GiB"
+    "$BUILD/fastensor" bench --file "$F" --memory cuda --engine posix,mmap,auto --op read \
+        --size 1G,4G --total "$SZ" --warm --json | tee "$OUT/gpu-warm.json"
+    rm -f "$F"
+    if [ $QUICK = 0 ]; then
+        log "checkpoints: fastensor vs torch vs safetensors, CUDA tensors (ViT-H/14, 2.5 GB)"
+        PYTHONPATH="$here/python" timeout 500 python3 bench/compare.py --device cuda --models vit-h14 \
+            --dir "$WORK" --engines auto,uring,cufile --skip numpy --json "$OUT/compare.json" \
+            2>&1 | tee "$OUT/compare.md" | tail -30
+    fi
+fi
+log "done; files in $OUT"

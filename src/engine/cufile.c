@@ -1,0 +1,219 @@
+/*
+ * cufile: NVIDIA cuFile (GPUDirect Storage) through dlopen("libcufile.so.0"). Real GDS where
+ * the nvidia-fs driver is loaded, cuFile's compatibility mode otherwise. The driver is
+ * opened once; each file's O_DIRECT descriptor is registered once and the handle cached;
+ * a transfer is cut into pieces read or written in parallel (cuFile is thread-safe per
+ * handle). Host memory goes through the posix engine. When registration fails (e.g. error
+ * 5027 in a VM without udev data), the call fails with the reason and AUTO stops offering
+ * this engine for the file.
+ */
+#include "engine.h"
+#include "../gpu/cuda.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+typedef struct cufile_error {
+    int err;    /* CU_FILE_* (5000 + n), 0 on success */
+    int cu_err; /* CUresult */
+} cufile_error;
+
+typedef struct cufile_descr {
+    int type;   /* 1: CU_FILE_HANDLE_TYPE_OPAQUE_FD */
+    union {
+        int fd;
+        void *handle;
+    } handle;
+    const void *fs_ops;
+} cufile_descr;
+
+static struct {
+    cufile_error (*DriverOpen)(void);
+    cufile_error (*HandleRegister)(void **fh, cufile_descr *descr);
+    void (*HandleDeregister)(void *fh);
+    cufile_error (*BufRegister)(const void *ptr, size_t len, int flags);
+    cufile_error (*BufDeregister)(const void *ptr);
+    ssize_t (*Read)(void *fh, void *base, size_t size, off_t file_off, off_t buf_off);
+    ssize_t (*Write)(void *fh, const void *base, size_t size, off_t file_off, off_t buf_off);
+} cf;
+
+static pthread_once_t cf_once = PTHREAD_ONCE_INIT;
+static const char *cf_reason = "not loaded";
+static char cf_reason_buf[160];
+static bool cf_gds; /* nvidia-fs present: true GPUDirect, else compatibility mode */
+
+static void cf_load(void)
+{
+    const char *why;
+    if (ft__cuda_load(&why) < 0) {
+        snprintf(cf_reason_buf, sizeof cf_reason_buf, "needs CUDA: %s", why);
+        cf_reason = cf_reason_buf;
+        return;
+    }
+    void *lib = dlopen("libcufile.so.0", RTLD_NOW | RTLD_LOCAL);
+    if (!lib) {
+        cf_reason = "libcufile.so.0 not found";
+        return;
+    }
+    *(void **)&cf.DriverOpen = dlsym(lib, "cuFileDriverOpen");
+    *(void **)&cf.HandleRegister = dlsym(lib, "cuFileHandleRegister");
+    *(void **)&cf.HandleDeregister = dlsym(lib, "cuFileHandleDeregister");
+    *(void **)&cf.BufRegister = dlsym(lib, "cuFileBufRegister");
+    *(void **)&cf.BufDeregister = dlsym(lib, "cuFileBufDeregister");
+    *(void **)&cf.Read = dlsym(lib, "cuFileRead");
+    *(void **)&cf.Write = dlsym(lib, "cuFileWrite");
+    if (!cf.DriverOpen || !cf.HandleRegister || !cf.HandleDeregister || !cf.Read || !cf.Write) {
+        cf_reason = "libcufile.so.0 lacks the cuFile API";
+        return;
+    }
+    cufile_error e = cf.DriverOpen();
+    if (e.err != 0) {
+        snprintf(cf_reason_buf, sizeof cf_reason_buf,
+                 "cuFileDriverOpen failed (cuFile error %d, CUDA %d)", e.err, e.cu_err);
+        cf_reason = cf_reason_buf;
+        return;
+    }
+    cf_gds = access("/proc/driver/nvidia-fs/version", F_OK) == 0;
+    cf_reason = NULL;
+}
+
+static int cufile_available(ft_ctx *ctx, const char **reason)
+{
+    (void)ctx;
+    pthread_once(&cf_once, cf_load);
+    if (reason)
+        *reason = cf_reason ? cf_reason : "";
+    return cf_reason == NULL;
+}
+
+const char *ft__cufile_mode(void)
+{
+    pthread_once(&cf_once, cf_load);
+    return cf_reason ? NULL : cf_gds ? "GPUDirect Storage (nvidia-fs)" : "compatibility mode";
+}
+
+/* The file's registered handle (registered once; a failure is remembered). */
+static int file_handle(ft_file *f, void **out)
+{
+    pthread_mutex_lock(&f->lock);
+    int rc = f->cufile_err;
+    if (!f->cufile_handle && rc == 0) {
+        pthread_mutex_unlock(&f->lock);
+        int dfd = ft__file_direct_fd(f); /* takes the lock itself */
+        pthread_mutex_lock(&f->lock);
+        if (f->cufile_handle || f->cufile_err) {
+            rc = f->cufile_err;
+        } else if (dfd < 0) {
+            rc = f->cufile_err = dfd;
+        } else {
+            cufile_descr d = {.type = 1, .handle.fd = dfd};
+            void *fh = NULL;
+            cufile_error e = cf.HandleRegister(&fh, &d);
+            if (e.err != 0) {
+                rc = f->cufile_err = -EOPNOTSUPP;
+                f->cufile_code = e.err;
+            } else {
+                f->cufile_handle = fh;
+            }
+        }
+    }
+    *out = f->cufile_handle;
+    int code = f->cufile_code;
+    pthread_mutex_unlock(&f->lock);
+    if (rc == -EOPNOTSUPP)
+        return ft__err(rc, "cuFileHandleRegister(%s) failed with cuFile error %d%s", f->path,
+                       code, code == 5027 ? " (no udev data for the block device: common in "
+                                            "VMs; see scripts/gpu-check.sh --udev)" : "");
+    return rc;
+}
+
+void ft__cufile_file_close(ft_file *f)
+{
+    if (f->cufile_handle)
+        cf.HandleDeregister(f->cufile_handle);
+    f->cufile_handle = NULL;
+}
+
+static int64_t piece(const ft__io *io, uint8_t *ptr, uint64_t off, uint64_t len, bool write)
+{
+    void *fh = io->aux;
+    int rc = ft__cuda_enter(io->device);
+    if (rc < 0)
+        return rc;
+    uint64_t done = 0;
+    int64_t result = 0;
+    while (done < len) {
+        size_t n = (size_t)FT__MIN(len - done, (uint64_t)FT__MAX_RW);
+        /* base + offset addressing: cuFile resolves the allocation from the base */
+        ssize_t r = write ? cf.Write(fh, io->ptr, n, (off_t)(off + done),
+                                     (off_t)(ptr - io->ptr + (ptrdiff_t)done))
+                          : cf.Read(fh, io->ptr, n, (off_t)(off + done),
+                                    (off_t)(ptr - io->ptr + (ptrdiff_t)done));
+        if (r < 0) {
+            int e = r == -1 ? errno : EIO;
+            result = ft__err(-e, "cuFile%s of %zu bytes at offset %llu of %s failed (%zd)",
+                             write ? "Write" : "Read", n, (unsigned long long)(off + done),
+                             io->file->path, r);
+            break;
+        }
+        if (r == 0) {
+            if (write)
+                result = ft__err(-EIO, "cuFileWrite made no progress");
+            break;
+        }
+        done += (uint64_t)r;
+    }
+    ft__cuda_leave();
+    return result < 0 ? result : (int64_t)done;
+}
+
+static int64_t read_piece(const ft__io *io, uint8_t *ptr, uint64_t off, uint64_t len)
+{
+    return piece(io, ptr, off, len, false);
+}
+
+static int64_t write_piece(const ft__io *io, uint8_t *ptr, uint64_t off, uint64_t len)
+{
+    return piece(io, ptr, off, len, true);
+}
+
+static int64_t cufile_transfer(const ft__io *io, bool write)
+{
+    if (io->device < 0) /* cuFile is for device memory; host memory takes the posix path */
+        return write ? ft__engine_posix.write(io) : ft__engine_posix.read(io);
+    const char *why;
+    if (!cufile_available(io->ctx, &why))
+        return ft__err(-EOPNOTSUPP, "cuFile is not available: %s", why);
+    void *fh;
+    int rc = file_handle(io->file, &fh);
+    if (rc < 0)
+        return rc;
+    ft__io job = *io;
+    job.aux = fh;
+    uint64_t p = io->piece && io->piece != UINT64_MAX ? io->piece
+               : io->piece == UINT64_MAX             ? io->len
+                                                     : (uint64_t)io->ctx->cfg.chunk_size;
+    return ft__io_parallel(&job, p, write ? write_piece : read_piece);
+}
+
+static int64_t cufile_read(const ft__io *io)
+{
+    return cufile_transfer(io, false);
+}
+
+static int64_t cufile_write(const ft__io *io)
+{
+    return cufile_transfer(io, true);
+}
+
+const ft__engine_ops ft__engine_cufile = {
+    .name = "cufile",
+    .id = FT_ENGINE_CUFILE,
+    .caps = FT__CAP_BYPASS_CACHE | FT__CAP_PARALLEL,
+    .available = cufile_available,
+    .read = cufile_read,
+    .write = cufile_write,
+};

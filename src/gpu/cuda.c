@@ -1,0 +1,151 @@
+/* The CUDA driver shim: dlopen, symbol table, errors, pointers, primary contexts. */
+#include "cuda.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+ft__cuda_api ft__cu;
+
+static pthread_once_t load_once = PTHREAD_ONCE_INIT;
+static const char *load_reason = "not loaded";
+static int load_rc = -ENODEV;
+
+#define MAX_DEVICES 64
+static CUcontext primary[MAX_DEVICES];
+static pthread_mutex_t primary_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void *sym(void *lib, const char *versioned, const char *plain)
+{
+    void *p = versioned ? dlsym(lib, versioned) : NULL;
+    return p ? p : dlsym(lib, plain);
+}
+
+static void load(void)
+{
+    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!lib) {
+        load_reason = "libcuda.so.1 not found (no NVIDIA driver)";
+        return;
+    }
+    /* The _v2 names are what cuda.h maps the plain ones to since CUDA 4 / 11. */
+#define LOAD(field, versioned, plain)                                                         \
+    if (!(*(void **)&ft__cu.field = sym(lib, versioned, plain))) {                           \
+        load_reason = "libcuda.so.1 lacks " plain;                                            \
+        return;                                                                               \
+    }
+    LOAD(Init, NULL, "cuInit");
+    LOAD(DriverGetVersion, NULL, "cuDriverGetVersion");
+    LOAD(DeviceGetCount, NULL, "cuDeviceGetCount");
+    LOAD(DeviceGet, NULL, "cuDeviceGet");
+    LOAD(DeviceGetName, NULL, "cuDeviceGetName");
+    LOAD(DeviceTotalMem, "cuDeviceTotalMem_v2", "cuDeviceTotalMem");
+    LOAD(DevicePrimaryCtxRetain, NULL, "cuDevicePrimaryCtxRetain");
+    LOAD(DevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2", "cuDevicePrimaryCtxRelease");
+    LOAD(CtxPushCurrent, "cuCtxPushCurrent_v2", "cuCtxPushCurrent");
+    LOAD(CtxPopCurrent, "cuCtxPopCurrent_v2", "cuCtxPopCurrent");
+    LOAD(PointerGetAttribute, NULL, "cuPointerGetAttribute");
+    LOAD(MemAlloc, "cuMemAlloc_v2", "cuMemAlloc");
+    LOAD(MemFree, "cuMemFree_v2", "cuMemFree");
+    LOAD(MemHostAlloc, NULL, "cuMemHostAlloc");
+    LOAD(MemFreeHost, NULL, "cuMemFreeHost");
+    LOAD(MemHostRegister, "cuMemHostRegister_v2", "cuMemHostRegister");
+    LOAD(MemHostUnregister, NULL, "cuMemHostUnregister");
+    LOAD(MemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2", "cuMemcpyHtoDAsync");
+    LOAD(MemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2", "cuMemcpyDtoHAsync");
+    LOAD(MemcpyHtoD, "cuMemcpyHtoD_v2", "cuMemcpyHtoD");
+    LOAD(MemcpyDtoH, "cuMemcpyDtoH_v2", "cuMemcpyDtoH");
+    LOAD(MemsetD8Async, NULL, "cuMemsetD8Async");
+    LOAD(StreamCreate, NULL, "cuStreamCreate");
+    LOAD(StreamDestroy, "cuStreamDestroy_v2", "cuStreamDestroy");
+    LOAD(StreamSynchronize, NULL, "cuStreamSynchronize");
+    LOAD(StreamWaitEvent, NULL, "cuStreamWaitEvent");
+    LOAD(EventCreate, NULL, "cuEventCreate");
+    LOAD(EventDestroy, "cuEventDestroy_v2", "cuEventDestroy");
+    LOAD(EventRecord, NULL, "cuEventRecord");
+    LOAD(EventSynchronize, NULL, "cuEventSynchronize");
+    LOAD(GetErrorString, NULL, "cuGetErrorString");
+#undef LOAD
+    CUresult r = ft__cu.Init(0);
+    int count = 0;
+    if (r != 0) {
+        load_reason = r == 100 ? "no CUDA device (cuInit: CUDA_ERROR_NO_DEVICE)"
+                               : "cuInit failed (driver present but not usable)";
+        return;
+    }
+    if (ft__cu.DeviceGetCount(&count) != 0 || count == 0) {
+        load_reason = "no CUDA device";
+        return;
+    }
+    load_reason = "";
+    load_rc = 0;
+}
+
+int ft__cuda_load(const char **reason)
+{
+    pthread_once(&load_once, load);
+    if (reason)
+        *reason = load_reason;
+    return load_rc;
+}
+
+int ft__cuda_err(CUresult r, const char *what)
+{
+    const char *text = NULL;
+    if (ft__cu.GetErrorString)
+        ft__cu.GetErrorString(r, &text);
+    int e = r == 2 ? -ENOMEM : r == 1 ? -EINVAL : r == 101 ? -ENODEV : -EIO;
+    return ft__err(e, "%s: CUDA error %d (%s)", what, r, text ? text : "unknown");
+}
+
+int ft__cuda_pointer(const void *ptr, int *device, bool *pinned)
+{
+    *pinned = false;
+    if (ft__cuda_load(NULL) < 0 || !ptr)
+        return 0;
+    unsigned type = 0;
+    CUresult r = ft__cu.PointerGetAttribute(&type, FT_CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+                                            (CUdeviceptr)(uintptr_t)ptr);
+    if (r != 0)
+        return 0; /* not known to CUDA: ordinary host memory */
+    if (type == FT_CU_MEMORYTYPE_HOST) {
+        *pinned = true;
+        return 0;
+    }
+    if (type != FT_CU_MEMORYTYPE_DEVICE && type != FT_CU_MEMORYTYPE_UNIFIED)
+        return 0;
+    int ordinal = 0;
+    r = ft__cu.PointerGetAttribute(&ordinal, FT_CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                                   (CUdeviceptr)(uintptr_t)ptr);
+    if (r != 0)
+        return ft__cuda_err(r, "cuPointerGetAttribute(DEVICE_ORDINAL)");
+    *device = ordinal;
+    return 1;
+}
+
+int ft__cuda_enter(int device)
+{
+    if (device < 0 || device >= MAX_DEVICES)
+        return ft__err(-ENODEV, "CUDA device %d is out of range", device);
+    pthread_mutex_lock(&primary_lock);
+    CUresult r = 0;
+    if (!primary[device]) {
+        CUdevice dev;
+        r = ft__cu.DeviceGet(&dev, device);
+        if (r == 0)
+            r = ft__cu.DevicePrimaryCtxRetain(&primary[device], dev);
+    }
+    CUcontext ctx = primary[device];
+    pthread_mutex_unlock(&primary_lock);
+    if (r != 0)
+        return ft__cuda_err(r, "cuDevicePrimaryCtxRetain");
+    r = ft__cu.CtxPushCurrent(ctx);
+    return r ? ft__cuda_err(r, "cuCtxPushCurrent") : 0;
+}
+
+void ft__cuda_leave(void)
+{
+    CUcontext ignored;
+    ft__cu.CtxPopCurrent(&ignored);
+}

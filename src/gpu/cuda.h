@@ -1,0 +1,84 @@
+/*
+ * The CUDA driver API, opened at run time with dlopen("libcuda.so.1"): the few types and
+ * prototypes fastensor needs, declared here so nothing CUDA is needed to build or link.
+ * Every entry is NULL until ft__cuda_load() succeeds.
+ */
+#ifndef FT_GPU_CUDA_H
+#define FT_GPU_CUDA_H
+
+#include "../core/internal.h"
+
+typedef int CUresult;      /* 0 = CUDA_SUCCESS */
+typedef int CUdevice;
+typedef unsigned long long CUdeviceptr;
+typedef struct CUctx_st *CUcontext;
+typedef struct CUstream_st *CUstream;
+typedef struct CUevent_st *CUevent;
+
+enum {
+    FT_CU_POINTER_ATTRIBUTE_CONTEXT = 1,
+    FT_CU_POINTER_ATTRIBUTE_MEMORY_TYPE = 2,
+    FT_CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL = 9,
+    FT_CU_MEMORYTYPE_HOST = 1,
+    FT_CU_MEMORYTYPE_DEVICE = 2,
+    FT_CU_MEMORYTYPE_UNIFIED = 4,
+    FT_CU_STREAM_NON_BLOCKING = 1,
+    FT_CU_EVENT_DISABLE_TIMING = 2,
+    FT_CU_MEMHOSTALLOC_PORTABLE = 1,
+    FT_CU_MEMHOSTREGISTER_PORTABLE = 1,
+    FT_CU_DEVICE_ATTRIBUTE_PCI_BUS_ID = 33,
+};
+
+typedef struct ft__cuda_api {
+    CUresult (*Init)(unsigned flags);
+    CUresult (*DriverGetVersion)(int *version);
+    CUresult (*DeviceGetCount)(int *count);
+    CUresult (*DeviceGet)(CUdevice *dev, int ordinal);
+    CUresult (*DeviceGetName)(char *name, int len, CUdevice dev);
+    CUresult (*DeviceTotalMem)(size_t *bytes, CUdevice dev);
+    CUresult (*DevicePrimaryCtxRetain)(CUcontext *ctx, CUdevice dev);
+    CUresult (*DevicePrimaryCtxRelease)(CUdevice dev);
+    CUresult (*CtxPushCurrent)(CUcontext ctx);
+    CUresult (*CtxPopCurrent)(CUcontext *ctx);
+    CUresult (*PointerGetAttribute)(void *data, int attribute, CUdeviceptr ptr);
+    CUresult (*MemAlloc)(CUdeviceptr *ptr, size_t bytes);
+    CUresult (*MemFree)(CUdeviceptr ptr);
+    CUresult (*MemHostAlloc)(void **ptr, size_t bytes, unsigned flags);
+    CUresult (*MemFreeHost)(void *ptr);
+    CUresult (*MemHostRegister)(void *ptr, size_t bytes, unsigned flags);
+    CUresult (*MemHostUnregister)(void *ptr);
+    CUresult (*MemcpyHtoDAsync)(CUdeviceptr dst, const void *src, size_t bytes, CUstream s);
+    CUresult (*MemcpyDtoHAsync)(void *dst, CUdeviceptr src, size_t bytes, CUstream s);
+    CUresult (*MemcpyHtoD)(CUdeviceptr dst, const void *src, size_t bytes);
+    CUresult (*MemcpyDtoH)(void *dst, CUdeviceptr src, size_t bytes);
+    CUresult (*MemsetD8Async)(CUdeviceptr dst, unsigned char value, size_t n, CUstream s);
+    CUresult (*StreamCreate)(CUstream *s, unsigned flags);
+    CUresult (*StreamDestroy)(CUstream s);
+    CUresult (*StreamSynchronize)(CUstream s);
+    CUresult (*StreamWaitEvent)(CUstream s, CUevent e, unsigned flags);
+    CUresult (*EventCreate)(CUevent *e, unsigned flags);
+    CUresult (*EventDestroy)(CUevent e);
+    CUresult (*EventRecord)(CUevent e, CUstream s);
+    CUresult (*EventSynchronize)(CUevent e);
+    CUresult (*GetErrorString)(CUresult r, const char **s);
+} ft__cuda_api;
+
+extern ft__cuda_api ft__cu;
+
+/** Open the driver once. @return 0, or -ENODEV / -ENOSYS with *reason (static text). */
+int ft__cuda_load(const char **reason);
+
+/** Map a CUresult to -errno and set the detail message "what: CUDA error N (text)". */
+int ft__cuda_err(CUresult r, const char *what);
+
+/**
+ * Classify @p ptr: 1 device memory (ordinal in *device), 0 host memory (pageable or
+ * pinned: *pinned set), or -errno. Works without CUDA (everything is host then).
+ */
+int ft__cuda_pointer(const void *ptr, int *device, bool *pinned);
+
+/** Make @p device's primary context current on this thread (pushed); pop with _leave. */
+int ft__cuda_enter(int device);
+void ft__cuda_leave(void);
+
+#endif

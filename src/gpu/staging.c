@@ -1,0 +1,251 @@
+/*
+ * Device memory through the host engines: a pipelined pinned staging path. The transfer is
+ * cut into segments run in parallel; each segment's worker has its own stream and two
+ * pinned buffers, so the disk I/O of chunk i+1 overlaps the host<->device copy of chunk i.
+ * Pinned buffers (cuMemHostAlloc, 4096-aligned, so O_DIRECT works in place) are allocated
+ * once per context and device, and reused.
+ */
+#include "cuda.h"
+#include "../engine/engine.h"
+
+#include <errno.h>
+#include <stdlib.h>
+
+#define MAX_SLOTS 8
+
+typedef struct stage_slot {
+    struct stage_slot *next;
+    int device;
+    uint8_t *buf[2];
+    CUstream stream;
+    CUevent done[2];
+} stage_slot;
+
+struct ft__stage {
+    pthread_mutex_t lock;
+    pthread_cond_t freed;
+    stage_slot *free;
+    unsigned made;
+    size_t chunk;
+};
+
+int ft__stage_create(ft__stage **out, size_t chunk)
+{
+    ft__stage *s = calloc(1, sizeof *s);
+    if (!s)
+        return -ENOMEM;
+    pthread_mutex_init(&s->lock, NULL);
+    pthread_cond_init(&s->freed, NULL);
+    s->chunk = chunk;
+    *out = s;
+    return 0;
+}
+
+static void slot_free(stage_slot *sl)
+{
+    if (ft__cuda_enter(sl->device) == 0) {
+        for (int i = 0; i < 2; i++) {
+            if (sl->buf[i])
+                ft__cu.MemFreeHost(sl->buf[i]);
+            if (sl->done[i])
+                ft__cu.EventDestroy(sl->done[i]);
+        }
+        if (sl->stream)
+            ft__cu.StreamDestroy(sl->stream);
+        ft__cuda_leave();
+    }
+    free(sl);
+}
+
+void ft__stage_destroy(ft__stage *s)
+{
+    if (!s)
+        return;
+    while (s->free) {
+        stage_slot *sl = s->free;
+        s->free = sl->next;
+        slot_free(sl);
+    }
+    pthread_cond_destroy(&s->freed);
+    pthread_mutex_destroy(&s->lock);
+    free(s);
+}
+
+/* A slot for @p device (current context already entered), reused or made; waits when
+ * MAX_SLOTS are out. */
+static int slot_get(ft__stage *s, int device, stage_slot **out)
+{
+    pthread_mutex_lock(&s->lock);
+    for (;;) {
+        stage_slot **pp = &s->free;
+        while (*pp && (*pp)->device != device)
+            pp = &(*pp)->next;
+        if (*pp) {
+            *out = *pp;
+            *pp = (*pp)->next;
+            pthread_mutex_unlock(&s->lock);
+            return 0;
+        }
+        if (s->made < MAX_SLOTS)
+            break;
+        if (s->free) { /* slots of another device are idle: retire one */
+            stage_slot *old = s->free;
+            s->free = old->next;
+            s->made--;
+            pthread_mutex_unlock(&s->lock);
+            slot_free(old); /* pushes and pops its own context: ours stays current */
+            pthread_mutex_lock(&s->lock);
+            continue;
+        }
+        pthread_cond_wait(&s->freed, &s->lock);
+    }
+    s->made++;
+    pthread_mutex_unlock(&s->lock);
+    stage_slot *sl = calloc(1, sizeof *sl);
+    CUresult r = sl ? 0 : 2;
+    if (sl) {
+        sl->device = device;
+        for (int i = 0; i < 2 && r == 0; i++) {
+            r = ft__cu.MemHostAlloc((void **)&sl->buf[i], s->chunk, FT_CU_MEMHOSTALLOC_PORTABLE);
+            if (r == 0)
+                r = ft__cu.EventCreate(&sl->done[i], FT_CU_EVENT_DISABLE_TIMING);
+        }
+        if (r == 0)
+            r = ft__cu.StreamCreate(&sl->stream, FT_CU_STREAM_NON_BLOCKING);
+    }
+    if (r != 0) {
+        if (sl)
+            slot_free(sl);
+        pthread_mutex_lock(&s->lock);
+        s->made--;
+        pthread_cond_signal(&s->freed);
+        pthread_mutex_unlock(&s->lock);
+        return ft__cuda_err(r, "pinned staging buffers");
+    }
+    *out = sl;
+    return 0;
+}
+
+static void slot_put(ft__stage *s, stage_slot *sl)
+{
+    pthread_mutex_lock(&s->lock);
+    sl->next = s->free;
+    s->free = sl;
+    pthread_cond_signal(&s->freed);
+    pthread_mutex_unlock(&s->lock);
+}
+
+typedef struct stage_job {
+    const ft__engine_ops *ops;
+    bool write;
+    int device;
+    CUevent caller_ready; /* recorded on the caller's stream: queued work before us */
+} stage_job;
+
+/* One segment: [off, off+len) of the file <-> device memory at ptr, chunk by chunk. */
+static int64_t segment(const ft__io *io, uint8_t *dptr, uint64_t off, uint64_t len)
+{
+    const stage_job *j = io->aux;
+    ft__stage *st = io->ctx->stage;
+    int rc = ft__cuda_enter(j->device);
+    if (rc < 0)
+        return rc;
+    stage_slot *sl = NULL;
+    if ((rc = slot_get(st, j->device, &sl)) < 0) {
+        ft__cuda_leave();
+        return rc;
+    }
+    CUresult r = j->caller_ready ? ft__cu.StreamWaitEvent(sl->stream, j->caller_ready, 0) : 0;
+    uint64_t chunk = st->chunk, nchunks = (len + chunk - 1) / chunk, done = 0;
+    int64_t result = 0;
+    ft__io host = *io;
+    host.aux = NULL;
+    if (!j->write) {
+        for (uint64_t k = 0; k < nchunks && r == 0 && result >= 0; k++) {
+            unsigned b = (unsigned)(k & 1);
+            uint64_t n = FT__MIN(chunk, len - k * chunk);
+            if (k >= 2 && (r = ft__cu.EventSynchronize(sl->done[b])) != 0)
+                break; /* the copy out of this buffer two chunks ago must be finished */
+            host.ptr = sl->buf[b];
+            host.off = off + k * chunk;
+            host.len = n;
+            result = j->ops->read(&host);
+            if (result <= 0)
+                break;
+            r = ft__cu.MemcpyHtoDAsync((CUdeviceptr)(uintptr_t)(dptr + k * chunk), sl->buf[b],
+                                      (size_t)result, sl->stream);
+            if (r == 0)
+                r = ft__cu.EventRecord(sl->done[b], sl->stream);
+            done += (uint64_t)result;
+            if ((uint64_t)result < n)
+                break; /* end of file */
+        }
+    } else if (nchunks > 0) {
+        r = r ? r : ft__cu.MemcpyDtoHAsync(sl->buf[0], (CUdeviceptr)(uintptr_t)dptr,
+                                           (size_t)FT__MIN(chunk, len), sl->stream);
+        if (r == 0)
+            r = ft__cu.EventRecord(sl->done[0], sl->stream);
+        for (uint64_t k = 0; k < nchunks && r == 0 && result >= 0; k++) {
+            unsigned b = (unsigned)(k & 1);
+            uint64_t n = FT__MIN(chunk, len - k * chunk);
+            if (k + 1 < nchunks) { /* fetch the next chunk while this one goes to disk */
+                uint64_t n2 = FT__MIN(chunk, len - (k + 1) * chunk);
+                r = ft__cu.MemcpyDtoHAsync(sl->buf[b ^ 1],
+                                           (CUdeviceptr)(uintptr_t)(dptr + (k + 1) * chunk),
+                                           (size_t)n2, sl->stream);
+                if (r == 0)
+                    r = ft__cu.EventRecord(sl->done[b ^ 1], sl->stream);
+            }
+            if (r == 0)
+                r = ft__cu.EventSynchronize(sl->done[b]);
+            if (r != 0)
+                break;
+            host.ptr = sl->buf[b];
+            host.off = off + k * chunk;
+            host.len = n;
+            result = j->ops->write(&host);
+            done += result > 0 ? (uint64_t)result : 0;
+        }
+    }
+    CUresult rs = ft__cu.StreamSynchronize(sl->stream);
+    r = r ? r : rs;
+    slot_put(st, sl);
+    ft__cuda_leave();
+    if (result < 0)
+        return result;
+    if (r != 0)
+        return ft__cuda_err(r, j->write ? "device-to-host copy" : "host-to-device copy");
+    return (int64_t)done;
+}
+
+int64_t ft__stage_transfer(const ft__io *io, const ft__engine_ops *ops, bool write, int device,
+                           void *caller_stream)
+{
+    ft_ctx *ctx = io->ctx;
+    stage_job j = {.ops = ops, .write = write, .device = device};
+    int rc = ft__cuda_enter(device);
+    if (rc < 0)
+        return rc;
+    /* Our streams start after the work queued so far on the caller's stream (NULL: the
+     * legacy default stream), so we neither read a buffer before it is written nor
+     * overwrite one still in use. */
+    CUresult r = ft__cu.EventCreate(&j.caller_ready, FT_CU_EVENT_DISABLE_TIMING);
+    if (r == 0)
+        r = ft__cu.EventRecord(j.caller_ready, (CUstream)caller_stream);
+    if (r != 0) {
+        if (j.caller_ready)
+            ft__cu.EventDestroy(j.caller_ready);
+        ft__cuda_leave();
+        return ft__cuda_err(r, "event on the caller's stream");
+    }
+    /* Segments: whole chunks, spread over up to MAX_SLOTS workers. */
+    uint64_t chunk = ctx->stage->chunk;
+    uint64_t nchunks = (io->len + chunk - 1) / chunk;
+    uint64_t per = (nchunks + MAX_SLOTS - 1) / MAX_SLOTS;
+    ft__io seg = *io;
+    seg.aux = &j;
+    int64_t res = ft__io_parallel(&seg, FT__MAX(per, 1) * chunk, segment);
+    ft__cu.EventDestroy(j.caller_ready);
+    ft__cuda_leave();
+    return res;
+}
