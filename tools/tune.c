@@ -17,7 +17,7 @@ static void remove_temp(void)
 
 static void tune_usage(FILE *out)
 {
-    fprintf(out, "usage: fastensor tune [--file PATH] [--memory host] [--seconds N] "
+    fprintf(out, "usage: fastensor tune [--file PATH] [--memory host|cuda[:N]] [--seconds N] "
                  "[--max-size BYTES]\n\n"
                  "Builds the AUTO profile for the filesystem holding PATH (default: a temporary "
                  "file here):\ntransfers of 4K..max-size (256M), reads cold and cached, writes "
@@ -40,14 +40,19 @@ int cmd_tune(int argc, char **argv)
                                          {"help", no_argument, NULL, 'h'},
                                          {0}};
     const char *path = NULL;
+    int device = -1;
     double budget = 60;
     uint64_t max_size = 256u << 20;
     int c;
     while ((c = getopt_long(argc, argv, "f:m:s:x:h", opts, NULL)) != -1) {
         if (c == 'f')
             path = optarg;
-        else if (c == 'm' && strcmp(optarg, "host") != 0) {
-            cli_error("tune", "--memory %s: only host memory in this build", optarg);
+        else if (c == 'm' && !strcmp(optarg, "host"))
+            device = -1;
+        else if (c == 'm' && !strncmp(optarg, "cuda", 4) && (!optarg[4] || optarg[4] == ':'))
+            device = optarg[4] ? atoi(optarg + 5) : 0;
+        else if (c == 'm') {
+            cli_error("tune", "bad --memory '%s' (host, cuda, cuda:N)", optarg);
             return EXIT_USAGE;
         } else if (c == 's' && (budget = atof(optarg)) <= 0) {
             cli_error("tune", "bad --seconds '%s'", optarg);
@@ -73,7 +78,7 @@ int cmd_tune(int argc, char **argv)
         cli_ft_error("tune", path, rc);
         return EXIT_ERR;
     }
-    uint8_t *buf = cli_alloc((size_t)max_size);
+    uint8_t *buf = cli_alloc((size_t)max_size), *host = buf;
     cli_fill_random(buf, (size_t)max_size, 7);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     ft_buf b = ft_host_buf(buf, (size_t)max_size);
@@ -82,13 +87,20 @@ int cmd_tune(int argc, char **argv)
         cli_ft_error("tune", path, rc);
         return EXIT_ERR;
     }
+    if (device >= 0) { /* transfers to and from device memory from here on */
+        if ((rc = ft_cuda_alloc(device, (size_t)max_size, (void **)&buf)) < 0) {
+            cli_ft_error("tune", "device buffer", rc);
+            return EXIT_ERR;
+        }
+    }
     const unsigned rounds = 3 * 8 + 4; /* every arm explored (3 each), then exploited */
     double start = cli_now();
     unsigned calls = 0;
     bool out_of_time = false;
     for (uint64_t size = 4096; size <= max_size && !out_of_time; size *= 4) {
         for (int kind = 0; kind < 4 && !out_of_time; kind++) { /* cold, cached, write, sync */
-            ft_buf part = ft_host_buf(buf, (size_t)size);
+            ft_buf part = {buf, (size_t)size, device >= 0 ? FT_MEM_CUDA : FT_MEM_HOST,
+                           device >= 0 ? device : 0};
             ft_io_opts o = {.engine = FT_ENGINE_AUTO, .flags = kind == 3 ? FT_IO_SYNC : 0};
             if (kind == 1) /* make it cached */
                 ft_read(f, &part, 0, &(ft_io_opts){.engine = FT_ENGINE_POSIX});
@@ -126,7 +138,9 @@ int cmd_tune(int argc, char **argv)
     ft_profile_show(ctx, path, stdout);
     ft_file_close(f);
     ft_ctx_destroy(ctx);
-    free(buf);
+    if (device >= 0)
+        ft_cuda_free(buf);
+    free(host);
     return rc < 0 ? EXIT_ERR : EXIT_OK;
 }
 

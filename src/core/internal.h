@@ -112,6 +112,11 @@ int64_t ft__file_size(ft_file *file);
 
 /* ---- transfers (io.c) ---- */
 
+/* Internal ft_io_opts flag: the caller will fdatasync this data later (a checkpoint save):
+ * AUTO keys it as a durable write and keeps to engines that bypass the page cache, since a
+ * buffered write only defers its cost to the sync. */
+#define FT__IO_DURABLE_LATER (1u << 31)
+
 /** Check a transfer's arguments. @return 0 or -errno with a detail. */
 int ft__io_check(ft_file *f, const ft_buf *buf, uint64_t offset, const ft_io_opts *opts,
                  bool write);

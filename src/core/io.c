@@ -61,12 +61,13 @@ int64_t ft__transfer(ft_file *f, const ft_buf *buf, uint64_t offset, const ft_io
     }
     int64_t r = 0;
     bool sync = write && opts && (opts->flags & FT_IO_SYNC);
+    bool durable = sync || (write && opts && (opts->flags & FT__IO_DURABLE_LATER));
     ft_engine e = requested_engine(f, opts);
     ft__decision d;
     if (io.len > 0) {
         atomic_fetch_add_explicit(&f->ctx->inflight, 1, memory_order_relaxed);
         if (e == FT_ENGINE_AUTO) { /* the selector picks an arm and learns from the result */
-            ft__auto_decide(f, offset, io.len, write, sync, io.device, &d);
+            ft__auto_decide(f, offset, io.len, write, durable, io.device, &d);
             io.piece = d.piece;
         }
         ft_engine chosen = e == FT_ENGINE_AUTO ? d.engine : e;

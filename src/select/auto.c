@@ -164,7 +164,7 @@ static unsigned cache_class(ft_file *f, uint64_t off, uint64_t len, uint64_t now
     return cls;
 }
 
-static uint32_t eligible_arms(ft_file *f, uint64_t len, int device)
+static uint32_t eligible_arms(ft_file *f, uint64_t len, int device, bool durable_write)
 {
     unsigned caps = file_caps(f);
     bool direct = caps & 2, uring = caps & 4;
@@ -174,6 +174,10 @@ static uint32_t eligible_arms(ft_file *f, uint64_t len, int device)
     uint32_t mask = 0;
     for (unsigned i = 0; i < ft__narms; i++) {
         const ft__arm *arm = &ft__arms[i];
+        /* durable writes: buffered engines only move their cost into the later sync */
+        if (durable_write && direct &&
+            (arm->engine == FT_ENGINE_POSIX || arm->engine == FT_ENGINE_MMAP) && len >= 65536)
+            continue;
         if ((arm->engine == FT_ENGINE_DIRECT && !direct) ||
             (arm->engine == FT_ENGINE_URING && !uring) ||
             (arm->engine == FT_ENGINE_CUFILE && !cufile))
@@ -205,7 +209,7 @@ void ft__auto_decide(ft_file *f, uint64_t off, uint64_t len, bool write, bool sy
     memset(d, 0, sizeof *d);
     d->t0 = now_ns();
     ft__selector *sel = selector_for(f);
-    uint32_t eligible = eligible_arms(f, len, device);
+    uint32_t eligible = eligible_arms(f, len, device, write && sync);
     d->key = (ft__sel_key){
         .write = write,
         .mem = device >= 0 ? FT_MEM_CUDA : FT_MEM_HOST,
