@@ -2,7 +2,7 @@
 # The GPU machine check, in one call: info, the C test suite (GPU tests included), the
 # Python tests (CUDA included), and the GPU benchmarks, with logs and JSON under $OUT.
 #
-#   scripts/gpu-check.sh [--udev] [--quick] [--no-bench] [--no-tests]
+#   scripts/gpu-check.sh [--udev] [--quick] [--no-bench] [--no-tests] [--auto]
 #
 # The GPU machine has no -dev packages, so by default it runs what was built on the
 # development machine and carried along: `make BUILD=gpubuild all tests python` there, then
@@ -14,13 +14,14 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
 OUT=${OUT:-$here/gpu-out}
 BUILD=${BUILD:-gpubuild}
-UDEV=0 QUICK=0 BENCH=1 TESTS=1
+UDEV=0 QUICK=0 BENCH=1 TESTS=1 AUTO=0
 for a in "$@"; do
     case $a in
         --udev) UDEV=1 ;;
         --quick) QUICK=1 ;;
         --no-bench) BENCH=0 ;;
         --no-tests) TESTS=0 ;;
+        --auto) AUTO=1 ;;
         -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
         *) echo "unknown option $a" >&2; exit 2 ;;
     esac
@@ -87,5 +88,20 @@ if [ $BENCH = 1 ]; then
             --dir "$WORK" --engines auto,uring,cufile --skip numpy --json "$OUT/compare.json" \
             2>&1 | tee "$OUT/compare.md" | tail -30
     fi
+fi
+if [ $AUTO = 1 ]; then
+    F="$WORK/auto.bin"
+    log "AUTO: tune (host and cuda), then fixed engines vs auto, cold and warm"
+    "$BUILD/fastensor" tune --file "$F" --memory cuda --seconds 50 --max-size 1G >"$OUT/tune-cuda.txt" 2>&1
+    "$BUILD/fastensor" tune --file "$F" --memory host --seconds 40 --max-size 1G >"$OUT/tune-host.txt" 2>&1
+    for mem in cuda host; do
+        "$BUILD/fastensor" bench --file "$F" --memory $mem --engine posix,direct,uring,mmap,cufile,auto \
+            --size 16M,256M,1G --total 2G --json
+    done | tee "$OUT/auto-sweep.json" | grep '"auto"'
+    log "AUTO: the seeded mixed workload (host memory)"
+    (cd "$WORK" && "$here/$BUILD/fastensor" bench --mixed --engine posix,direct,uring,mmap,auto --json) \
+        | tee "$OUT/mixed.json"
+    (cd "$WORK" && "$here/$BUILD/fastensor" bench --overhead) | tee -a "$OUT/summary.txt"
+    rm -f "$F"
 fi
 log "done; files in $OUT"

@@ -16,8 +16,9 @@
 
 #define FILES 4
 #define FILE_SIZE (512ull << 20)
-#define OPS 600
+#define OPS 240
 #define MAX_OP (256u << 20)
+#define WARMUP 3
 
 typedef struct op {
     uint8_t file, write;
@@ -116,7 +117,7 @@ int bench_mixed(const ft_engine *engines, int nengines, bool json, const char *d
     for (int e = 0; e < nengines && status == EXIT_OK; e++) {
         uint64_t bytes = 0;
         double t0 = 0, secs = 0;
-        for (int pass = 0; pass < 2 && rc == 0; pass++) {
+        for (int pass = 0; pass <= WARMUP && rc == 0; pass++) {
             if ((rc = reset_cache(files, paths, buf)) < 0)
                 break;
             t0 = cli_now();

@@ -3,6 +3,8 @@
 #include "../core/syscall.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
 #include <time.h>
@@ -71,9 +73,23 @@ unsigned ft__probe_cpu(void)
         return atomic_load_explicit(&last_class, memory_order_relaxed);
     if (!atomic_compare_exchange_strong(&last_ns, &prev, now))
         return atomic_load_explicit(&last_class, memory_order_relaxed);
-    double load[1];
-    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    unsigned cls = getloadavg(load, 1) == 1 && load[0] > (double)(cpus > 0 ? cpus : 1);
+    /* Runnable tasks right now (the 4th field of /proc/loadavg, "running/total"), not the
+     * load average: that one counts tasks waiting on I/O, i.e. our own transfers. */
+    unsigned cls = 0;
+    int fd = ft__sys.open("/proc/loadavg", O_RDONLY | O_CLOEXEC, 0);
+    if (fd >= 0) {
+        char text[128];
+        ssize_t n = ft__sys.pread(fd, text, sizeof text - 1, 0);
+        ft__sys.close(fd);
+        unsigned running = 0;
+        long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+        if (n > 0) {
+            text[n] = '\0';
+            float a, b, c;
+            if (sscanf(text, "%f %f %f %u/", &a, &b, &c, &running) == 4)
+                cls = running > 1u + (unsigned)(cpus > 0 ? cpus : 1); /* +1: ourselves */
+        }
+    }
     atomic_store_explicit(&last_class, cls, memory_order_relaxed);
     return cls;
 }

@@ -97,11 +97,29 @@ static int best_arm(const ft__sel_entry *e, uint32_t eligible, unsigned narms)
     return best;
 }
 
-/* The best arm of the nearest size bucket that has converged, or -1. */
+/* The best arm of the nearest size bucket with data in the same context, else in the
+ * nearest other context (CPU load, then transfers in flight), or -1. */
+static int nearest_known_in(ft__selector *s, const ft__sel_key *key, uint32_t eligible);
+
 static int nearest_known(ft__selector *s, const ft__sel_key *key, uint32_t eligible)
 {
-    for (int d = 1; d < FT__SEL_BUCKETS; d++) {
+    for (unsigned flip = 0; flip < 4; flip++) {
+        ft__sel_key k = *key;
+        k.cpu = (uint8_t)(k.cpu ^ (flip & 1));
+        k.busy = (uint8_t)(k.busy ^ (flip >> 1));
+        int a = nearest_known_in(s, &k, eligible);
+        if (a >= 0)
+            return a;
+    }
+    return -1;
+}
+
+static int nearest_known_in(ft__selector *s, const ft__sel_key *key, uint32_t eligible)
+{
+    for (int d = 0; d < FT__SEL_BUCKETS; d++) {
         for (int sign = -1; sign <= 1; sign += 2) {
+            if (d == 0 && sign > 0)
+                continue;
             int b = (int)key->bucket + sign * d;
             if (b < 0 || b >= FT__SEL_BUCKETS)
                 continue;
@@ -124,12 +142,20 @@ unsigned ft__sel_choose(ft__selector *s, const ft__sel_key *key, uint32_t eligib
     ft__sel_entry *e = &s->entries[ft__sel_key_index(key)];
     pthread_mutex_lock(&e->lock);
     e->calls++;
+    /* Successive elimination: an arm whose measurements are already under half of the best
+     * arm's counts as explored (the re-checks still try it now and then). */
+    float best_m = 0;
+    for (unsigned a = 0; a < s->narms; a++)
+        if ((eligible >> a & 1) && e->arm[a].n)
+            best_m = FT__MAX(best_m, ft__sel_median(&e->arm[a]));
     int explore = -1;
     uint32_t fewest = UINT32_MAX, total = 0;
     for (unsigned a = 0; a < s->narms; a++) {
         if (!(eligible >> a & 1))
             continue;
         total += e->arm[a].n;
+        if (e->arm[a].n && ft__sel_median(&e->arm[a]) < 0.5f * best_m)
+            continue;
         if (e->arm[a].n < FT__SEL_EXPLORE && e->arm[a].n < fewest) {
             fewest = e->arm[a].n;
             explore = (int)a;

@@ -79,7 +79,7 @@ int ft__sel_load(ft__selector *sel, const char *path, const char *tag);
 
 /** Page-cache residency class of [off, off+len) of @p fd: 0 cold, 1 partial, 2 cached. */
 unsigned ft__probe_cache(int fd, uint64_t off, uint64_t len);
-/** CPU load class: 1 when the 1-minute load average exceeds the CPUs (sampled every 0.5 s). */
+/** CPU load class: 1 when more tasks are runnable than there are CPUs (sampled every 0.5 s). */
 unsigned ft__probe_cpu(void);
 
 #endif
