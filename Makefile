@@ -76,7 +76,7 @@ demo: deps
 # The Python extension, built in place (python/fastensor/_C.abi3.so) for /usr/bin/python3.
 PYTHON ?= /usr/bin/python3
 python: lib
-	FT_REMAKE=0 $(PYTHON) setup.py -q build_ext --inplace
+	FT_REMAKE=0 $(PYTHON) setup.py -q build_ext --inplace --force
 
 bench: all python
 	bench/vs-fio.sh

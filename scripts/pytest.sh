@@ -5,7 +5,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 PY=${FT_PYTHON:-/usr/bin/python3}
 cd "$root"
-FT_REMAKE=0 $PY setup.py -q build_ext --inplace >/dev/null
+FT_REMAKE=0 $PY setup.py -q build_ext --inplace --force >/dev/null
 export PYTHONPATH="$root/python${PYTHONPATH:+:$PYTHONPATH}"
 set +e
 $PY -m pytest -q -rs "$root/tests/python" "$@"
