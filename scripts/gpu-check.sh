@@ -91,17 +91,34 @@ if [ $BENCH = 1 ]; then
 fi
 if [ $AUTO = 1 ]; then
     F="$WORK/auto.bin"
-    log "AUTO: tune (host and cuda), then fixed engines vs auto, cold and warm"
-    "$BUILD/fastensor" tune --file "$F" --memory cuda --seconds 50 --max-size 1G >"$OUT/tune-cuda.txt" 2>&1
-    "$BUILD/fastensor" tune --file "$F" --memory host --seconds 40 --max-size 1G >"$OUT/tune-host.txt" 2>&1
+    log "AUTO: tune (cuda, host), a training pass of auto, then every engine vs auto"
+    "$BUILD/fastensor" tune --file "$F" --memory cuda --seconds 40 --max-size 1G >"$OUT/tune-cuda.txt" 2>&1
+    "$BUILD/fastensor" tune --file "$F" --memory host --seconds 30 --max-size 1G >"$OUT/tune-host.txt" 2>&1
     for mem in cuda host; do
+        "$BUILD/fastensor" bench --file "$F" --memory $mem --engine auto --size 16M,256M,1G \
+            --total 2G >/dev/null
         "$BUILD/fastensor" bench --file "$F" --memory $mem --engine posix,direct,uring,mmap,cufile,auto \
             --size 16M,256M,1G --total 2G --json
-    done | tee "$OUT/auto-sweep.json" | grep '"auto"'
-    log "AUTO: the seeded mixed workload (host memory)"
-    (cd "$WORK" && "$here/$BUILD/fastensor" bench --mixed --engine posix,direct,uring,mmap,auto --json) \
-        | tee "$OUT/mixed.json"
-    (cd "$WORK" && "$here/$BUILD/fastensor" bench --overhead) | tee -a "$OUT/summary.txt"
+    done > "$OUT/auto-sweep.json"
+    python3 - "$OUT/auto-sweep.json" <<'PYX' | tee -a "$OUT/summary.txt"
+import json, sys, collections
+t = collections.defaultdict(dict)
+for l in open(sys.argv[1]):
+    if l.startswith("{"):
+        r = json.loads(l)
+        t[(r["memory"], r["op"], r["block"] >> 20, r["cache"])][r["engine"]] = r["gbps"]
+for k, v in sorted(t.items()):
+    best = max((g, e) for e, g in v.items() if e != "auto")
+    print("%-4s %-5s %5dM %-4s best %-6s %6.2f  auto %6.2f  ratio %.2f" % (*k, best[1], best[0], v.get("auto", 0), v.get("auto", 0) / best[0]))
+PYX
     rm -f "$F"
+    log "AUTO: the seeded mixed workload (host memory)"
+    (cd "$WORK" && "$here/$BUILD/fastensor" bench --mixed --engine posix,direct,uring,mmap,auto) \
+        | tee -a "$OUT/summary.txt"
+    (cd "$WORK" && "$here/$BUILD/fastensor" bench --overhead) | tee -a "$OUT/summary.txt"
+    log "checkpoints again, AUTO trained: ViT-H/14 on CUDA"
+    PYTHONPATH="$here/python" timeout 300 python3 bench/compare.py --device cuda --models vit-h14 \
+        --dir "$WORK" --engines auto,cufile --skip numpy --json "$OUT/compare-trained.json" \
+        2>&1 | tee "$OUT/compare-trained.md" | tail -14
 fi
 log "done; files in $OUT"

@@ -1,8 +1,10 @@
 /*
  * fastensor bench --mixed: a fixed, seeded workload of the kind a training job issues:
- * transfers of 4 KiB .. 256 MiB (log-uniform), 70% reads and 30% writes, over four 512 MiB
- * files of which two start in the page cache and two start cold; every file is fdatasync'ed
- * at the end. The same operations, in the same order, for every engine; each engine first
+ * transfers of 4 KiB .. 256 MiB (log-uniform sizes), 70% reads and 30% writes, over four
+ * files: two of 512 MiB that start in the page cache and two of 4 GiB that start cold. Small transfers
+ * (< 1 MiB: metadata, embeddings rows, optimizer shards) go to random places of the cached
+ * files; large ones stream through the cold files in order (checkpoint shards, offloaded
+ * activations), each region once per pass. Every file is fdatasync'ed at the end. The same operations, in the same order, for every engine; each engine first
  * runs the workload once untimed (AUTO learns there, as in a job's first iterations), then
  * the cache states are reset and the timed pass runs.
  */
@@ -15,7 +17,8 @@
 #include <unistd.h>
 
 #define FILES 4
-#define FILE_SIZE (512ull << 20)
+#define FILE_SIZE (512ull << 20)  /* the cached files */
+#define COLD_SIZE (4ull << 30)    /* the cold files: large enough that a pass never wraps */
 #define OPS 240
 #define MAX_OP (256u << 20)
 #define WARMUP 3
@@ -27,16 +30,25 @@ typedef struct op {
 
 static void make_ops(op *ops, uint64_t seed)
 {
-    uint64_t s = seed;
+    uint64_t s = seed, cursor[2] = {0, 0};
     for (int i = 0; i < OPS; i++) {
         s = s * 6364136223846793005ull + 1442695040888963407ull;
         unsigned shift = (unsigned)((s >> 33) % 17); /* 4K << 0..16 = 4K..256M */
         uint64_t len = 4096ull << shift;
         ops[i].len = len;
-        ops[i].file = (uint8_t)((s >> 20) % FILES);
         ops[i].write = ((s >> 50) % 10) < 3;
         s = s * 6364136223846793005ull + 1442695040888963407ull;
-        ops[i].off = ((s >> 16) % (FILE_SIZE - len + 1)) / 4096 * 4096;
+        if (len < (1u << 20)) { /* small: anywhere in a cached file */
+            ops[i].file = (uint8_t)((s >> 20) % 2);
+            ops[i].off = ((s >> 16) % (FILE_SIZE - len + 1)) / 4096 * 4096;
+        } else { /* large: the next region of a cold file, wrapping around */
+            unsigned k = (unsigned)((s >> 20) % 2);
+            if (cursor[k] + len > COLD_SIZE)
+                cursor[k] = 0;
+            ops[i].file = (uint8_t)(2 + k);
+            ops[i].off = cursor[k];
+            cursor[k] += len;
+        }
     }
 }
 
@@ -98,7 +110,7 @@ int bench_mixed(const ft_engine *engines, int nengines, bool json, const char *d
                                                          FT_OPEN_CREATE | FT_OPEN_TRUNC, 0644);
         ft_buf b = ft_host_buf(buf, MAX_OP);
         ft_io_opts o = {.engine = FT_ENGINE_DIRECT};
-        for (uint64_t off = 0; rc == 0 && off < FILE_SIZE; off += MAX_OP) {
+        for (uint64_t off = 0; rc == 0 && off < (k < 2 ? FILE_SIZE : COLD_SIZE); off += MAX_OP) {
             int64_t n = ft_write(files[k], &b, off, &o);
             rc = n < 0 ? (int)n : 0;
         }
@@ -111,9 +123,10 @@ int bench_mixed(const ft_engine *engines, int nengines, bool json, const char *d
     for (int i = 0; i < OPS; i++)
         total_ops_bytes += ops[i].len;
     if (!json && status == EXIT_OK)
-        printf("mixed workload: %d transfers (4K..256M, 70%% reads), %.2f GB, 4 x 512M files "
-               "(2 cached, 2 cold)\n%-7s %9s %9s\n", OPS, (double)total_ops_bytes / 1e9,
-               "engine", "seconds", "GB/s");
+        printf("mixed workload: %d transfers (4K..256M, 70%% reads), %.2f GB, 2 x 512M + 2 x 4G files "
+               "(small ones random in 2 cached files, large ones streaming through 2 cold "
+               "files)\n%-7s %9s %9s\n", OPS, (double)total_ops_bytes / 1e9, "engine",
+               "seconds", "GB/s");
     for (int e = 0; e < nengines && status == EXIT_OK; e++) {
         uint64_t bytes = 0;
         double t0 = 0, secs = 0;

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static int open_fd(const char *path, int oflags, mode_t mode)
 {
@@ -79,6 +80,7 @@ int ft_file_close(ft_file *f)
     if (!f)
         return 0;
     int rc = 0;
+    ft__auto_file_close(f);
     ft__cufile_file_close(f);
     if (f->direct_fd >= 0 && ft__sys.close(f->direct_fd) != 0 && errno != EINTR)
         rc = ft__err(-errno, "close of %s (O_DIRECT)", f->path);
@@ -184,12 +186,17 @@ int ft_file_sync(ft_file *f)
 {
     if (!f)
         return ft__err(-EINVAL, "ft_file_sync: file is NULL");
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
     for (;;) {
         if (ft__sys.fdatasync(f->fd) == 0)
-            return 0;
+            break;
         if (errno != EINTR)
             return ft__err(-errno, "fdatasync of %s", f->path);
     }
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    ft__auto_synced(f, (uint64_t)((b.tv_sec - a.tv_sec) * 1000000000ll + (b.tv_nsec - a.tv_nsec)));
+    return 0;
 }
 
 const char *ft_file_path(const ft_file *f)

@@ -99,6 +99,8 @@ struct ft_file {
     struct ft__selector *_Atomic sel; /* AUTO's selector for this file's filesystem */
     _Atomic unsigned auto_caps;  /* AUTO: 1 | 2 O_DIRECT works | 4 io_uring works; 0 unknown */
     _Atomic uint64_t cache_memo; /* AUTO: last cache probe, (ns << 2) | class */
+    struct ft__pending_write *pending; /* AUTO: writes not yet made durable (under lock) */
+    unsigned npending;
     void *cufile_handle;    /* registered cuFile handle (under lock), NULL until first use */
     int cufile_err;         /* cached -errno when registration failed */
     int cufile_code;        /* cuFile's error code of that failure */
@@ -155,7 +157,12 @@ typedef struct ft__decision {
 
 void ft__auto_decide(ft_file *f, uint64_t off, uint64_t len, bool write, bool sync,
                      int device, ft__decision *d);
-void ft__auto_done(const ft__decision *d, int64_t result);
+void ft__auto_done(ft_file *f, const ft__decision *d, int64_t result);
+/** The file was just fdatasync'ed in @p ns: charge that to its buffered writes since the last
+ * sync and record them (a buffered write is only cheap until it must become durable). */
+void ft__auto_synced(ft_file *f, uint64_t ns);
+/** Record the file's pending write measurements as they are (at close). */
+void ft__auto_file_close(ft_file *f);
 
 /* ---- full transfers (rw.c): loop on short counts and EINTR, cap at FT__MAX_RW ---- */
 

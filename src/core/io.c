@@ -84,7 +84,7 @@ int64_t ft__transfer(ft_file *f, const ft_buf *buf, uint64_t offset, const ft_io
             return rc;
     }
     if (io.len > 0 && e == FT_ENGINE_AUTO) /* durable writes are measured with their sync */
-        ft__auto_done(&d, r);
+        ft__auto_done(f, &d, r);
     return r;
 }
 

@@ -226,10 +226,82 @@ void ft__auto_decide(ft_file *f, uint64_t off, uint64_t len, bool write, bool sy
     d->piece = ft__arms[arm].piece;
 }
 
-void ft__auto_done(const ft__decision *d, int64_t result)
+#define MAX_PENDING 256
+
+struct ft__pending_write {
+    ft__selector *sel;
+    ft__sel_key key;
+    unsigned arm;
+    uint64_t bytes, ns;
+};
+
+void ft__auto_done(ft_file *f, const ft__decision *d, int64_t result)
 {
-    if (d->sel && result > 0)
-        ft__sel_record(d->sel, &d->key, d->arm, (uint64_t)result, now_ns() - d->t0);
+    if (!d->sel || result <= 0)
+        return;
+    uint64_t ns = now_ns() - d->t0;
+    if (!d->key.write || d->key.cache) { /* reads, and writes already durable */
+        ft__sel_record(d->sel, &d->key, d->arm, (uint64_t)result, ns);
+        return;
+    }
+    /* A plain write is measured once it is durable (ft__auto_synced), or at close: a
+     * buffered write is cheap only until its pages must reach the disk. */
+    pthread_mutex_lock(&f->lock);
+    if (!f->pending)
+        f->pending = calloc(MAX_PENDING, sizeof *f->pending);
+    bool queued = f->pending && f->npending < MAX_PENDING;
+    if (queued)
+        f->pending[f->npending++] = (struct ft__pending_write){
+            .sel = d->sel, .key = d->key, .arm = d->arm, .bytes = (uint64_t)result, .ns = ns};
+    pthread_mutex_unlock(&f->lock);
+    if (queued)
+        ft__sel_pending(d->sel, &d->key, d->arm, +1);
+    else
+        ft__sel_record(d->sel, &d->key, d->arm, (uint64_t)result, ns);
+}
+
+static bool buffered_arm(unsigned arm)
+{
+    return ft__arms[arm].engine == FT_ENGINE_POSIX || ft__arms[arm].engine == FT_ENGINE_MMAP;
+}
+
+/* Record the pending writes, the sync's time shared (by bytes) among the buffered ones:
+ * O_DIRECT writes left nothing in the page cache for it to flush. */
+static void flush_pending(ft_file *f, uint64_t sync_ns)
+{
+    pthread_mutex_lock(&f->lock);
+    unsigned n = f->npending;
+    struct ft__pending_write *copy = n ? malloc(n * sizeof *copy) : NULL;
+    if (copy)
+        memcpy(copy, f->pending, n * sizeof *copy);
+    f->npending = 0;
+    pthread_mutex_unlock(&f->lock);
+    if (!copy)
+        return;
+    uint64_t buffered = 0;
+    for (unsigned i = 0; i < n; i++)
+        buffered += buffered_arm(copy[i].arm) ? copy[i].bytes : 0;
+    for (unsigned i = 0; i < n; i++) {
+        uint64_t share = buffered && buffered_arm(copy[i].arm)
+                             ? (uint64_t)((double)sync_ns * (double)copy[i].bytes / (double)buffered)
+                             : 0;
+        ft__sel_pending(copy[i].sel, &copy[i].key, copy[i].arm, -1);
+        ft__sel_record(copy[i].sel, &copy[i].key, copy[i].arm, copy[i].bytes,
+                       copy[i].ns + share);
+    }
+    free(copy);
+}
+
+void ft__auto_synced(ft_file *f, uint64_t ns)
+{
+    flush_pending(f, ns);
+}
+
+void ft__auto_file_close(ft_file *f)
+{
+    flush_pending(f, 0);
+    free(f->pending);
+    f->pending = NULL;
 }
 
 static int save_all(ft__auto *a, bool only_dirty)

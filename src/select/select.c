@@ -136,6 +136,49 @@ static int nearest_known_in(ft__selector *s, const ft__sel_key *key, uint32_t el
     return -1;
 }
 
+/*
+ * What the nearest measured key says: the arms within half of its best arm's throughput
+ * (a mask), from the nearest size bucket in this context, else in a neighbouring context;
+ * 0 when nothing near has been measured. Exploring a new key only among these keeps a
+ * job from paying for arms already known to be hopeless (O_DIRECT for cached reads, ...).
+ */
+static uint32_t prior_mask(ft__selector *s, const ft__sel_key *key, uint32_t eligible)
+{
+    for (unsigned flip = 0; flip < 4; flip++) {
+        for (int d = 0; d < FT__SEL_BUCKETS; d++) {
+            for (int sign = -1; sign <= 1; sign += 2) {
+                if ((d == 0 && (sign > 0 || flip == 0)))
+                    continue; /* the key itself is not its own prior */
+                int b = (int)key->bucket + sign * d;
+                if (b < 0 || b >= FT__SEL_BUCKETS)
+                    continue;
+                ft__sel_key k = *key;
+                k.bucket = (uint8_t)b;
+                k.cpu = (uint8_t)(k.cpu ^ (flip & 1));
+                k.busy = (uint8_t)(k.busy ^ (flip >> 1));
+                ft__sel_entry *e = &s->entries[ft__sel_key_index(&k)];
+                float med[FT__SEL_MAX_ARMS], best = 0;
+                unsigned sampled = 0;
+                pthread_mutex_lock(&e->lock);
+                for (unsigned a = 0; a < s->narms; a++) {
+                    med[a] = (eligible >> a & 1) ? ft__sel_median(&e->arm[a]) : 0;
+                    sampled += med[a] > 0;
+                    best = FT__MAX(best, med[a]);
+                }
+                pthread_mutex_unlock(&e->lock);
+                if (sampled < 2)
+                    continue;
+                uint32_t mask = 0;
+                for (unsigned a = 0; a < s->narms; a++)
+                    if (med[a] >= 0.5f * best)
+                        mask |= 1u << a;
+                return mask;
+            }
+        }
+    }
+    return 0;
+}
+
 unsigned ft__sel_choose(ft__selector *s, const ft__sel_key *key, uint32_t eligible,
                         unsigned fallback)
 {
@@ -153,11 +196,12 @@ unsigned ft__sel_choose(ft__selector *s, const ft__sel_key *key, uint32_t eligib
     for (unsigned a = 0; a < s->narms; a++) {
         if (!(eligible >> a & 1))
             continue;
-        total += e->arm[a].n;
+        total += e->arm[a].n + e->arm[a].pending;
         if (e->arm[a].n && ft__sel_median(&e->arm[a]) < 0.5f * best_m)
             continue;
-        if (e->arm[a].n < FT__SEL_EXPLORE && e->arm[a].n < fewest) {
-            fewest = e->arm[a].n;
+        uint32_t tried = e->arm[a].n + e->arm[a].pending;
+        if (tried < FT__SEL_EXPLORE && tried < fewest) {
+            fewest = tried;
             explore = (int)a;
         }
     }
@@ -167,11 +211,31 @@ unsigned ft__sel_choose(ft__selector *s, const ft__sel_key *key, uint32_t eligib
         int a = nearest_known(s, key, eligible);
         return a >= 0 ? (unsigned)a : fallback;
     }
+    if (explore >= 0 && e->calls <= 2 * FT__SEL_EXPLORE * s->narms) {
+        /* Still exploring: only among the arms a measured neighbour finds competitive. */
+        pthread_mutex_unlock(&e->lock);
+        uint32_t prior = prior_mask(s, key, eligible);
+        pthread_mutex_lock(&e->lock);
+        if (prior) {
+            explore = -1;
+            fewest = UINT32_MAX;
+            for (unsigned a = 0; a < s->narms; a++) {
+                if (!(eligible & prior & (1u << a)))
+                    continue;
+                if (e->arm[a].n && ft__sel_median(&e->arm[a]) < 0.5f * best_m)
+                    continue;
+                uint32_t tried = e->arm[a].n + e->arm[a].pending;
+                if (tried < FT__SEL_EXPLORE && tried < fewest) {
+                    fewest = tried;
+                    explore = (int)a;
+                }
+            }
+        }
+    }
     unsigned pick;
     if (explore >= 0) {
         pick = (unsigned)explore; /* round robin over the least-sampled arms */
-    } else {
-        if (e->best < 0 || !(eligible >> e->best & 1)) {
+    } else {        if (e->best < 0 || !(eligible >> e->best & 1)) {
             e->best = (int8_t)best_arm(e, eligible, s->narms);
             e->record = ft__sel_median(&e->arm[e->best]);
             e->low_streak = 0;
@@ -189,6 +253,17 @@ unsigned ft__sel_choose(ft__selector *s, const ft__sel_key *key, uint32_t eligib
     }
     pthread_mutex_unlock(&e->lock);
     return pick;
+}
+
+void ft__sel_pending(ft__selector *s, const ft__sel_key *key, unsigned arm, int delta)
+{
+    if (arm >= s->narms)
+        return;
+    ft__sel_entry *e = &s->entries[ft__sel_key_index(key)];
+    pthread_mutex_lock(&e->lock);
+    if (delta > 0 || e->arm[arm].pending > 0)
+        e->arm[arm].pending = (uint32_t)((int)e->arm[arm].pending + delta);
+    pthread_mutex_unlock(&e->lock);
 }
 
 void ft__sel_record(ft__selector *s, const ft__sel_key *key, unsigned arm, uint64_t bytes,

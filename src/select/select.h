@@ -24,6 +24,7 @@
 typedef struct ft__sel_stats {
     float tput[FT__SEL_WINDOW]; /* bytes per second, ring */
     uint32_t n;                 /* samples ever recorded (ring index = n % WINDOW) */
+    uint32_t pending;           /* calls made whose measurement is not in yet */
 } ft__sel_stats;
 
 typedef struct ft__sel_entry {
@@ -61,6 +62,9 @@ unsigned ft__sel_choose(ft__selector *sel, const ft__sel_key *key, uint32_t elig
 /** Record that @p arm moved @p bytes in @p ns nanoseconds for @p key. */
 void ft__sel_record(ft__selector *sel, const ft__sel_key *key, unsigned arm, uint64_t bytes,
                     uint64_t ns);
+
+/** Count (+1) or uncount (-1) a call of @p arm whose measurement will come later. */
+void ft__sel_pending(ft__selector *sel, const ft__sel_key *key, unsigned arm, int delta);
 
 /** Median throughput (bytes/s) of an arm for a key, 0 when unsampled; and its sample count. */
 float ft__sel_median(const ft__sel_stats *s);
