@@ -236,7 +236,21 @@ unsigned ft__sel_choose(ft__selector *s, const ft__sel_key *key, uint32_t eligib
     if (explore >= 0) {
         pick = (unsigned)explore; /* round robin over the least-sampled arms */
     } else {        if (e->best < 0 || !(eligible >> e->best & 1)) {
-            e->best = (int8_t)best_arm(e, eligible, s->narms);
+            int b = best_arm(e, eligible, s->narms);
+            if (b < 0) {
+                /* every arm tried, none measured yet (writes waiting for their sync): keep
+                 * to the least-tried one */
+                uint32_t least = UINT32_MAX;
+                pick = fallback;
+                for (unsigned a = 0; a < s->narms; a++)
+                    if ((eligible >> a & 1) && e->arm[a].pending < least) {
+                        least = e->arm[a].pending;
+                        pick = a;
+                    }
+                pthread_mutex_unlock(&e->lock);
+                return pick;
+            }
+            e->best = (int8_t)b;
             e->record = ft__sel_median(&e->arm[e->best]);
             e->low_streak = 0;
         }
