@@ -371,15 +371,8 @@ int ft_profile_show(ft_ctx *ctx, const char *path, FILE *out)
         for (unsigned k = 0; k < ft__narms; k++)
             any |= e->arm[k].n;
         if (any) {
-            unsigned rest = i, cpu = rest % FT__SEL_CPU;
-            rest /= FT__SEL_CPU;
-            unsigned busy = rest % FT__SEL_BUSY;
-            rest /= FT__SEL_BUSY;
-            unsigned cache = rest % FT__SEL_CACHE;
-            rest /= FT__SEL_CACHE;
-            unsigned bucket = rest % FT__SEL_BUCKETS;
-            rest /= FT__SEL_BUCKETS;
-            unsigned write = rest / 2;
+            ft__sel_key key;
+            ft__sel_key_decode(i, &key);
             int best = -1;
             float bm = 0;
             for (unsigned k = 0; k < ft__narms; k++)
@@ -388,7 +381,7 @@ int ft_profile_show(ft_ctx *ctx, const char *path, FILE *out)
                     best = (int)k;
                 }
             char size[32];
-            uint64_t b = 1ull << bucket;
+            uint64_t b = 1ull << key.bucket;
             if (b >= (1u << 30))
                 snprintf(size, sizeof size, "%lluG", (unsigned long long)(b >> 30));
             else if (b >= (1u << 20))
@@ -397,11 +390,11 @@ int ft_profile_show(ft_ctx *ctx, const char *path, FILE *out)
                 snprintf(size, sizeof size, "%lluK", (unsigned long long)(b >> 10));
             else
                 snprintf(size, sizeof size, "%llu", (unsigned long long)b);
-            unsigned mem = rest % 2;
-            fprintf(out, "%-5s %-4s %7s %-7s %-4s %-4s  %-14s ", write ? "write" : "read",
-                    mem ? "cuda" : "host",
-                    size, write ? (cache ? "sync" : "-") : cache_name[cache], busy ? "yes" : "no",
-                    cpu ? "high" : "low", best >= 0 ? ft__arms[best].label : "-");
+            fprintf(out, "%-5s %-4s %7s %-7s %-4s %-4s  %-14s ",
+                    key.write ? "write" : "read", key.mem ? "cuda" : "host", size,
+                    key.write ? (key.cache ? "sync" : "-") : cache_name[key.cache],
+                    key.busy ? "yes" : "no", key.cpu ? "high" : "low",
+                    best >= 0 ? ft__arms[best].label : "-");
             for (unsigned k = 0; k < ft__narms; k++)
                 if (e->arm[k].n)
                     fprintf(out, " %s=%.2f(%u)", ft__arms[k].label,

@@ -33,22 +33,15 @@ int ft__sel_save(const ft__selector *sel, const char *path, const char *tag)
     for (unsigned i = 0; i < FT__SEL_KEYS; i++) {
         ft__sel_entry *e = &sel->entries[i];
         pthread_mutex_lock(&e->lock);
-        unsigned rest = i;
-        unsigned cpu = rest % FT__SEL_CPU;
-        rest /= FT__SEL_CPU;
-        unsigned busy = rest % FT__SEL_BUSY;
-        rest /= FT__SEL_BUSY;
-        unsigned cache = rest % FT__SEL_CACHE;
-        rest /= FT__SEL_CACHE;
-        unsigned bucket = rest % FT__SEL_BUCKETS;
-        rest /= FT__SEL_BUCKETS;
-        unsigned mem = rest % 2, write = rest / 2;
+        ft__sel_key key;
+        ft__sel_key_decode(i, &key);
         for (unsigned a = 0; a < sel->narms; a++) {
             const ft__sel_stats *st = &e->arm[a];
             if (!st->n)
                 continue;
             unsigned n = FT__MIN(st->n, (uint32_t)FT__SEL_WINDOW);
-            fprintf(f, "%u %u %u %u %u %u %u %u", write, mem, bucket, cache, busy, cpu, a, n);
+            fprintf(f, "%u %u %u %u %u %u %u %u", key.write, key.mem, key.bucket, key.cache,
+                    key.busy, key.cpu, a, n);
             for (unsigned k = 0; k < n; k++) /* oldest first */
                 fprintf(f, " %.6g", (double)st->tput[(st->n - n + k) % FT__SEL_WINDOW]);
             fputc('\n', f);

@@ -55,6 +55,20 @@ unsigned ft__sel_key_index(const ft__sel_key *k)
     return i * FT__SEL_CPU + k->cpu;
 }
 
+void ft__sel_key_decode(unsigned index, ft__sel_key *k)
+{
+    k->cpu = (uint8_t)(index % FT__SEL_CPU);
+    index /= FT__SEL_CPU;
+    k->busy = (uint8_t)(index % FT__SEL_BUSY);
+    index /= FT__SEL_BUSY;
+    k->cache = (uint8_t)(index % FT__SEL_CACHE);
+    index /= FT__SEL_CACHE;
+    k->bucket = (uint8_t)(index % FT__SEL_BUCKETS);
+    index /= FT__SEL_BUCKETS;
+    k->mem = (uint8_t)(index % 2);
+    k->write = (uint8_t)(index / 2);
+}
+
 float ft__sel_median(const ft__sel_stats *st)
 {
     unsigned n = FT__MIN(st->n, (uint32_t)FT__SEL_WINDOW);

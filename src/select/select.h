@@ -50,6 +50,8 @@ int ft__sel_create(ft__selector **out, unsigned narms, uint64_t (*now_ns)(void),
 void ft__sel_destroy(ft__selector *sel);
 
 unsigned ft__sel_key_index(const ft__sel_key *k);
+/** The key of table index @p index (the inverse of ft__sel_key_index). */
+void ft__sel_key_decode(unsigned index, ft__sel_key *k);
 unsigned ft__sel_bucket(uint64_t len);
 
 /**
