@@ -167,3 +167,18 @@ def test_cuda_round_trip_and_stream_order(tmp):
     x.zero_()
     h.result()
     assert torch.all(ft.load_file(p, device="cuda:0")["x"] == 7)
+
+
+def test_safetensors_library_reads_our_files_and_we_read_its(tmp):
+    st = pytest.importorskip("safetensors.torch",
+                             reason="the safetensors package is not installed (not in Debian)")
+    t = {"a": torch.randn(33, 7), "b": torch.arange(10, dtype=torch.int64),
+         "c": torch.zeros((), dtype=torch.bfloat16), "e": torch.empty(0, 5)}
+    ours = os.path.join(tmp, "ours.safetensors")
+    ft.save_file(t, ours, metadata={"k": "v"})
+    back = st.load_file(ours)
+    assert set(back) == set(t) and all(same(back[k], v) for k, v in t.items())
+    theirs = os.path.join(tmp, "theirs.safetensors")
+    st.save_file(t, theirs)
+    back = ft.load_file(theirs)
+    assert set(back) == set(t) and all(same(back[k], v) for k, v in t.items())
