@@ -88,7 +88,7 @@ def make_state(name, device):
     shapes, dtype = MODELS[name]()
     g = torch.Generator().manual_seed(0)
     sd = {k: torch.randn(s, generator=g).to(dtype) for k, s in shapes.items()}
-    if device != "cpu":
+    if torch.device(device).type != "cpu":
         sd = {k: v.to(device) for k, v in sd.items()}
     return sd
 
@@ -118,7 +118,7 @@ def fsync_path(path):
 
 
 def sync_device(device):
-    if device != "cpu":
+    if torch.device(device).type == "cuda":
         torch.cuda.synchronize()
 
 
@@ -151,7 +151,8 @@ def numpy_load(p, dev):
     out = {}
     for f in sorted(os.listdir(p), key=lambda s: int(s.split(".")[0])):
         arr = np.load(os.path.join(p, f))
-        out[f] = torch.from_numpy(arr).to(dev) if dev != "cpu" else torch.from_numpy(arr)
+        t = torch.from_numpy(arr)
+        out[f] = t.to(dev) if torch.device(dev).type != "cpu" else t
     return out
 
 
