@@ -201,23 +201,34 @@ static void make_io(unsigned long long addr, unsigned long long len, int kind, i
                       .stream = (void *)(uintptr_t)stream};
 }
 
-/* (file, address, length, offset, engine, flags, is_write, kind, device, stream) -> bytes */
+/* Parse (file, address, length, offset, engine, flags, is_write[, kind, device, stream]).
+ * @return the file, or NULL with an exception set. */
+static ft_file *parse_io(PyObject *args, ft_buf *b, uint64_t *off, ft_io_opts *o, int *write)
+{
+    PyObject *cap;
+    unsigned long long addr, len, offset, stream = 0;
+    int engine, kind = 0, device = 0;
+    unsigned flags;
+    if (!PyArg_ParseTuple(args, "OKKKiIp|iiK", &cap, &addr, &len, &offset, &engine, &flags,
+                          write, &kind, &device, &stream))
+        return NULL;
+    ft_file *f = cap_get(cap, CAP_FILE);
+    *off = offset;
+    make_io(addr, len, kind, device, engine, flags, stream, b, o);
+    return f;
+}
+
+/* -> bytes transferred */
 static PyObject *py_file_io(PyObject *self, PyObject *args)
 {
     (void)self;
-    PyObject *cap;
-    unsigned long long addr, len, off, stream = 0;
-    int engine, write, kind = 0, device = 0;
-    unsigned flags;
-    if (!PyArg_ParseTuple(args, "OKKKiIp|iiK", &cap, &addr, &len, &off, &engine, &flags, &write,
-                          &kind, &device, &stream))
-        return NULL;
-    ft_file *f = cap_get(cap, CAP_FILE);
-    if (!f)
-        return NULL;
     ft_buf b;
     ft_io_opts o;
-    make_io(addr, len, kind, device, engine, flags, stream, &b, &o);
+    uint64_t off;
+    int write;
+    ft_file *f = parse_io(args, &b, &off, &o, &write);
+    if (!f)
+        return NULL;
     int64_t n;
     Py_BEGIN_ALLOW_THREADS
     n = write ? ft_write(f, &b, off, &o) : ft_read(f, &b, off, &o);
@@ -225,22 +236,17 @@ static PyObject *py_file_io(PyObject *self, PyObject *args)
     return n < 0 ? raise_ft((int)n, ft_file_path(f)) : PyLong_FromLongLong(n);
 }
 
+/* -> a request */
 static PyObject *py_file_submit(PyObject *self, PyObject *args)
 {
     (void)self;
-    PyObject *cap;
-    unsigned long long addr, len, off, stream = 0;
-    int engine, write, kind = 0, device = 0;
-    unsigned flags;
-    if (!PyArg_ParseTuple(args, "OKKKiIp|iiK", &cap, &addr, &len, &off, &engine, &flags, &write,
-                          &kind, &device, &stream))
-        return NULL;
-    ft_file *f = cap_get(cap, CAP_FILE);
-    if (!f)
-        return NULL;
     ft_buf b;
     ft_io_opts o;
-    make_io(addr, len, kind, device, engine, flags, stream, &b, &o);
+    uint64_t off;
+    int write;
+    ft_file *f = parse_io(args, &b, &off, &o, &write);
+    if (!f)
+        return NULL;
     ft_req *req;
     int rc = write ? ft_submit_write(f, &b, off, &o, &req) : ft_submit_read(f, &b, off, &o, &req);
     if (rc < 0)
