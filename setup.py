@@ -23,7 +23,7 @@ class BuildWithLibrary(build_ext):
 
 ext = Extension(
     "fastensor._C",
-    sources=["python/fastensor/_ext.c"],
+    sources=["python/fastensor/_ext.c", "python/fastensor/_store.c"],
     include_dirs=[os.path.join(ROOT, "include")],
     define_macros=[("Py_LIMITED_API", "0x030B0000")],
     extra_compile_args=["-std=c11", "-Wall", "-Wextra", "-Werror", "-Wno-missing-field-initializers"],

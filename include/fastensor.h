@@ -480,6 +480,112 @@ int64_t ft_ckpt_load_tensor(ft_ckpt *ckpt, size_t index, const ft_buf *dst,
 int ft_ckpt_verify(ft_ckpt *ckpt, const ft_load_opts *opts,
                    void (*progress)(uint64_t done, uint64_t total, void *arg), void *arg);
 
+/* ------------------------------------------------------------------------------------------
+ * Spill store: tensors parked on local storage and brought back (activation offload)
+ * ---------------------------------------------------------------------------------------- */
+
+typedef struct ft_store ft_store;
+
+/** How a spill store is made. Zero fields take the defaults. */
+typedef struct ft_store_opts {
+    const char *dir;           /**< directory of the spill file; NULL: $FASTENSOR_SPILL_DIR,
+                                    else $TMPDIR, else /var/tmp */
+    uint64_t capacity;         /**< bytes the spill file may hold; 0: as much as the
+                                    filesystem gives (the file grows by fallocate). With a
+                                    capacity the file is preallocated at creation. */
+    uint64_t staging_bytes;    /**< pinned host ring that puts are copied into (so the source
+                                    is released before the disk write) and prefetches read
+                                    into; 0: 256 MiB */
+    uint64_t host_cache_bytes; /**< host-RAM tier in front of the file: up to this many bytes
+                                    of entries stay in memory and are never written; 0: none */
+    ft_engine engine;          /**< engine for the file transfers (FT_ENGINE_AUTO: selector) */
+} ft_store_opts;
+
+/** Counters of a store since its creation. */
+typedef struct ft_store_stats {
+    uint64_t puts, gets;           /**< operations started */
+    uint64_t bytes_put;            /**< bytes handed to ft_store_put */
+    uint64_t bytes_written;        /**< bytes written to the spill file */
+    uint64_t bytes_read;           /**< bytes read back from the spill file */
+    uint64_t bytes_got;            /**< bytes delivered by ft_store_get */
+    uint64_t bytes_prefetched;     /**< bytes brought into host memory by ft_store_prefetch */
+    uint64_t host_hits;            /**< gets served from host memory (ring or tier) */
+    uint64_t stall_ns;             /**< time callers were blocked: a put waiting for ring
+                                        space, ft_store_wait waiting for a transfer */
+    uint64_t inflight_bytes;       /**< bytes of puts and gets not finished now */
+    uint64_t peak_inflight_bytes;  /**< the largest inflight_bytes seen */
+    uint64_t entries;              /**< entries stored now (not dropped) */
+    uint64_t file_used;            /**< bytes of the spill file held by entries */
+    uint64_t file_size;            /**< bytes the spill file has allocated */
+    uint64_t host_used;            /**< bytes of pinned host memory held by entries */
+    uint64_t host_resident;        /**< bytes of entries held only in the host tier */
+} ft_store_stats;
+
+/**
+ * Create a spill store: one spill file in @p opts->dir, unlinked at once (O_TMPFILE, else
+ * open + unlink), so nothing is left behind even if the process is killed; entries get slots
+ * of it from an allocator (no file per tensor). @p opts may be NULL (all defaults).
+ * @return 0 and *out set, or -errno (-ENOENT / -EACCES for the directory, -ENOSPC when the
+ *         capacity cannot be preallocated, -ENOMEM for the host ring, ...).
+ */
+int ft_store_create(ft_ctx *ctx, ft_store **out, const ft_store_opts *opts);
+
+/** Wait for every transfer, then free the store and its file. NULL is a no-op. */
+void ft_store_destroy(ft_store *store);
+
+/**
+ * Start storing @p src (host or device memory) and return at once with a new key.
+ * Device memory is copied into the pinned ring on the store's stream after the work already
+ * queued on @p stream (the producer's CUstream; NULL: the legacy default stream), then written
+ * from there in the background. The source must stay valid until ft_store_released says 1.
+ * Blocks only while the ring is full (counted as stall time).
+ * @return 0 and *key set, or -errno (-ENOSPC when the store's capacity or the filesystem is
+ *         full: the message gives used, capacity and need; -EINVAL for a bad buffer).
+ */
+int ft_store_put(ft_store *store, const ft_buf *src, void *stream, uint64_t *key);
+
+/**
+ * @return 1 when the put's source buffer is no longer read (it may be freed or changed),
+ *         0 while it still is, or -errno (unknown key, or the copy failed).
+ */
+int ft_store_released(ft_store *store, uint64_t key);
+
+/**
+ * Start reading entry @p key back into @p dst (host or device memory; dst->len must be the
+ * entry's length). Device memory is written after the work queued on @p stream when the get
+ * starts, and @p stream (the consumer's) is made to wait for the data: kernels queued on it
+ * after ft_store_wait returns see the data. Several gets of one entry are allowed one after
+ * another (each after ft_store_wait of the previous).
+ * @return 0, or -errno (-ENOENT unknown key, -EINVAL length mismatch, -EBUSY a get of the
+ *         entry is still pending).
+ */
+int ft_store_get(ft_store *store, uint64_t key, const ft_buf *dst, void *stream);
+
+/**
+ * Start bringing entry @p key from the file into pinned host memory, so a later get is a
+ * memory copy. Never waits: ring space is taken only when free (cached copies of other
+ * entries may be evicted for it).
+ * @return 1 started; 0 nothing to do (in memory already, put not landed, or larger than the
+ *         ring); -EBUSY no ring space now (try again later); -ENOENT unknown key.
+ */
+int ft_store_prefetch(ft_store *store, uint64_t key);
+
+/** @return 1 when entry @p key has no put or get in progress, 0 otherwise, -ENOENT. */
+int ft_store_poll(ft_store *store, uint64_t key);
+
+/**
+ * Wait until entry @p key's put has landed (in the file or the host tier) and its pending
+ * get, if any, has delivered (for device memory: the consumer stream waits for it).
+ * @return 0, or the -errno of the failed transfer (its detail in ft_last_error), -ENOENT.
+ */
+int ft_store_wait(ft_store *store, uint64_t key);
+
+/** Forget entry @p key and free its slot (after its transfers finish). @return 0 or -ENOENT. */
+int ft_store_drop(ft_store *store, uint64_t key);
+
+/** Fill @p out with the store's counters. @return 0 or -EINVAL. */
+int ft_store_get_stats(ft_store *store, ft_store_stats *out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -3,6 +3,9 @@
 - ``fastensor.torch``: ``save_file`` / ``load_file`` (safetensors-compatible, drop-in for
   ``safetensors.torch``), ``save_file_async``, ``save_model`` / ``load_model``.
 - ``fastensor.numpy``: the same for ``dict[str, numpy.ndarray]``.
+- ``fastensor.torch.offload_activations``: saved activations offloaded to SSD during the
+  forward pass and prefetched back for the backward pass.
+- ``fastensor.SpillStore``: the spill store under it (put/get/prefetch/drop of tensors).
 - ``fastensor.File``: the raw tensor interface: ``write(tensor, offset)``,
   ``read_into(tensor, offset)`` and their ``*_async`` variants, with any engine.
 
@@ -192,4 +195,6 @@ def verify(path, *, engine: str = "auto") -> None:
     _C.ckpt_verify(ck, engine_id(engine))
 
 
-__all__ = ["File", "Request", "configure", "context", "inspect", "verify", "ENGINES"]
+from .store import SpillStore  # noqa: E402  (needs the helpers above)
+
+__all__ = ["File", "Request", "SpillStore", "configure", "context", "inspect", "verify", "ENGINES"]

@@ -13,14 +13,13 @@
 #include <string.h>
 
 #include "fastensor.h"
+#include "_ext.h"
 
-#define CAP_CTX "fastensor.ctx"
 #define CAP_FILE "fastensor.file"
 #define CAP_REQ "fastensor.req"
 #define CAP_CKPT "fastensor.ckpt"
 
-/* Raise for a failed call: ValueError for invalid data/arguments, else OSError(errno). */
-static PyObject *raise_ft(int err, const char *path)
+PyObject *raise_ft(int err, const char *path)
 {
     int e = err < 0 ? -err : err;
     const char *detail = ft_last_error();
@@ -48,11 +47,33 @@ static void ctx_free(PyObject *cap)
     ft_ctx_destroy(PyCapsule_GetPointer(cap, CAP_CTX));
 }
 
+PyObject *capsule_owning(void *ptr, const char *name, PyCapsule_Destructor free_fn,
+                         PyObject *owner)
+{
+    PyObject *cap = PyCapsule_New(ptr, name, free_fn);
+    if (cap && owner) {
+        Py_INCREF(owner);
+        PyCapsule_SetContext(cap, owner);
+    }
+    return cap;
+}
+
+void capsule_release_owner(PyObject *cap)
+{
+    PyObject *owner = PyCapsule_GetContext(cap);
+    if (owner) {
+        PyCapsule_SetContext(cap, NULL);
+        Py_DECREF(owner);
+    }
+    PyErr_Clear();
+}
+
 static void file_free(PyObject *cap)
 {
     ft_file *f = PyCapsule_GetPointer(cap, CAP_FILE);
     if (f)
         ft_file_close(f);
+    capsule_release_owner(cap);
 }
 
 static void req_free(PyObject *cap)
@@ -63,9 +84,10 @@ static void req_free(PyObject *cap)
 static void ckpt_free(PyObject *cap)
 {
     ft_ckpt_close(PyCapsule_GetPointer(cap, CAP_CKPT));
+    capsule_release_owner(cap);
 }
 
-static void *cap_get(PyObject *cap, const char *name)
+void *cap_get(PyObject *cap, const char *name)
 {
     void *p = PyCapsule_GetPointer(cap, name);
     if (!p && !PyErr_Occurred())
@@ -135,7 +157,7 @@ static PyObject *py_file_open(PyObject *self, PyObject *args)
     Py_END_ALLOW_THREADS
     if (rc < 0)
         return raise_ft(rc, path);
-    return PyCapsule_New(f, CAP_FILE, file_free);
+    return capsule_owning(f, CAP_FILE, file_free, cap);
 }
 
 static PyObject *py_file_close(PyObject *self, PyObject *args)
@@ -156,6 +178,7 @@ static PyObject *py_file_close(PyObject *self, PyObject *args)
     Py_BEGIN_ALLOW_THREADS
     rc = ft_file_close(f);
     Py_END_ALLOW_THREADS
+    capsule_release_owner(cap);
     if (rc < 0)
         return raise_ft(rc, NULL);
     Py_RETURN_NONE;
@@ -377,7 +400,7 @@ static PyObject *py_ckpt_open(PyObject *self, PyObject *args)
     Py_END_ALLOW_THREADS
     if (rc < 0)
         return raise_ft(rc, path);
-    return PyCapsule_New(c, CAP_CKPT, ckpt_free);
+    return capsule_owning(c, CAP_CKPT, ckpt_free, cap);
 }
 
 /* -> ([(name, dtype, shape, nbytes, shard, data_offset)], {meta}, [(path, data_size)]) */
@@ -516,5 +539,9 @@ PyMODINIT_FUNC PyInit__C(void)
     PyModule_AddIntConstant(m, "SAVE_NO_CHECKSUM", FT_SAVE_NO_CHECKSUM);
     PyModule_AddIntConstant(m, "SAVE_NO_SYNC", FT_SAVE_NO_SYNC);
     PyModule_AddStringConstant(m, "LIB_VERSION", ft_version());
+    if (store_add_functions(m) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
     return m;
 }

@@ -18,6 +18,7 @@ import threading
 import torch
 
 from . import _ckpt
+from .offload import offload_activations
 
 _TO_ST = {torch.bool: "BOOL", torch.uint8: "U8", torch.int8: "I8", torch.int16: "I16",
           torch.int32: "I32", torch.int64: "I64", torch.float16: "F16", torch.bfloat16: "BF16",
@@ -217,5 +218,5 @@ def load_model(model, filename, strict: bool = True, *, device=None, engine: str
     return model.load_state_dict(state, strict=strict)
 
 
-__all__ = ["save_file", "load_file", "save_file_async", "save_model", "load_model",
+__all__ = ["offload_activations", "save_file", "load_file", "save_file_async", "save_model", "load_model",
            "AsyncSave"]

@@ -45,6 +45,12 @@ int ft_file_open(ft_ctx *ctx, ft_file **out, const char *path, unsigned flags, m
     }
     if (fd < 0)
         return ft__err(-errno, "cannot open %s", path);
+    return ft__file_adopt(ctx, out, fd, path, flags, access);
+}
+
+int ft__file_adopt(ft_ctx *ctx, ft_file **out, int fd, const char *path, unsigned flags,
+                   int access)
+{
     struct stat st;
     int rc = 0;
     if (ft__sys.fstat(fd, &st) != 0)

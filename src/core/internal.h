@@ -106,6 +106,13 @@ struct ft_file {
     int cufile_code;        /* cuFile's error code of that failure */
 };
 
+/**
+ * Make an ft_file of an open descriptor (taken over: closed on failure too). @p path names
+ * it in messages; @p access is its O_ACCMODE. @return 0 or -errno.
+ */
+int ft__file_adopt(ft_ctx *ctx, ft_file **out, int fd, const char *path, unsigned flags,
+                   int access);
+
 /** @return the O_DIRECT descriptor (opened once, on first use) or -errno (cached). */
 int ft__file_direct_fd(ft_file *file);
 

@@ -65,6 +65,7 @@ static void load(void)
     LOAD(EventDestroy, "cuEventDestroy_v2", "cuEventDestroy");
     LOAD(EventRecord, NULL, "cuEventRecord");
     LOAD(EventSynchronize, NULL, "cuEventSynchronize");
+    LOAD(EventQuery, NULL, "cuEventQuery");
     LOAD(GetErrorString, NULL, "cuGetErrorString");
 #undef LOAD
     CUresult r = ft__cu.Init(0);

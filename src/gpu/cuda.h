@@ -60,6 +60,7 @@ typedef struct ft__cuda_api {
     CUresult (*EventDestroy)(CUevent e);
     CUresult (*EventRecord)(CUevent e, CUstream s);
     CUresult (*EventSynchronize)(CUevent e);
+    CUresult (*EventQuery)(CUevent e); /* 0 done, 600 (CUDA_ERROR_NOT_READY) pending */
     CUresult (*GetErrorString)(CUresult r, const char **s);
 } ft__cuda_api;
 

@@ -1,0 +1,534 @@
+/*
+ * Spill store transfers. A put copies its source into the pinned ring (device memory: on the
+ * store's stream after the producer's queued work, so the caller never waits for it) and a
+ * pool task writes the ring copy to the entry's file slot, then frees the ring space. A get
+ * served from a ring copy into device memory is only queued on the store's stream, with the
+ * consumer stream made to wait; other gets are pool tasks reading the file.
+ */
+#include "store.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct store_task {
+    ft_store *s;
+    ft__entry *e;
+} store_task;
+
+static uint64_t round_block(uint64_t n)
+{
+    return (n + FT__DIRECT_ALIGN - 1) / FT__DIRECT_ALIGN * FT__DIRECT_ALIGN;
+}
+
+/* *device = -1 for host memory, else the CUDA device holding the buffer. */
+static int buf_device(const ft_buf *b, int *device)
+{
+    if (b->kind != FT_MEM_HOST && b->kind != FT_MEM_CUDA)
+        return ft__err(-EINVAL, "spill store: memory kind %d is not supported", (int)b->kind);
+    if (!b->ptr && b->len)
+        return ft__err(-EFAULT, "spill store: buffer pointer is NULL");
+    const char *why;
+    if (b->kind == FT_MEM_CUDA && !ft_cuda_available(&why))
+        return ft__err(-ENODEV, "spill store: device memory, but CUDA is not available: %s",
+                       why);
+    *device = -1;
+    if (b->kind == FT_MEM_CUDA || ft_cuda_available(NULL)) {
+        int dev = b->device;
+        bool pinned;
+        int kind = ft__cuda_pointer(b->ptr, &dev, &pinned);
+        if (kind < 0)
+            return kind;
+        if (kind == 1 || b->kind == FT_MEM_CUDA)
+            *device = dev;
+    }
+    return 0;
+}
+
+/* Pool task bookkeeping: the store waits for its tasks at destroy. */
+static int post(ft_store *s, ft__entry *e, void (*fn)(void *))
+{
+    store_task *t = malloc(sizeof *t);
+    if (!t)
+        return ft__err(-ENOMEM, "spill store: task");
+    *t = (store_task){s, e};
+    e->tasks++;
+    s->tasks++;
+    int rc = ft__pool_post(s->ctx->pool, fn, t);
+    if (rc < 0) {
+        e->tasks--;
+        s->tasks--;
+        free(t);
+        return ft__err(rc, "spill store: cannot queue a transfer");
+    }
+    return 0;
+}
+
+/* End of a task (lock held). */
+static void task_done(ft_store *s, ft__entry *e)
+{
+    e->tasks--;
+    s->tasks--;
+    pthread_cond_broadcast(&s->changed);
+    ft__store_maybe_free(s, e);
+}
+
+/* Queue, on the store's stream, a wait for the work now queued on the producer's stream and
+ * the device-to-host copy into the ring (when the entry has a ring copy). Lock held. */
+static int queue_device_copy(ft_store *s, ft__entry *e, void *stream)
+{
+    int rc = ft__cuda_enter(e->src_device);
+    if (rc < 0)
+        return rc;
+    CUstream out;
+    CUevent ready = NULL;
+    CUresult r = 0;
+    if ((rc = ft__store_stream(s, e->src_device, false, &out)) == 0) {
+        r = ft__cu.EventCreate(&ready, FT_CU_EVENT_DISABLE_TIMING);
+        if (r == 0 && (r = ft__cu.EventRecord(ready, (CUstream)stream)) == 0)
+            r = ft__cu.StreamWaitEvent(out, ready, 0);
+        if (ready)
+            ft__cu.EventDestroy(ready); /* released once the stream has passed it */
+        if (r == 0 && e->host_off >= 0) {
+            r = ft__cu.EventCreate(&e->copied, FT_CU_EVENT_DISABLE_TIMING);
+            if (r == 0)
+                r = ft__cu.MemcpyDtoHAsync(s->host + e->host_off,
+                                           (CUdeviceptr)(uintptr_t)e->src.ptr, e->len, out);
+            if (r == 0)
+                r = ft__cu.EventRecord(e->copied, out);
+        }
+        if (r != 0)
+            rc = ft__cuda_err(r, "spill store: queueing the device-to-host copy");
+    }
+    ft__cuda_leave();
+    return rc;
+}
+
+static int sync_event(int device, CUevent ev, const char *what)
+{
+    int rc = ft__cuda_enter(device);
+    if (rc < 0)
+        return rc;
+    CUresult r = ft__cu.EventSynchronize(ev);
+    ft__cuda_leave();
+    return r ? ft__cuda_err(r, what) : 0;
+}
+
+/* Keep the entry in the host tier instead of writing it, when the tier has room. */
+static bool admit_to_tier(ft_store *s, ft__entry *e)
+{
+    if (s->st.host_resident + e->slot > s->opts.host_cache_bytes)
+        return false;
+    e->cached = e->dirty = true;
+    e->host_refs++;
+    s->st.host_resident += e->slot;
+    return true;
+}
+
+static void put_task(void *arg)
+{
+    store_task *t = arg;
+    ft_store *s = t->s;
+    ft__entry *e = t->e;
+    free(t);
+    ft_io_opts o = {.engine = s->opts.engine};
+    int64_t r = 0;
+    bool write = true, ring = e->host_off >= 0; /* fixed while the put holds it */
+    if (ring) {
+        uint8_t *copy = s->host + e->host_off;
+        if (e->src_device >= 0)
+            r = sync_event(e->src_device, e->copied, "spill store: device-to-host copy");
+        else
+            memcpy(copy, e->src.ptr, e->len);
+        pthread_mutex_lock(&s->lock);
+        e->copy_pending = false; /* the source is free: the ring holds the data */
+        write = r == 0 && !admit_to_tier(s, e);
+        pthread_cond_broadcast(&s->changed);
+        pthread_mutex_unlock(&s->lock);
+        if (write) {
+            ft_buf b = ft_host_buf(copy, e->slot);
+            r = ft__transfer(s->file, &b, (uint64_t)e->file_off, &o, true);
+        }
+    } else { /* larger than the ring: straight from the source */
+        if (e->src_device >= 0)
+            o.stream = s->out[e->src_device];
+        r = ft__transfer(s->file, &e->src, (uint64_t)e->file_off, &o, true);
+    }
+    pthread_mutex_lock(&s->lock);
+    e->copy_pending = false;
+    if (r < 0) {
+        e->err = (int)r;
+        ft__store_keep_detail(e);
+    } else if (write) {
+        e->on_disk = true;
+        s->st.bytes_written += e->len;
+    }
+    if (ring)
+        ft__store_host_unref(s, e);
+    e->landed = true;
+    ft__store_inflight(s, -(int64_t)e->len);
+    task_done(s, e);
+    pthread_mutex_unlock(&s->lock);
+}
+
+int ft_store_put(ft_store *s, const ft_buf *src, void *stream, uint64_t *key)
+{
+    if (!s || !src || !key)
+        return ft__err(-EINVAL, "ft_store_put: store, source or key is NULL");
+    int dev, rc = buf_device(src, &dev);
+    if (rc < 0)
+        return rc;
+    ft__entry *e = calloc(1, sizeof *e);
+    if (!e)
+        return ft__err(-ENOMEM, "spill store: entry");
+    *e = (ft__entry){.len = src->len, .slot = round_block(src->len), .file_off = -1,
+                     .host_off = -1, .src = *src, .src_device = dev, .dst_device = -1,
+                     .copy_pending = src->len > 0, .landed = src->len == 0};
+    pthread_mutex_lock(&s->lock);
+    int64_t off = 0;
+    if (e->len) {
+        off = ft__store_file_reserve(s, e->slot);
+        if (off >= 0)
+            e->file_off = off;
+        if (off >= 0 && e->slot <= s->opts.staging_bytes &&
+            (off = ft__store_ring_take(s, e->slot, true)) >= 0) {
+            e->host_off = off;
+            e->host_refs = 1; /* the put's, until its write is done */
+        }
+    }
+    if (off < 0 || (rc = ft__store_insert(s, e)) < 0) {
+        if (e->file_off >= 0)
+            ft__extents_free(&s->space, (uint64_t)e->file_off, e->slot);
+        if (e->host_off >= 0)
+            ft__store_host_unref(s, e);
+        pthread_mutex_unlock(&s->lock);
+        free(e);
+        return off < 0 ? (int)off : rc;
+    }
+    e->lru = ++s->tick;
+    s->st.puts++;
+    s->st.bytes_put += e->len;
+    if (e->len) {
+        ft__store_inflight(s, (int64_t)e->len);
+        rc = dev >= 0 ? queue_device_copy(s, e, stream) : 0;
+        if (rc == 0)
+            rc = post(s, e, put_task);
+        if (rc < 0) { /* undo: nothing was started but maybe the device copy */
+            char keep[FT__DETAIL_MAX];
+            ft__detail_save(keep);
+            if (e->copied)
+                sync_event(dev, e->copied, "spill store: device-to-host copy");
+            e->copy_pending = false;
+            e->landed = true;
+            ft__store_mark_dropped(s, e);
+            ft__store_inflight(s, -(int64_t)e->len);
+            if (e->host_off >= 0)
+                ft__store_host_unref(s, e);
+            ft__store_maybe_free(s, e);
+            pthread_mutex_unlock(&s->lock);
+            ft__detail_restore(keep);
+            return rc;
+        }
+    }
+    *key = e->key;
+    pthread_mutex_unlock(&s->lock);
+    return 0;
+}
+
+int ft_store_released(ft_store *s, uint64_t key)
+{
+    if (!s)
+        return ft__err(-EINVAL, "ft_store_released: store is NULL");
+    pthread_mutex_lock(&s->lock);
+    ft__entry *e = ft__store_lookup(s, key);
+    int r = !e ? -ENOENT : e->copy_pending ? 0 : 1;
+    if (e && r == 1 && e->err && !e->on_disk && e->host_off < 0) {
+        r = e->err;
+        ft__detail_restore(e->detail ? e->detail : "");
+    }
+    pthread_mutex_unlock(&s->lock);
+    return r;
+}
+
+/* A get from the entry's ring copy into device memory, only queued: the store's stream waits
+ * for the consumer's queued work (the buffer may still be in use) and for the put's copy into
+ * the ring; the consumer's stream waits for the copy out. Lock held. */
+static int get_queued(ft_store *s, ft__entry *e, const ft_buf *dst, int dev, void *stream)
+{
+    int rc = ft__cuda_enter(dev);
+    if (rc < 0)
+        return rc;
+    CUstream in;
+    CUevent ready = NULL;
+    CUresult r = 0;
+    if ((rc = ft__store_stream(s, dev, true, &in)) == 0) {
+        r = ft__cu.EventCreate(&ready, FT_CU_EVENT_DISABLE_TIMING);
+        if (r == 0 && (r = ft__cu.EventRecord(ready, (CUstream)stream)) == 0)
+            r = ft__cu.StreamWaitEvent(in, ready, 0);
+        if (ready)
+            ft__cu.EventDestroy(ready);
+        if (r == 0 && e->copy_pending)
+            r = ft__cu.StreamWaitEvent(in, e->copied, 0);
+        if (r == 0)
+            r = ft__cu.MemcpyHtoDAsync((CUdeviceptr)(uintptr_t)dst->ptr, s->host + e->host_off,
+                                       e->len, in);
+        if (r == 0 && e->got && e->got_device != dev) {
+            if (e->got_pending) /* a copy to another device: let it finish first */
+                r = ft__cu.EventSynchronize(e->got);
+            ft__cu.EventDestroy(e->got);
+            e->got = NULL;
+        }
+        if (r == 0 && !e->got && (r = ft__cu.EventCreate(&e->got, FT_CU_EVENT_DISABLE_TIMING)) == 0)
+            e->got_device = dev;
+        if (r == 0 && (r = ft__cu.EventRecord(e->got, in)) == 0)
+            r = ft__cu.StreamWaitEvent((CUstream)stream, e->got, 0);
+        if (r != 0)
+            rc = ft__cuda_err(r, "spill store: queueing the host-to-device copy");
+    }
+    ft__cuda_leave();
+    if (rc == 0 && !e->got_pending) { /* the ring copy is held until the copy completes */
+        e->got_pending = true;
+        e->host_refs++;
+        ft__store_inflight(s, (int64_t)e->len);
+    }
+    if (rc == 0)
+        s->st.host_hits++;
+    return rc;
+}
+
+static void get_task(void *arg)
+{
+    store_task *t = arg;
+    ft_store *s = t->s;
+    ft__entry *e = t->e;
+    free(t);
+    int64_t r = 0;
+    pthread_mutex_lock(&s->lock);
+    while (e->copy_pending || e->prefetching)
+        pthread_cond_wait(&s->changed, &s->lock);
+    bool from_ring = e->host_off >= 0;
+    if (from_ring)
+        e->host_refs++;
+    pthread_mutex_unlock(&s->lock);
+    CUstream in = e->dst_device >= 0 ? s->in[e->dst_device] : NULL;
+    if (from_ring && e->dst_device < 0) {
+        memcpy(e->dst.ptr, s->host + e->host_off, e->len);
+    } else if (from_ring) {
+        if ((r = ft__cuda_enter(e->dst_device)) == 0) {
+            CUresult cr = ft__cu.MemcpyHtoDAsync((CUdeviceptr)(uintptr_t)e->dst.ptr,
+                                                 s->host + e->host_off, e->len, in);
+            if (cr == 0)
+                cr = ft__cu.StreamSynchronize(in);
+            ft__cuda_leave();
+            if (cr != 0)
+                r = ft__cuda_err(cr, "spill store: host-to-device copy");
+        }
+    } else if (e->on_disk) {
+        ft_io_opts o = {.engine = s->opts.engine, .stream = in};
+        r = ft__transfer(s->file, &e->dst, (uint64_t)e->file_off, &o, false);
+        if (r >= 0 && (uint64_t)r != e->len)
+            r = ft__err(-EIO, "spill store: spill file read %lld of %llu bytes", (long long)r,
+                        (unsigned long long)e->len);
+    } else {
+        r = ft__err(e->err ? e->err : -EIO, "spill store: entry %llu holds no data (%s)",
+                    (unsigned long long)e->key, e->detail ? e->detail : "put failed");
+    }
+    pthread_mutex_lock(&s->lock);
+    if (from_ring) {
+        s->st.host_hits++;
+        ft__store_host_unref(s, e);
+    } else if (r >= 0) {
+        s->st.bytes_read += e->len;
+    }
+    e->get_err = r < 0 ? (int)r : 0;
+    if (r < 0)
+        ft__store_keep_detail(e);
+    e->getting = false;
+    ft__store_inflight(s, -(int64_t)e->len);
+    task_done(s, e);
+    pthread_mutex_unlock(&s->lock);
+}
+
+int ft_store_get(ft_store *s, uint64_t key, const ft_buf *dst, void *stream)
+{
+    if (!s || !dst)
+        return ft__err(-EINVAL, "ft_store_get: store or destination is NULL");
+    int dev, rc = buf_device(dst, &dev);
+    if (rc < 0)
+        return rc;
+    pthread_mutex_lock(&s->lock);
+    ft__entry *e = ft__store_lookup(s, key);
+    if (!e)
+        rc = -ENOENT;
+    else if (dst->len != e->len)
+        rc = ft__err(-EINVAL, "spill store: entry %llu has %llu bytes, the buffer %zu",
+                     (unsigned long long)key, (unsigned long long)e->len, dst->len);
+    else if (e->getting)
+        rc = ft__err(-EBUSY, "spill store: entry %llu has a get in progress",
+                     (unsigned long long)key);
+    else if (e->landed && e->err && e->host_off < 0)
+        rc = ft__err(e->err, "spill store: entry %llu was not stored: %s",
+                     (unsigned long long)key, e->detail ? e->detail : "");
+    if (rc < 0 || e->len == 0) {
+        pthread_mutex_unlock(&s->lock);
+        return rc;
+    }
+    e->lru = ++s->tick;
+    s->st.gets++;
+    s->st.bytes_got += e->len;
+    e->get_err = 0;
+    if (dev >= 0 && e->host_off >= 0 && !e->prefetching &&
+        (!e->copy_pending || e->src_device >= 0)) {
+        rc = get_queued(s, e, dst, dev, stream);
+    } else {
+        e->getting = true;
+        e->dst = *dst;
+        e->dst_device = dev;
+        ft__store_inflight(s, (int64_t)e->len);
+        if (dev >= 0 && (rc = ft__cuda_enter(dev)) == 0) {
+            /* The buffer may still be in use by work queued on the consumer's stream: the
+             * store's stream (which the task's transfer follows) waits for it. */
+            CUstream in;
+            CUevent ready = NULL;
+            if ((rc = ft__store_stream(s, dev, true, &in)) == 0) {
+                CUresult r = ft__cu.EventCreate(&ready, FT_CU_EVENT_DISABLE_TIMING);
+                if (r == 0 && (r = ft__cu.EventRecord(ready, (CUstream)stream)) == 0)
+                    r = ft__cu.StreamWaitEvent(in, ready, 0);
+                if (ready)
+                    ft__cu.EventDestroy(ready);
+                if (r != 0)
+                    rc = ft__cuda_err(r, "spill store: consumer stream");
+            }
+            ft__cuda_leave();
+        }
+        if (rc == 0)
+            rc = post(s, e, get_task);
+        if (rc < 0) {
+            e->getting = false;
+            ft__store_inflight(s, -(int64_t)e->len);
+        }
+    }
+    pthread_mutex_unlock(&s->lock);
+    return rc;
+}
+
+static void prefetch_task(void *arg)
+{
+    store_task *t = arg;
+    ft_store *s = t->s;
+    ft__entry *e = t->e;
+    free(t);
+    ft_io_opts o = {.engine = s->opts.engine};
+    ft_buf b = ft_host_buf(s->host + e->host_off, e->slot);
+    int64_t r = ft__transfer(s->file, &b, (uint64_t)e->file_off, &o, false);
+    pthread_mutex_lock(&s->lock);
+    e->prefetching = false;
+    if (r != (int64_t)e->slot) { /* keep no copy: a get reads the file and reports */
+        e->cached = false;
+        ft__store_host_unref(s, e);
+    } else {
+        s->st.bytes_prefetched += e->len;
+        s->st.bytes_read += e->len;
+    }
+    ft__store_inflight(s, -(int64_t)e->len);
+    task_done(s, e);
+    pthread_mutex_unlock(&s->lock);
+}
+
+int ft_store_prefetch(ft_store *s, uint64_t key)
+{
+    if (!s)
+        return ft__err(-EINVAL, "ft_store_prefetch: store is NULL");
+    pthread_mutex_lock(&s->lock);
+    ft__entry *e = ft__store_lookup(s, key);
+    int rc = e ? 0 : -ENOENT;
+    if (e && e->landed && e->on_disk && e->host_off < 0 && !e->getting &&
+        e->slot <= s->opts.staging_bytes) {
+        int64_t off = ft__store_ring_take(s, e->slot, false);
+        if (off == -ENOMEM)
+            rc = ft__err(-ENOMEM, "spill store: ring allocator");
+        else if (off < 0)
+            rc = ft__err(-EBUSY, "spill store: no free ring space for %llu bytes",
+                         (unsigned long long)e->slot);
+        if (off >= 0) {
+            e->host_off = off;
+            e->host_refs = 1;
+            e->cached = e->prefetching = true;
+            e->lru = ++s->tick;
+            ft__store_inflight(s, (int64_t)e->len);
+            rc = post(s, e, prefetch_task);
+            if (rc < 0) {
+                e->prefetching = e->cached = false;
+                ft__store_inflight(s, -(int64_t)e->len);
+                ft__store_host_unref(s, e);
+            } else {
+                rc = 1;
+            }
+        }
+    }
+    pthread_mutex_unlock(&s->lock);
+    return rc;
+}
+
+int ft_store_poll(ft_store *s, uint64_t key)
+{
+    if (!s)
+        return ft__err(-EINVAL, "ft_store_poll: store is NULL");
+    pthread_mutex_lock(&s->lock);
+    ft__entry *e = ft__store_lookup(s, key);
+    int r = !e ? -ENOENT : e->landed && !e->getting;
+    pthread_mutex_unlock(&s->lock);
+    return r;
+}
+
+int ft_store_wait(ft_store *s, uint64_t key)
+{
+    if (!s)
+        return ft__err(-EINVAL, "ft_store_wait: store is NULL");
+    pthread_mutex_lock(&s->lock);
+    ft__entry *e = ft__store_lookup(s, key);
+    int r = e ? 0 : -ENOENT;
+    uint64_t t0 = 0;
+    while (e && (!e->landed || e->getting)) {
+        if (!t0)
+            t0 = ft__store_now();
+        pthread_cond_wait(&s->changed, &s->lock);
+    }
+    if (t0)
+        s->st.stall_ns += ft__store_now() - t0;
+    if (e && (e->get_err || e->err)) {
+        r = e->get_err ? e->get_err : e->err;
+        ft__detail_restore(e->detail ? e->detail : "");
+    }
+    pthread_mutex_unlock(&s->lock);
+    return r;
+}
+
+int ft_store_drop(ft_store *s, uint64_t key)
+{
+    if (!s)
+        return ft__err(-EINVAL, "ft_store_drop: store is NULL");
+    pthread_mutex_lock(&s->lock);
+    ft__entry *e = ft__store_lookup(s, key);
+    if (e) {
+        ft__store_mark_dropped(s, e);
+        if (e->got_pending && ft__cu.EventQuery(e->got) == 0) {
+            e->got_pending = false;
+            ft__store_inflight(s, -(int64_t)e->len);
+            ft__store_host_unref(s, e);
+        }
+        if (e->dirty) {
+            s->st.host_resident -= e->slot;
+            e->dirty = false;
+            e->cached = false;
+            ft__store_host_unref(s, e);
+        } else if (e->cached && !e->prefetching) {
+            e->cached = false;
+            ft__store_host_unref(s, e);
+        }
+        pthread_cond_broadcast(&s->changed);
+        ft__store_maybe_free(s, e); /* else the last task or ft__store_reap frees it */
+    }
+    pthread_mutex_unlock(&s->lock);
+    return e ? 0 : -ENOENT;
+}

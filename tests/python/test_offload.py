@@ -1,0 +1,323 @@
+"""Activation offload (fastensor.torch.offload_activations) and the spill store from Python:
+bitwise-equal training with and without offload (MLP, CNN, transformer block; CPU, and CUDA
+where present), and every correctness trap."""
+import copy
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import torch
+
+import fastensor
+import fastensor.torch as ft
+
+CUDA = torch.cuda.is_available()
+DEVICES = ["cpu"] + (["cuda"] if CUDA else [])
+needs_cuda = pytest.mark.skipif(not CUDA, reason="no CUDA device (torch.cuda.is_available() is False)")
+SMALL = 4096  # min_bytes for the tests: most activations are offloaded
+
+
+def offloader(tmp, **kw):
+    kw.setdefault("min_bytes", SMALL)
+    kw.setdefault("prefetch_bytes", 8 << 20)
+    return ft.offload_activations(tmp, **kw)
+
+
+def mlp():
+    return torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.GELU(), torch.nn.Linear(512, 512),
+                               torch.nn.Tanh(), torch.nn.Linear(512, 10))
+
+
+def cnn():
+    return torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3, padding=1), torch.nn.BatchNorm2d(16),
+                               torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+                               torch.nn.Conv2d(16, 32, 3, padding=1), torch.nn.ReLU(),
+                               torch.nn.Flatten(), torch.nn.Linear(32 * 8 * 8, 10))
+
+
+def block():
+    layer = torch.nn.TransformerEncoderLayer(d_model=128, nhead=4, dim_feedforward=512,
+                                             dropout=0.0, batch_first=True)
+    return torch.nn.Sequential(layer, torch.nn.Flatten(), torch.nn.Linear(128 * 32, 10))
+
+
+MODELS = {"mlp": (mlp, (64, 256)), "cnn": (cnn, (16, 3, 16, 16)), "block": (block, (16, 32, 128))}
+
+
+def train(model, batches, targets, off=None, steps=3):
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    losses, grads = [], []
+    for x, y in zip(batches[:steps], targets[:steps]):
+        opt.zero_grad()
+        if off is None:
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+        else:
+            with off:
+                loss = torch.nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        losses.append(loss.detach().clone())
+        grads.append([p.grad.detach().clone() for p in model.parameters()])
+        opt.step()
+    return losses, grads
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_training_is_bitwise_equal(tmp, name, device):
+    make, shape = MODELS[name]
+    torch.manual_seed(1)
+    base = make().to(device)
+    other = copy.deepcopy(base)
+    gen = torch.Generator().manual_seed(2)
+    batches = [torch.randn(shape, generator=gen).to(device) for _ in range(3)]
+    targets = [torch.randint(0, 10, (shape[0],), generator=gen).to(device) for _ in range(3)]
+    l0, g0 = train(base, batches, targets)
+    off = offloader(tmp)
+    l1, g1 = train(other, batches, targets, off)
+    for a, b in zip(l0, l1):
+        assert torch.equal(a, b)
+    for ga, gb in zip(g0, g1):
+        assert all(torch.equal(a, b) for a, b in zip(ga, gb))
+    st = off.stats()
+    assert st["tensors_offloaded"] > 0 and st["bytes_offloaded"] > 0
+    assert st["entries"] == 0  # every saved tensor was released after its use
+    for key in ("bytes_offloaded", "bytes_prefetched", "stall_seconds", "peak_inflight_bytes"):
+        assert key in st
+
+
+def test_same_tensor_saved_by_several_ops_is_stored_once(tmp):
+    x = torch.randn(256, 256, requires_grad=True)
+    a, b = torch.randn(256, 256, requires_grad=True), torch.randn(256, 256, requires_grad=True)
+    off = offloader(tmp)
+    with off:
+        h = x.tanh()              # saved once by tanh (its output)...
+        y = (h * a).sum() + (h * b).sum()  # ...and by both multiplications
+    y.backward()
+    st = off.stats()
+    assert st["dedup_hits"] >= 2
+    ref_x = x.detach().clone().requires_grad_()
+    h2 = ref_x.tanh()
+    ((h2 * a.detach()).sum() + (h2 * b.detach()).sum()).backward()
+    assert torch.equal(x.grad, ref_x.grad)
+
+
+def test_parameters_and_their_views_stay(tmp):
+    w = torch.nn.Parameter(torch.randn(512, 512))
+    x = torch.randn(64, 512, requires_grad=True) * 1  # activations: not leaves
+    h = torch.randn(64, 512, requires_grad=True) * 1
+    off = offloader(tmp, min_bytes=1)
+    with off:
+        y = (x @ w.t()).relu()     # saves x (data) and w.t() (a view of a parameter)
+        z = (h * w[:64]).sum()     # saves h and w[:64] (a view)
+        (y.sum() + z).backward()
+    st = off.stats()
+    assert st["tensors_kept"] >= 2
+    param_bytes = w.numel() * 4
+    assert st["bytes_offloaded"] < param_bytes  # neither the parameter nor its views
+
+
+def test_inplace_change_after_pack_raises(tmp):
+    x = torch.randn(128, 128, requires_grad=True)
+    c = torch.randn(128, 128, requires_grad=True)
+    off = offloader(tmp)
+    with off:
+        h = x * 2
+        y = h * c        # saves h
+    h.add_(1)            # modified after it was packed
+    with pytest.raises(RuntimeError, match="inplace"):
+        y.sum().backward()
+
+
+def test_non_contiguous_tensors_keep_values_and_strides(tmp):
+    torch.manual_seed(3)
+    x = torch.randn(256, 384, requires_grad=True)
+    c = torch.randn(384, 256)
+    d = torch.randn(256, 192)
+    seen = []
+
+    def f(inp, off=None):
+        h = inp.exp()
+        t = h.t()                      # dense, transposed
+        s = h[:, ::2]                  # a slice with holes
+        out = (t * c).sin().sum() + (s * d).cos().sum()
+        return out
+
+    ref = x.detach().clone().requires_grad_()
+    f(ref).backward()
+    off = offloader(tmp)
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: seen.append(t.stride()) or t,
+                                                  lambda t: t):
+        pass
+    with off:
+        out = f(x)
+    out.backward()
+    assert torch.equal(x.grad, ref.grad)
+    assert off.stats()["tensors_offloaded"] >= 3
+
+
+def test_unpack_twice_with_retain_graph(tmp):
+    torch.manual_seed(4)
+    model = mlp()
+    ref = copy.deepcopy(model)
+    x = torch.randn(64, 256)
+    off = offloader(tmp)
+    with off:
+        y = model(x).square().mean()
+    y.backward(retain_graph=True)
+    y.backward()
+    yr = ref(x).square().mean()
+    yr.backward(retain_graph=True)
+    yr.backward()
+    for a, b in zip(model.parameters(), ref.parameters()):
+        assert torch.equal(a.grad, b.grad)
+    assert off.stats()["bytes_reloaded"] >= 2 * 64 * 512 * 4
+
+
+def test_nested_hooks(tmp):
+    torch.manual_seed(5)
+    model = mlp()
+    ref = copy.deepcopy(model)
+    x = torch.randn(64, 256)
+    outer, inner = offloader(tmp), offloader(tmp)
+    with outer:
+        a = model[0](x)
+        with inner:                      # the innermost hooks win
+            b = model[1:3](a)
+        with torch.autograd.graph.save_on_cpu():
+            c = model[3:](b)
+        d = c.square().mean()
+    d.backward()
+    ref(x).square().mean().backward()
+    for p, q in zip(model.parameters(), ref.parameters()):
+        assert torch.equal(p.grad, q.grad)
+    assert inner.stats()["tensors_offloaded"] > 0
+    assert outer.stats()["tensors_offloaded"] > 0
+
+
+def spill_fds(directory):
+    """Descriptors of this process open on files in ``directory``."""
+    out = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith(os.path.realpath(directory) + "/"):
+            out.append(target)
+    return out
+
+
+def test_exception_in_forward_closes_the_store(tmp):
+    model = mlp()
+    x = torch.randn(64, 256)
+    off = offloader(tmp)
+    with pytest.raises(ZeroDivisionError):
+        with off:
+            y = model(x).sum()
+            assert spill_fds(tmp)        # the store's (nameless) file is open
+            1 / 0
+    assert spill_fds(tmp) == []          # closed: the file is gone
+    assert os.listdir(tmp) == []
+    with pytest.raises(RuntimeError, match="closed"):
+        y.backward()
+
+
+def test_capacity_error_is_clear_and_cleans_up(tmp):
+    model = mlp()
+    off = offloader(tmp, capacity=64 << 10)
+    # autograd reports an exception raised in a pack hook as a RuntimeError naming it
+    with pytest.raises((OSError, RuntimeError), match="spill store full"):
+        with off:
+            model(torch.randn(512, 256)).sum()
+    assert spill_fds(tmp) == []
+
+
+def test_host_cache_keeps_bytes_off_the_disk(tmp):
+    torch.manual_seed(6)
+    model = mlp()
+    ref = copy.deepcopy(model)
+    x = torch.randn(256, 256)
+    off = offloader(tmp, host_cache_bytes=1 << 20)
+    with off:
+        y = model(x).square().mean()
+    y.backward()
+    ref(x).square().mean().backward()
+    for p, q in zip(model.parameters(), ref.parameters()):
+        assert torch.equal(p.grad, q.grad)
+    st = off.stats()
+    assert 0 < st["bytes_written"] < st["bytes_offloaded"]
+
+
+def test_spill_file_gone_after_sigkill(tmp):
+    code = textwrap.dedent(f"""
+        import os, signal, sys, torch
+        import fastensor.torch as ft
+        off = ft.offload_activations({tmp!r}, min_bytes=4096, prefetch_bytes=1 << 20)
+        m = torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.GELU(), torch.nn.Linear(1024, 8))
+        with off:
+            y = m(torch.randn(512, 256)).sum()
+        assert off.stats()["bytes_offloaded"] > 0
+        print("ready", flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+    """)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == -signal.SIGKILL, p.stderr
+    assert "ready" in p.stdout
+    assert os.listdir(tmp) == []
+
+
+@needs_cuda
+def test_stream_ordering_on_cuda(tmp):
+    torch.manual_seed(7)
+    side = torch.cuda.Stream()
+    x = torch.randn(1024, 1024, device="cuda", requires_grad=True)
+    c = torch.randn(1024, 1024, device="cuda")
+    ref = x.detach().clone().requires_grad_()
+    ((ref * 3).sin() * c).sum().backward()
+    off = offloader(tmp)
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        with off:
+            torch.cuda._sleep(50_000_000)  # the producer is slow: the copy must wait for it
+            h = (x * 3).sin()
+            y = (h * c).sum()
+        del h
+        y.backward()
+    torch.cuda.current_stream().wait_stream(side)
+    assert torch.equal(x.grad, ref.grad)
+    assert off.stats()["tensors_offloaded"] > 0
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_spill_store_round_trip(tmp, device):
+    with fastensor.SpillStore(tmp, staging_bytes=1 << 20) as st:
+        data = [torch.randint(0, 255, (n,), dtype=torch.uint8, device=device)
+                for n in (1, 4095, 4097, 3 << 20)]
+        keys = [st.put(t) for t in data]
+        for k in keys:
+            st.wait(k)
+            assert st.released(k)
+        arr = np.arange(1000, dtype=np.float64)
+        ka = st.put(arr)
+        for t, k in zip(reversed(data), reversed(keys)):
+            out = torch.empty_like(t)
+            st.get(k, out)
+            st.wait(k)
+            assert torch.equal(out, t)
+            st.drop(k)
+        back = np.empty_like(arr)
+        st.get(ka, back)
+        st.wait(ka)
+        assert np.array_equal(back, arr)
+        with pytest.raises(OSError):
+            st.get(keys[0], torch.empty(1, dtype=torch.uint8, device=device))
+        with pytest.raises(ValueError):
+            st.get(ka, np.empty(3))
+        assert st.stats()["entries"] == 1
+    assert os.listdir(tmp) == []

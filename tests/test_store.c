@@ -1,0 +1,462 @@
+/* The spill store: round trips of every size and alignment through every engine, the ring
+ * (small, so puts wait for it and large entries bypass it), the host tier, prefetch,
+ * capacity limits, drop, the unlinked file (also after SIGKILL), injected I/O faults,
+ * concurrent use, and the slot allocator. */
+#include "testlib.h"
+#include "../src/store/extent.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static ft_ctx *ctx;
+
+/* A fresh empty directory for one store. */
+static const char *store_dir(const char *name)
+{
+    const char *d = t_path(name);
+    mkdir(d, 0755);
+    return d;
+}
+
+static unsigned dir_entries(const char *dir)
+{
+    DIR *d = opendir(dir);
+    unsigned n = 0;
+    if (!d)
+        return 9999;
+    for (struct dirent *de; (de = readdir(d));)
+        n += de->d_name[0] != '.' || (de->d_name[1] && (de->d_name[1] != '.' || de->d_name[2]));
+    closedir(d);
+    return n;
+}
+
+static const size_t sizes[] = {0, 1, 17, 4095, 4096, 4097, 65536 + 3, (1u << 20) + 1,
+                               3u << 20, (5u << 20) + 4093};
+#define NSIZES (sizeof sizes / sizeof *sizes)
+
+/* Put every size at misaligned addresses, wait, get back into other misaligned buffers. */
+static void roundtrip(ft_engine engine, uint64_t staging, uint64_t tier)
+{
+    ft_store_opts o = {.dir = store_dir("rt"), .engine = engine, .staging_bytes = staging,
+                       .host_cache_bytes = tier};
+    ft_store *s;
+    T_EQ(ft_store_create(ctx, &s, &o), 0);
+    T_EQ(dir_entries(o.dir), 0); /* the spill file has no name */
+    uint8_t *src[NSIZES], *dst[NSIZES];
+    uint64_t keys[NSIZES], total = 0;
+    for (size_t i = 0; i < NSIZES; i++) {
+        src[i] = t_alloc_misaligned(sizes[i] + 1, i * 7 % 4096);
+        dst[i] = t_alloc_misaligned(sizes[i] + 1, i * 13 % 4096);
+        t_fill_random(src[i], sizes[i], 100 + i);
+        ft_buf b = ft_host_buf(src[i], sizes[i]);
+        T_EQ(ft_store_put(s, &b, NULL, &keys[i]), 0);
+        total += sizes[i];
+    }
+    for (size_t i = 0; i < NSIZES; i++) {
+        T_EQ(ft_store_wait(s, keys[i]), 0);
+        T_EQ(ft_store_released(s, keys[i]), 1);
+        memset(src[i], 0xee, sizes[i]); /* the store must not read the source any more */
+    }
+    for (size_t r = 0; r < 2; r++) { /* twice: a get does not consume the entry */
+        for (size_t i = NSIZES; i-- > 0;) {
+            ft_buf d = ft_host_buf(dst[i], sizes[i]);
+            T_EQ(ft_store_get(s, keys[i], &d, NULL), 0);
+        }
+        for (size_t i = 0; i < NSIZES; i++) {
+            T_EQ(ft_store_wait(s, keys[i]), 0);
+            t_fill_random(src[i], sizes[i], 100 + i);
+            T_MEMEQ(dst[i], src[i], sizes[i]);
+            memset(dst[i], 0, sizes[i]);
+        }
+    }
+    ft_store_stats st;
+    T_EQ(ft_store_get_stats(s, &st), 0);
+    T_EQ(st.puts, NSIZES);
+    T_EQ(st.bytes_put, total);
+    T_EQ(st.bytes_got, 2 * total);
+    T_EQ(st.entries, NSIZES);
+    T_EQ(st.inflight_bytes, 0);
+    T_TRUE(st.peak_inflight_bytes > 0);
+    if (tier) {
+        T_TRUE(st.host_resident > 0 && st.host_resident <= tier);
+        T_TRUE(st.bytes_written < total);
+    } else {
+        T_EQ(st.host_resident, 0);
+        T_EQ(st.bytes_written, total);
+    }
+    for (size_t i = 0; i < NSIZES; i++) {
+        T_EQ(ft_store_drop(s, keys[i]), 0);
+        T_EQ(ft_store_drop(s, keys[i]), -ENOENT);
+        t_free_misaligned(src[i], i * 7 % 4096);
+        t_free_misaligned(dst[i], i * 13 % 4096);
+    }
+    T_EQ(ft_store_get_stats(s, &st), 0);
+    T_EQ(st.entries, 0);
+    T_EQ(st.file_used, 0);
+    T_EQ(st.host_used, 0);
+    ft_store_destroy(s);
+    T_EQ(dir_entries(o.dir), 0);
+}
+
+static void case_engines(void)
+{
+    const ft_engine engines[] = {FT_ENGINE_AUTO, FT_ENGINE_POSIX, FT_ENGINE_DIRECT,
+                                 FT_ENGINE_URING, FT_ENGINE_MMAP};
+    for (size_t i = 0; i < sizeof engines / sizeof *engines; i++) {
+        if (!ft_engine_available(ctx, engines[i], NULL))
+            continue; /* the engine's own tests report why */
+        roundtrip(engines[i], 0, 0);
+        if (t_failures)
+            return;
+    }
+}
+
+/* A 2 MiB ring: puts of 3 and 5 MiB bypass it, the rest wait for space in turn. */
+static void case_small_ring(void)
+{
+    roundtrip(FT_ENGINE_AUTO, 2u << 20, 0);
+}
+
+static void case_host_tier(void)
+{
+    roundtrip(FT_ENGINE_AUTO, 4u << 20, 6u << 20);
+}
+
+static void case_prefetch(void)
+{
+    ft_store_opts o = {.dir = store_dir("pf"), .staging_bytes = 8u << 20};
+    ft_store *s;
+    T_EQ(ft_store_create(ctx, &s, &o), 0);
+    size_t n = (3u << 20) + 5;
+    uint8_t *a = malloc(n), *b = malloc(n);
+    t_fill_random(a, n, 7);
+    ft_buf src = ft_host_buf(a, n), dst = ft_host_buf(b, n);
+    uint64_t k;
+    T_EQ(ft_store_put(s, &src, NULL, &k), 0);
+    T_EQ(ft_store_wait(s, k), 0);
+    T_EQ(ft_store_prefetch(s, k), 1);
+    T_EQ(ft_store_wait(s, k), 0);
+    ft_store_stats st;
+    while (ft_store_get_stats(s, &st) == 0 && st.inflight_bytes)
+        usleep(1000);
+    T_EQ(st.bytes_prefetched, n);
+    T_EQ(ft_store_prefetch(s, k), 0); /* already in memory */
+    T_EQ(ft_store_get(s, k, &dst, NULL), 0);
+    T_EQ(ft_store_wait(s, k), 0);
+    T_MEMEQ(a, b, n);
+    T_EQ(ft_store_get_stats(s, &st), 0);
+    T_EQ(st.host_hits, 1);
+    T_EQ(st.bytes_read, n); /* the prefetch's read only */
+    /* A second entry fills the ring: the cached copy is evicted, the data stays right. */
+    size_t big = 6u << 20;
+    uint8_t *c = malloc(big);
+    t_fill_random(c, big, 8);
+    ft_buf cb = ft_host_buf(c, big);
+    uint64_t k2;
+    T_EQ(ft_store_put(s, &cb, NULL, &k2), 0);
+    T_EQ(ft_store_wait(s, k2), 0);
+    memset(b, 0, n);
+    T_EQ(ft_store_get(s, k, &dst, NULL), 0);
+    T_EQ(ft_store_wait(s, k), 0);
+    T_MEMEQ(a, b, n);
+    ft_store_destroy(s);
+    free(a);
+    free(b);
+    free(c);
+}
+
+static void case_capacity(void)
+{
+    ft_store_opts o = {.dir = store_dir("cap"), .capacity = 1u << 20};
+    ft_store *s;
+    T_EQ(ft_store_create(ctx, &s, &o), 0);
+    uint8_t *a = malloc(1u << 20), *b = malloc(1u << 20);
+    t_fill_random(a, 1u << 20, 9);
+    ft_buf half = ft_host_buf(a, 512u << 10), whole = ft_host_buf(a, 1u << 20);
+    uint64_t k1, k2, k3;
+    T_EQ(ft_store_put(s, &half, NULL, &k1), 0);
+    T_EQ(ft_store_put(s, &whole, NULL, &k2), -ENOSPC);
+    T_TRUE(strstr(ft_last_error(), "spill store full") != NULL);
+    ft_buf got = ft_host_buf(b, 512u << 10);
+    T_EQ(ft_store_get(s, k1, &got, NULL), 0); /* what was there is intact */
+    T_EQ(ft_store_wait(s, k1), 0);
+    T_MEMEQ(a, b, 512u << 10);
+    T_EQ(ft_store_drop(s, k1), 0);
+    T_EQ(ft_store_put(s, &whole, NULL, &k3), 0); /* the dropped slot is free again */
+    T_EQ(ft_store_wait(s, k3), 0);
+    ft_store_stats st;
+    T_EQ(ft_store_get_stats(s, &st), 0);
+    T_EQ(st.file_used, 1u << 20);
+    T_EQ(st.file_size, 1u << 20);
+    ft_store_destroy(s);
+    free(a);
+    free(b);
+}
+
+static void case_bad_input(void)
+{
+    ft_store *s;
+    ft_store_opts bad = {.engine = (ft_engine)99};
+    T_EQ(ft_store_create(ctx, &s, &bad), -EINVAL);
+    ft_store_opts nodir = {.dir = "/nonexistent/fastensor"};
+    T_EQ(ft_store_create(ctx, &s, &nodir), -ENOENT);
+    T_TRUE(strstr(ft_last_error(), "/nonexistent/fastensor") != NULL);
+    ft_store_opts o = {.dir = store_dir("bad")};
+    T_EQ(ft_store_create(ctx, &s, &o), 0);
+    char buf[64] = "0123456789";
+    ft_buf b = ft_host_buf(buf, 10), wrong = ft_host_buf(buf, 11), null = ft_host_buf(NULL, 5);
+    uint64_t k;
+    T_EQ(ft_store_put(s, &null, NULL, &k), -EFAULT);
+    T_EQ(ft_store_put(s, &b, NULL, NULL), -EINVAL);
+    T_EQ(ft_store_put(s, &b, NULL, &k), 0);
+    T_EQ(ft_store_get(s, k, &wrong, NULL), -EINVAL);
+    T_EQ(ft_store_get(s, k + 1, &b, NULL), -ENOENT);
+    T_EQ(ft_store_wait(s, 12345), -ENOENT);
+    T_EQ(ft_store_prefetch(s, 12345), -ENOENT);
+    T_EQ(ft_store_poll(s, 12345), -ENOENT);
+    T_EQ(ft_store_released(s, 12345), -ENOENT);
+    T_EQ(ft_store_wait(s, k), 0);
+    T_EQ(ft_store_poll(s, k), 1);
+    ft_buf empty = ft_host_buf(buf, 0);
+    uint64_t k0;
+    T_EQ(ft_store_put(s, &empty, NULL, &k0), 0);
+    T_EQ(ft_store_get(s, k0, &empty, NULL), 0);
+    T_EQ(ft_store_wait(s, k0), 0);
+    ft_store_destroy(s);
+    ft_store_destroy(NULL);
+}
+
+/* Faults: a failed write is reported at wait and at get; a failed read at wait; a full
+ * filesystem at put; the store keeps working for other entries. */
+static void case_faults(void)
+{
+    ft_store_opts o = {.dir = store_dir("fault"), .engine = FT_ENGINE_POSIX};
+    ft_store *s;
+    T_EQ(ft_store_create(ctx, &s, &o), 0);
+    size_t n = 256u << 10;
+    uint8_t *a = malloc(n), *b = malloc(n);
+    t_fill_random(a, n, 11);
+    ft_buf src = ft_host_buf(a, n), dst = ft_host_buf(b, n);
+    uint64_t bad, good;
+    t_fault_set(T_OP_PWRITE, T_FAULT_ERRNO, EIO, 1, 0);
+    T_EQ(ft_store_put(s, &src, NULL, &bad), 0);
+    T_EQ(ft_store_wait(s, bad), -EIO);
+    t_fault_clear();
+    T_EQ(ft_store_get(s, bad, &dst, NULL), -EIO);
+    T_EQ(ft_store_put(s, &src, NULL, &good), 0);
+    T_EQ(ft_store_wait(s, good), 0);
+    t_fault_set(T_OP_PREAD, T_FAULT_ERRNO, EIO, 1, 0);
+    T_EQ(ft_store_get(s, good, &dst, NULL), 0);
+    T_EQ(ft_store_wait(s, good), -EIO);
+    t_fault_clear();
+    T_EQ(ft_store_get(s, good, &dst, NULL), 0); /* the next get works */
+    T_EQ(ft_store_wait(s, good), 0);
+    T_MEMEQ(a, b, n);
+    /* Short transfers and EINTR are retried, not errors. */
+    t_fault_set(T_OP_PWRITE, T_FAULT_SHORT, 0, 1, 3);
+    t_fault_set(T_OP_PREAD, T_FAULT_EINTR, 0, 1, 3);
+    uint64_t k;
+    T_EQ(ft_store_put(s, &src, NULL, &k), 0);
+    T_EQ(ft_store_wait(s, k), 0);
+    memset(b, 0, n);
+    T_EQ(ft_store_get(s, k, &dst, NULL), 0);
+    T_EQ(ft_store_wait(s, k), 0);
+    T_TRUE(t_fault_clear() > 0);
+    T_MEMEQ(a, b, n);
+    /* The filesystem is full when the file must grow: a clear error, nothing lost. */
+    uint8_t *big = malloc(80u << 20);
+    memset(big, 1, 80u << 20);
+    ft_buf bb = ft_host_buf(big, 80u << 20);
+    t_fault_set(T_OP_FALLOCATE, T_FAULT_ERRNO, ENOSPC, 1, 0);
+    T_EQ(ft_store_put(s, &bb, NULL, &k), -ENOSPC);
+    T_TRUE(strstr(ft_last_error(), "cannot grow the spill file") != NULL);
+    t_fault_clear();
+    memset(b, 0, n);
+    T_EQ(ft_store_get(s, good, &dst, NULL), 0);
+    T_EQ(ft_store_wait(s, good), 0);
+    T_MEMEQ(a, b, n);
+    ft_store_destroy(s);
+    free(a);
+    free(b);
+    free(big);
+}
+
+/* The child of case_sigkill (this binary run again, so no threads cross a fork): make a
+ * store holding data, say so on stdout, wait to be killed. */
+static int sigkill_child(const char *dir)
+{
+    ft_ctx *c = t_ctx(2);
+    ft_store *s;
+    ft_store_opts o = {.dir = dir};
+    static uint8_t data[1u << 20];
+    ft_buf b = ft_host_buf(data, sizeof data);
+    uint64_t k;
+    if (ft_store_create(c, &s, &o) < 0 || ft_store_put(s, &b, NULL, &k) < 0 ||
+        ft_store_wait(s, k) < 0)
+        return 3;
+    if (write(1, "r", 1) != 1)
+        return 4;
+    for (;;)
+        pause();
+}
+
+/* A process killed while its store holds data leaves no file behind. */
+static void case_sigkill(void)
+{
+    const char *dir = store_dir("kill");
+    int pipefd[2];
+    T_EQ(pipe(pipefd), 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(pipefd[1], 1);
+        execl("/proc/self/exe", "test_store", "--sigkill-child", dir, (char *)NULL);
+        _exit(5);
+    }
+    close(pipefd[1]);
+    char c = 0;
+    ssize_t got = read(pipefd[0], &c, 1);
+    close(pipefd[0]);
+    if (got != 1) {
+        int status = 0;
+        waitpid(pid, &status, 0);
+        T_FAIL("the child did not get ready (exit status %d)", WEXITSTATUS(status));
+    }
+    T_EQ(dir_entries(dir), 0);
+    kill(pid, SIGKILL);
+    int status;
+    T_EQ(waitpid(pid, &status, 0), pid);
+    T_TRUE(WIFSIGNALED(status));
+    T_EQ(dir_entries(dir), 0);
+}
+
+typedef struct {
+    ft_store *s;
+    unsigned id;
+    int failures;
+} worker;
+
+static void *worker_main(void *arg)
+{
+    worker *w = arg;
+    enum { N = 24 };
+    uint64_t keys[N];
+    size_t len[N];
+    uint8_t *data[N];
+    for (unsigned i = 0; i < N; i++) {
+        len[i] = 4096 * (i % 7) + 1000 * w->id + i;
+        data[i] = malloc(len[i] + 1);
+        t_fill_random(data[i], len[i], w->id * 1000 + i);
+        ft_buf b = ft_host_buf(data[i], len[i]);
+        if (ft_store_put(w->s, &b, NULL, &keys[i]) < 0)
+            w->failures++;
+    }
+    for (unsigned i = N; i-- > 0;) { /* reverse order, like a backward pass */
+        uint8_t *got = malloc(len[i] + 1);
+        ft_buf d = ft_host_buf(got, len[i]);
+        ft_store_prefetch(w->s, keys[i ? i - 1 : 0]);
+        if (ft_store_get(w->s, keys[i], &d, NULL) < 0 || ft_store_wait(w->s, keys[i]) < 0 ||
+            memcmp(got, data[i], len[i]) != 0 || ft_store_drop(w->s, keys[i]) < 0)
+            w->failures++;
+        free(got);
+        free(data[i]);
+    }
+    return NULL;
+}
+
+static void case_threads(void)
+{
+    ft_store_opts o = {.dir = store_dir("mt"), .staging_bytes = 256u << 10,
+                       .host_cache_bytes = 128u << 10};
+    ft_store *s;
+    T_EQ(ft_store_create(ctx, &s, &o), 0);
+    worker w[4];
+    pthread_t th[4];
+    for (unsigned i = 0; i < 4; i++) {
+        w[i] = (worker){s, i, 0};
+        pthread_create(&th[i], NULL, worker_main, &w[i]);
+    }
+    for (unsigned i = 0; i < 4; i++) {
+        pthread_join(th[i], NULL);
+        T_EQ(w[i].failures, 0);
+    }
+    ft_store_stats st;
+    T_EQ(ft_store_get_stats(s, &st), 0);
+    T_EQ(st.entries, 0);
+    T_EQ(st.host_used, 0);
+    ft_store_destroy(s);
+}
+
+/* The slot allocator against a bitmap model: no overlap, everything merges back. */
+static void case_extents(void)
+{
+    enum { UNITS = 512, OPS = 20000 };
+    ft__extents e;
+    T_EQ(ft__extents_init(&e, UNITS), 0);
+    unsigned char used[UNITS] = {0};
+    struct { int64_t off; uint64_t len; } live[UNITS];
+    unsigned nlive = 0;
+    uint64_t seed = 42;
+    for (unsigned op = 0; op < OPS; op++) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        if ((seed >> 33) % 3 && nlive < UNITS) {
+            uint64_t len = 1 + (seed >> 40) % 24;
+            int64_t off = ft__extents_alloc(&e, len);
+            if (off == -ENOSPC) {
+                T_TRUE(ft__extents_largest(&e) < len);
+                continue;
+            }
+            T_TRUE(off >= 0 && (uint64_t)off + len <= UNITS);
+            for (uint64_t u = 0; u < len; u++) {
+                T_EQ(used[off + u], 0);
+                used[off + u] = 1;
+            }
+            live[nlive].off = off;
+            live[nlive++].len = len;
+        } else if (nlive) {
+            unsigned i = (unsigned)((seed >> 20) % nlive);
+            for (uint64_t u = 0; u < live[i].len; u++)
+                used[live[i].off + u] = 0;
+            ft__extents_free(&e, (uint64_t)live[i].off, live[i].len);
+            live[i] = live[--nlive];
+        }
+    }
+    while (nlive) {
+        nlive--;
+        ft__extents_free(&e, (uint64_t)live[nlive].off, live[nlive].len);
+    }
+    T_EQ(e.used, 0);
+    T_EQ(e.n, 1);
+    T_EQ(ft__extents_largest(&e), UNITS);
+    T_EQ(ft__extents_grow_need(&e, 10), 10);
+    T_EQ(ft__extents_grow(&e, UNITS * 2), 0);
+    T_EQ(e.n, 1);
+    T_EQ(ft__extents_largest(&e), UNITS * 2);
+    ft__extents_fini(&e);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc == 3 && strcmp(argv[1], "--sigkill-child") == 0)
+        return sigkill_child(argv[2]);
+    ctx = t_ctx(4);
+    const t_case cases[] = {
+        {"slot allocator against a model", case_extents},
+        {"every size and alignment through every engine", case_engines},
+        {"small ring: puts wait, large entries bypass it", case_small_ring},
+        {"host tier keeps entries in memory", case_host_tier},
+        {"prefetch into memory, eviction", case_prefetch},
+        {"capacity limit and drop", case_capacity},
+        {"bad input gets clear errors", case_bad_input},
+        {"injected faults", case_faults},
+        {"no file left after SIGKILL", case_sigkill},
+        {"4 threads put, prefetch, get, drop", case_threads},
+    };
+    int rc = t_run(cases, sizeof cases / sizeof *cases);
+    ft_ctx_destroy(ctx);
+    return rc;
+}
