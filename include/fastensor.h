@@ -580,6 +580,12 @@ int ft_store_poll(ft_store *store, uint64_t key);
  */
 int ft_store_wait(ft_store *store, uint64_t key);
 
+/**
+ * Wait until every put started so far has landed (in the file or the host tier).
+ * @return 0, or the -errno of the first of them that failed (its entry keeps the error).
+ */
+int ft_store_flush(ft_store *store);
+
 /** Forget entry @p key and free its slot (after its transfers finish). @return 0 or -ENOENT. */
 int ft_store_drop(ft_store *store, uint64_t key);
 

@@ -2,11 +2,13 @@
 # The GPU machine check, in one call: info, the C test suite (GPU tests included), the
 # Python tests (CUDA included), and the GPU benchmarks, with logs and JSON under $OUT.
 #
-#   scripts/gpu-check.sh [--udev] [--quick] [--no-bench] [--no-tests] [--auto]
+#   scripts/gpu-check.sh [--udev] [--quick] [--no-bench] [--no-tests] [--auto] [--offload]
 #
 # The GPU machine has no -dev packages, so by default it runs what was built on the
 # development machine and carried along: `make BUILD=gpubuild all tests python` there, then
 # carry gpubuild and python/fastensor/_C.abi3.so (the extension is on the stable ABI).
+# --offload: the activation-offload benchmark (bench/offload.py: ViT- and BERT-style models
+#         under a GPU memory cap, step times against save_on_cpu and torch.save hooks).
 # --udev: ONLY on a throwaway test VM: create the udev entry cuFile needs for the block
 #         device holding this directory (/run/udev/data/b<major>:<minor>), see DESIGN.md.
 set -u
@@ -14,7 +16,7 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
 OUT=${OUT:-$here/gpu-out}
 BUILD=${BUILD:-gpubuild}
-UDEV=0 QUICK=0 BENCH=1 TESTS=1 AUTO=0
+UDEV=0 QUICK=0 BENCH=1 TESTS=1 AUTO=0 OFFLOAD=0
 for a in "$@"; do
     case $a in
         --udev) UDEV=1 ;;
@@ -22,7 +24,8 @@ for a in "$@"; do
         --no-bench) BENCH=0 ;;
         --no-tests) TESTS=0 ;;
         --auto) AUTO=1 ;;
-        -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+        --offload) OFFLOAD=1 ;;
+        -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
         *) echo "unknown option $a" >&2; exit 2 ;;
     esac
 done
@@ -120,5 +123,12 @@ PYX
     PYTHONPATH="$here/python" timeout 300 python3 bench/compare.py --device cuda --models vit-h14 \
         --dir "$WORK" --engines auto,cufile --skip numpy --json "$OUT/compare-trained.json" \
         2>&1 | tee "$OUT/compare-trained.md" | tail -14
+fi
+if [ $OFFLOAD = 1 ]; then
+    log "activation offload: ViT-style and BERT-style, memory cap, step times"
+    mkdir -p "$WORK/spill"
+    PYTHONPATH="$here/python" timeout ${FT_OFFLOAD_TIMEOUT:-480} python3 bench/offload.py \
+        --dir "$WORK/spill" --json "$OUT/offload.json" ${FT_OFFLOAD_ARGS:-} 2>&1 \
+        | tee "$OUT/offload.log" | grep -v "^    batch\|bisect" | tail -40
 fi
 log "done; files in $OUT"

@@ -243,6 +243,75 @@ static void case_checkpoint_on_device(void)
     free(back);
 }
 
+/* The spill store with device memory: puts ordered after the producer's stream, gets ordered
+ * after the consumer's queued work and before its later work; ring, oversize, prefetched and
+ * host-tier entries. */
+static void case_store_on_device(void)
+{
+    T_EQ(ft__cuda_enter(0), 0);
+    CUstream s;
+    T_EQ(ft__cu.StreamCreate(&s, FT_CU_STREAM_NON_BLOCKING), 0);
+    ft_store_opts so = {.dir = t_dir(), .staging_bytes = 64u << 20,
+                        .host_cache_bytes = 8u << 20};
+    ft_store *st;
+    T_EQ(ft_store_create(ctx, &st, &so), 0);
+    /* 8 MiB goes to the host tier, 32 MiB through the ring, 96 MiB around it. */
+    const size_t sizes[] = {8u << 20, (32u << 20) + 5, 96u << 20, 4097, 1};
+    enum { N = sizeof sizes / sizeof *sizes };
+    uint8_t *dev[N], *dst, *host = malloc(96u << 20), *expect = malloc(96u << 20);
+    uint64_t keys[N];
+    T_EQ(ft_cuda_alloc(0, (96u << 20) + 64, (void **)&dst), 0);
+    for (int i = 0; i < N; i++) {
+        T_EQ(ft_cuda_alloc(0, sizes[i] + 64, (void **)&dev[i]), 0);
+        uint8_t *p = dev[i] + (i * 3) % 64;
+        /* the producer's work: a fill queued on s, not yet done when the put is called */
+        T_EQ(ft__cu.MemsetD8Async((CUdeviceptr)(uintptr_t)p, (unsigned char)(0x21 + i),
+                                  sizes[i], s), 0);
+        ft_buf b = {p, sizes[i], FT_MEM_CUDA, 0};
+        T_EQ(ft_store_put(st, &b, s, &keys[i]), 0);
+    }
+    for (int i = 0; i < N; i++) {
+        while (ft_store_released(st, keys[i]) == 0)
+            usleep(100);
+        T_EQ(ft_store_released(st, keys[i]), 1);
+        /* the source is free: overwriting it must not change the entry */
+        T_EQ(ft__cu.MemsetD8Async((CUdeviceptr)(uintptr_t)(dev[i] + (i * 3) % 64), 0xEE,
+                                  sizes[i], s), 0);
+    }
+    for (int i = 0; i < N; i++)
+        T_EQ(ft_store_wait(st, keys[i]), 0);
+    T_EQ(ft_store_prefetch(st, keys[1]), 1); /* from the file back into the ring */
+    for (int round = 0; round < 2; round++) {
+        for (int i = N - 1; i >= 0; i--) {
+            uint8_t *d = dst + (i * 5) % 64;
+            /* a consumer's earlier use of the buffer, queued before the get */
+            T_EQ(ft__cu.MemsetD8Async((CUdeviceptr)(uintptr_t)d, 0x55, sizes[i], s), 0);
+            ft_buf b = {d, sizes[i], FT_MEM_CUDA, 0};
+            T_EQ(ft_store_get(st, keys[i], &b, s), 0);
+            T_EQ(ft_store_wait(st, keys[i]), 0);
+            /* queued after the get: must see the data */
+            T_EQ(ft__cu.MemcpyDtoHAsync(host, (CUdeviceptr)(uintptr_t)d, sizes[i], s), 0);
+            T_EQ(ft__cu.StreamSynchronize(s), 0);
+            memset(expect, 0x21 + i, sizes[i]);
+            T_MEMEQ(expect, host, sizes[i]);
+        }
+    }
+    ft_store_stats stats;
+    T_EQ(ft_store_get_stats(st, &stats), 0);
+    T_TRUE(stats.host_hits >= 2);
+    T_TRUE(stats.host_resident > 0);
+    for (int i = 0; i < N; i++) {
+        T_EQ(ft_store_drop(st, keys[i]), 0);
+        ft_cuda_free(dev[i]);
+    }
+    ft_store_destroy(st);
+    ft_cuda_free(dst);
+    ft__cu.StreamDestroy(s);
+    ft__cuda_leave();
+    free(host);
+    free(expect);
+}
+
 int main(void)
 {
     const char *why;
@@ -260,6 +329,7 @@ int main(void)
         {"4 threads with their own streams, async requests", case_threads_and_streams},
         {"stream ordering (cuMemsetD8Async, no kernels)", case_stream_order},
         {"checkpoint save from and load into device memory", case_checkpoint_on_device},
+        {"spill store: device puts and gets, stream ordering", case_store_on_device},
     };
     int rc = t_run(cases, sizeof cases / sizeof *cases);
     ft_ctx_destroy(ctx);

@@ -57,7 +57,9 @@ static void roundtrip(ft_engine engine, uint64_t staging, uint64_t tier)
         T_EQ(ft_store_put(s, &b, NULL, &keys[i]), 0);
         total += sizes[i];
     }
+    T_EQ(ft_store_flush(s), 0);
     for (size_t i = 0; i < NSIZES; i++) {
+        T_EQ(ft_store_poll(s, keys[i]), 1); /* flushed: every put has landed */
         T_EQ(ft_store_wait(s, keys[i]), 0);
         T_EQ(ft_store_released(s, keys[i]), 1);
         memset(src[i], 0xee, sizes[i]); /* the store must not read the source any more */
@@ -245,6 +247,8 @@ static void case_faults(void)
     uint64_t bad, good;
     t_fault_set(T_OP_PWRITE, T_FAULT_ERRNO, EIO, 1, 0);
     T_EQ(ft_store_put(s, &src, NULL, &bad), 0);
+    T_EQ(ft_store_flush(s), -EIO); /* reported once by flush, and at the entry */
+    T_EQ(ft_store_flush(s), 0);
     T_EQ(ft_store_wait(s, bad), -EIO);
     t_fault_clear();
     T_EQ(ft_store_get(s, bad, &dst, NULL), -EIO);

@@ -179,6 +179,22 @@ static PyObject *py_store_wait(PyObject *self, PyObject *args)
     return key_call(args, ft_store_wait, 1);
 }
 
+static PyObject *py_store_flush(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *cap;
+    if (!PyArg_ParseTuple(args, "O", &cap))
+        return NULL;
+    ft_store *s = cap_get(cap, CAP_STORE);
+    if (!s)
+        return NULL;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = ft_store_flush(s);
+    Py_END_ALLOW_THREADS
+    return rc < 0 ? raise_ft(rc, NULL) : (Py_INCREF(Py_None), Py_None);
+}
+
 static PyObject *py_store_drop(PyObject *self, PyObject *args)
 {
     (void)self;
@@ -220,6 +236,7 @@ static PyMethodDef store_methods[] = {
     {"store_prefetch", py_store_prefetch, METH_VARARGS, "store_prefetch(store, key) -> 1, 0 or -1 (busy)"},
     {"store_poll", py_store_poll, METH_VARARGS, "store_poll(store, key) -> bool"},
     {"store_wait", py_store_wait, METH_VARARGS, "store_wait(store, key)"},
+    {"store_flush", py_store_flush, METH_VARARGS, "store_flush(store)"},
     {"store_drop", py_store_drop, METH_VARARGS, "store_drop(store, key)"},
     {"store_stats", py_store_stats, METH_VARARGS, "store_stats(store) -> dict"},
     {NULL, NULL, 0, NULL},

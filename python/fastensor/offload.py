@@ -187,6 +187,8 @@ class offload_activations(torch.autograd.graph.saved_tensors_hooks):
     def _unpack(self, h):
         if not isinstance(h, _Packed):
             return h
+        with self._lock:
+            self._reap()  # a tensor only we kept alive must not count as alive
         t = h.ref() if h.ref is not None else None
         if t is not None and t.data_ptr() == h.ptr:  # still alive: no I/O needed
             if t._version != h.version:
@@ -271,6 +273,13 @@ class offload_activations(torch.autograd.graph.saved_tensors_hooks):
             self._closed = True
             self._store.close()
             self._pending.clear()
+
+    def flush(self) -> None:
+        """Wait until every tensor offloaded so far is stored (in the file or the host tier)
+        and let go of the sources; OSError for the first store that failed."""
+        with self._lock:
+            self._store.flush()
+            self._reap()
 
     def stats(self) -> dict:
         """Counters since creation: bytes_offloaded, bytes_prefetched, stall_seconds,

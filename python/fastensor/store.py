@@ -64,6 +64,10 @@ class SpillStore:
         """Wait for the entry's put and pending get; raises OSError if one failed."""
         _C.store_wait(self._h, key)
 
+    def flush(self) -> None:
+        """Wait until every put so far has landed; OSError for the first that failed."""
+        _C.store_flush(self._h)
+
     def drop(self, key: int) -> None:
         """Forget the entry and free its space."""
         _C.store_drop(self._h, key)

@@ -38,6 +38,14 @@ static ft_engine requested_engine(const ft_file *f, const ft_io_opts *opts)
     return e == FT_ENGINE_AUTO ? f->ctx->cfg.engine : e;
 }
 
+static int64_t dispatch(const ft__io *io, ft_engine engine, bool write, const ft_io_opts *opts)
+{
+    const ft__engine_ops *ops = ft__engine_get(engine);
+    if (io->device >= 0 && engine != FT_ENGINE_CUFILE) /* device memory via pinned staging */
+        return ft__stage_transfer(io, ops, write, io->device, opts ? opts->stream : NULL);
+    return write ? ops->write(io) : ops->read(io);
+}
+
 int64_t ft__transfer(ft_file *f, const ft_buf *buf, uint64_t offset, const ft_io_opts *opts,
                      bool write)
 {
@@ -71,11 +79,14 @@ int64_t ft__transfer(ft_file *f, const ft_buf *buf, uint64_t offset, const ft_io
             io.piece = d.piece;
         }
         ft_engine chosen = e == FT_ENGINE_AUTO ? d.engine : e;
-        const ft__engine_ops *ops = ft__engine_get(chosen);
-        if (io.device >= 0 && chosen != FT_ENGINE_CUFILE) /* device memory via pinned staging */
-            r = ft__stage_transfer(&io, ops, write, io.device, opts ? opts->stream : NULL);
-        else
-            r = write ? ops->write(&io) : ops->read(&io);
+        r = dispatch(&io, chosen, write, opts);
+        if (r < 0 && e == FT_ENGINE_AUTO && chosen == FT_ENGINE_CUFILE && f->cufile_err) {
+            /* cuFile cannot register this file (the failure is cached, so AUTO will not
+             * offer cuFile for it again): this transfer goes through another engine. */
+            ft__auto_decide(f, offset, io.len, write, durable, io.device, &d);
+            io.piece = d.piece;
+            r = dispatch(&io, d.engine, write, opts);
+        }
         atomic_fetch_sub_explicit(&f->ctx->inflight, 1, memory_order_relaxed);
     }
     if (r >= 0 && sync) {

@@ -156,9 +156,15 @@ static void put_task(void *arg)
     }
     pthread_mutex_lock(&s->lock);
     e->copy_pending = false;
+    s->puts_landing--;
     if (r < 0) {
         e->err = (int)r;
         ft__store_keep_detail(e);
+        if (!s->flush_err) {
+            s->flush_err = (int)r;
+            free(s->flush_detail);
+            s->flush_detail = e->detail ? strdup(e->detail) : NULL;
+        }
     } else if (write) {
         e->on_disk = true;
         s->st.bytes_written += e->len;
@@ -213,6 +219,8 @@ int ft_store_put(ft_store *s, const ft_buf *src, void *stream, uint64_t *key)
         rc = dev >= 0 ? queue_device_copy(s, e, stream) : 0;
         if (rc == 0)
             rc = post(s, e, put_task);
+        if (rc == 0)
+            s->puts_landing++;
         if (rc < 0) { /* undo: nothing was started but maybe the device copy */
             char keep[FT__DETAIL_MAX];
             ft__detail_save(keep);
@@ -500,6 +508,26 @@ int ft_store_wait(ft_store *s, uint64_t key)
         r = e->get_err ? e->get_err : e->err;
         ft__detail_restore(e->detail ? e->detail : "");
     }
+    pthread_mutex_unlock(&s->lock);
+    return r;
+}
+
+int ft_store_flush(ft_store *s)
+{
+    if (!s)
+        return ft__err(-EINVAL, "ft_store_flush: store is NULL");
+    pthread_mutex_lock(&s->lock);
+    uint64_t t0 = s->puts_landing ? ft__store_now() : 0;
+    while (s->puts_landing)
+        pthread_cond_wait(&s->changed, &s->lock);
+    if (t0)
+        s->st.stall_ns += ft__store_now() - t0;
+    int r = s->flush_err;
+    if (r)
+        ft__detail_restore(s->flush_detail ? s->flush_detail : "");
+    s->flush_err = 0;
+    free(s->flush_detail);
+    s->flush_detail = NULL;
     pthread_mutex_unlock(&s->lock);
     return r;
 }

@@ -200,6 +200,7 @@ void ft_store_destroy(ft_store *s)
     ft_file_close(s->file); /* the spill file had no name: closing it frees its blocks */
     free(s->table);
     free(s->free_idx);
+    free(s->flush_detail);
     pthread_cond_destroy(&s->changed);
     pthread_mutex_destroy(&s->lock);
     free(s);

@@ -60,6 +60,9 @@ struct ft_store {
     uint32_t generation;
     uint64_t tick;
     unsigned tasks;         /* pool tasks running for the store */
+    uint64_t puts_landing;  /* puts not landed yet */
+    int flush_err;          /* first failed put since the last flush */
+    char *flush_detail;
     ft_store_stats st;
     CUstream out[FT__STORE_MAX_DEVICES]; /* device-to-host copies of puts */
     CUstream in[FT__STORE_MAX_DEVICES];  /* host-to-device copies of gets */
