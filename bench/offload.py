@@ -223,9 +223,10 @@ def time_mode(make, kind, batch, args, device, mode, steps):
     spill = tempfile.mkdtemp(prefix="offload-", dir=args.dir)
     hooks, losses, times = None, [], []
     step_bytes = None
-    if mode == "fastensor":
+    if mode.startswith("fastensor:") or mode == "fastensor":  # fastensor[:ENGINE]
         hooks = ftt.offload_activations(args.dir, min_bytes=args.min_bytes,
-                                        prefetch_bytes=args.prefetch)
+                                        prefetch_bytes=args.prefetch,
+                                        engine=mode.partition(":")[2] or "auto")
     elif mode == "fastensor+ram":
         hooks = ftt.offload_activations(args.dir, min_bytes=args.min_bytes,
                                         prefetch_bytes=args.prefetch,
@@ -284,12 +285,16 @@ def main():
     ap.add_argument("--prefetch", type=int, default=None, help="prefetch bytes (None: auto)")
     ap.add_argument("--ram-tier", type=int, default=0,
                     help="host tier bytes for the fastensor+ram mode (0: the step's bytes)")
-    ap.add_argument("--modes", default="none,fastensor,fastensor+ram,save_on_cpu,torch.save")
+    ap.add_argument("--modes", default="none,fastensor,fastensor:direct,fastensor:posix,"
+                    "fastensor+ram,save_on_cpu,torch.save",
+                    help="none, fastensor[:ENGINE] (spill file through that engine), "
+                    "fastensor+ram (host tier), save_on_cpu, torch.save")
     ap.add_argument("--skip-search", action="store_true")
     ap.add_argument("--json", help="write the results here")
     args = ap.parse_args()
 
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = (torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available()
+              else torch.device("cpu"))
     os.makedirs(args.dir, exist_ok=True)
     bw = measure_read_bandwidth(args.dir, 256 << 20)
     print(f"device {device}" + (f" ({torch.cuda.get_device_name()})" if device.type == "cuda"
@@ -339,14 +344,14 @@ def main():
         base = next((r for r in rows if r["mode"] == "none"), None)
         tsave = next((r for r in rows if r["mode"] == "torch.save"), None)
         print(f"  step time at batch {batch} (median of {args.steps}):")
-        print(f"    {'mode':14s} {'step s':>8s} {'vs none':>8s} {'vs torch.save':>14s} "
+        print(f"    {'mode':16s} {'step s':>8s} {'vs none':>8s} {'vs torch.save':>14s} "
               f"{'GB/step':>8s} {'GB/s':>6s} {'stall s':>8s}")
         for r in rows:
             vs = r["step_s"] / base["step_s"] if base else float("nan")
             vt = tsave["step_s"] / r["step_s"] if tsave else float("nan")
             extra = (f"{r['bytes_per_step'] / 1e9:8.2f} {r['gbps']:6.2f} {r['stall_s']:8.3f}"
                      if "bytes_per_step" in r else "")
-            print(f"    {r['mode']:14s} {r['step_s']:8.3f} {vs:7.2f}x {vt:13.1f}x {extra}")
+            print(f"    {r['mode']:16s} {r['step_s']:8.3f} {vs:7.2f}x {vt:13.1f}x {extra}")
         fe = next((r for r in rows if r["mode"] == "fastensor"), None)
         if fe and base:
             io_s = fe["bytes_per_step"] / bw

@@ -545,6 +545,19 @@ void ft_store_destroy(ft_store *store);
 int ft_store_put(ft_store *store, const ft_buf *src, void *stream, uint64_t *key);
 
 /**
+ * The CUstream on which the store copies puts' device memory into its ring (created on first
+ * use). A put from device memory that fits the ring only queues that copy, so a caller whose
+ * allocator orders reuse by streams (PyTorch's record_stream) may free the source right after
+ * ft_store_put, once the allocator knows the memory is in use on this stream.
+ * @return 0 and *stream set, -ENODEV without CUDA or for a bad device, or -errno.
+ */
+int ft_store_stream(ft_store *store, int device, void **stream);
+
+/** @return the largest entry a put copies through the ring (larger ones are read straight
+ *          from the source until written). */
+uint64_t ft_store_ring_limit(const ft_store *store);
+
+/**
  * @return 1 when the put's source buffer is no longer read (it may be freed or changed),
  *         0 while it still is, or -errno (unknown key, or the copy failed).
  */

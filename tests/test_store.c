@@ -210,6 +210,15 @@ static void case_bad_input(void)
     T_TRUE(strstr(ft_last_error(), "/nonexistent/fastensor") != NULL);
     ft_store_opts o = {.dir = store_dir("bad")};
     T_EQ(ft_store_create(ctx, &s, &o), 0);
+    T_EQ(ft_store_ring_limit(s), 256u << 20); /* the default ring */
+    void *stream = NULL;
+    if (ft_cuda_available(NULL)) {
+        T_EQ(ft_store_stream(s, 0, &stream), 0);
+        T_TRUE(stream != NULL);
+        T_EQ(ft_store_stream(s, 999, &stream), -ENODEV);
+    } else {
+        T_EQ(ft_store_stream(s, 0, &stream), -ENODEV);
+    }
     char buf[64] = "0123456789";
     ft_buf b = ft_host_buf(buf, 10), wrong = ft_host_buf(buf, 11), null = ft_host_buf(NULL, 5);
     uint64_t k;

@@ -224,7 +224,36 @@ static PyObject *py_store_stats(PyObject *self, PyObject *args)
         st.file_used, "file_size", st.file_size, "host_resident", st.host_resident);
 }
 
+/* store_stream(store, device) -> the CUstream of device-to-host copies, as an int */
+static PyObject *py_store_stream(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *cap;
+    int device;
+    if (!PyArg_ParseTuple(args, "Oi", &cap, &device))
+        return NULL;
+    ft_store *s = cap_get(cap, CAP_STORE);
+    if (!s)
+        return NULL;
+    void *stream = NULL;
+    int rc = ft_store_stream(s, device, &stream);
+    return rc < 0 ? raise_ft(rc, NULL) : PyLong_FromUnsignedLongLong((uintptr_t)stream);
+}
+
+/* store_ring_limit(store) -> bytes */
+static PyObject *py_store_ring_limit(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *cap;
+    if (!PyArg_ParseTuple(args, "O", &cap))
+        return NULL;
+    ft_store *s = cap_get(cap, CAP_STORE);
+    return s ? PyLong_FromUnsignedLongLong(ft_store_ring_limit(s)) : NULL;
+}
+
 static PyMethodDef store_methods[] = {
+    {"store_stream", py_store_stream, METH_VARARGS, "store_stream(store, device) -> CUstream"},
+    {"store_ring_limit", py_store_ring_limit, METH_VARARGS, "store_ring_limit(store) -> int"},
     {"store_create", py_store_create, METH_VARARGS,
      "store_create(ctx, dir, capacity, staging, host_cache, engine) -> store"},
     {"store_close", py_store_close, METH_VARARGS, "store_close(store)"},

@@ -8,8 +8,9 @@ during the forward pass and come back, prefetched, for the backward pass.
 
 Built on ``torch.autograd.graph.saved_tensors_hooks`` and the C spill store: a pack hands a
 tensor above ``min_bytes`` to the store (CUDA tensors are copied into a pinned ring on the
-store's stream after the producer's queued work) and keeps the tensor alive only until that
-copy is done; the store writes the ring copy to its unlinked file in the background. An
+store's stream after the producer's queued work; the tensor is marked as in use on that
+stream, so the caching allocator reuses its memory once the copy is done, and no reference
+is kept); the store writes the ring copy to its unlinked file in the background. An
 unpack reads the tensor back, while entries packed before it (the ones backward needs next)
 are prefetched into pinned memory up to ``prefetch_bytes`` ahead.
 
@@ -131,6 +132,8 @@ class offload_activations(torch.autograd.graph.saved_tensors_hooks):
                                  staging_bytes=prefetch_bytes + 256 * _MiB,
                                  host_cache_bytes=host_cache_bytes, engine=engine)
         self._h = self._store._h
+        self._ring_limit = _C.store_ring_limit(self._h)
+        self._copy_streams = {}
         self._lock = threading.RLock()
         self._pending = collections.deque()  # (key, source) of puts still reading the source
         self._dedup = weakref.WeakValueDictionary()
@@ -174,8 +177,15 @@ class offload_activations(torch.autograd.graph.saved_tensors_hooks):
         h.key = _C.store_put(self._h, src.data_ptr(), h.nbytes, int(cuda),
                              (t.device.index or 0) if cuda else 0, _stream(t.device))
         h.owner = self
+        if cuda and h.nbytes <= self._ring_limit:
+            # Only a copy on the store's stream reads the source: the caching allocator may
+            # reuse its memory once that stream is past the copy, so no reference is kept
+            # (the host may run far ahead of the GPU without holding activations).
+            src.record_stream(self._copy_stream(t.device))
+            src = None
         with self._lock:
-            self._pending.append((h.key, src))
+            if src is not None:
+                self._pending.append((h.key, src))
             self._dedup[dkey] = h
             if self._seq is None or self._seq.unpacking:
                 self._seq = _Sequence()
@@ -225,6 +235,14 @@ class offload_activations(torch.autograd.graph.saved_tensors_hooks):
         return out
 
     # -- bookkeeping (lock held) -------------------------------------------------------
+
+    def _copy_stream(self, device):
+        s = self._copy_streams.get(device)
+        if s is None:
+            s = torch.cuda.ExternalStream(_C.store_stream(self._h, device.index or 0),
+                                          device=device)
+            self._copy_streams[device] = s
+        return s
 
     def _reap(self):
         """Let go of sources the store no longer reads, oldest first."""

@@ -243,6 +243,30 @@ int ft_store_put(ft_store *s, const ft_buf *src, void *stream, uint64_t *key)
     return 0;
 }
 
+int ft_store_stream(ft_store *s, int device, void **stream)
+{
+    if (!s || !stream)
+        return ft__err(-EINVAL, "ft_store_stream: store or output is NULL");
+    const char *why;
+    if (!ft_cuda_available(&why))
+        return ft__err(-ENODEV, "spill store: CUDA is not available: %s", why);
+    int rc = ft__cuda_enter(device);
+    if (rc < 0)
+        return rc;
+    CUstream out = NULL;
+    pthread_mutex_lock(&s->lock);
+    rc = ft__store_stream(s, device, false, &out);
+    pthread_mutex_unlock(&s->lock);
+    ft__cuda_leave();
+    *stream = out;
+    return rc;
+}
+
+uint64_t ft_store_ring_limit(const ft_store *s)
+{
+    return s ? s->opts.staging_bytes : 0;
+}
+
 int ft_store_released(ft_store *s, uint64_t key)
 {
     if (!s)
