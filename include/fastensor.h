@@ -498,7 +498,12 @@ typedef struct ft_store_opts {
                                     into; 0: 256 MiB */
     uint64_t host_cache_bytes; /**< host-RAM tier in front of the file: up to this many bytes
                                     of entries stay in memory and are never written; 0: none */
-    ft_engine engine;          /**< engine for the file transfers (FT_ENGINE_AUTO: selector) */
+    ft_engine engine;          /**< engine for every transfer of the spill file.
+                                    FT_ENGINE_AUTO: direct where the filesystem takes
+                                    O_DIRECT, else posix. One engine, not the selector's mix:
+                                    page-cache and O_DIRECT I/O on one file while slots are
+                                    rewritten are not coherent (readahead may cache a slot's
+                                    old contents while an O_DIRECT write lands). */
 } ft_store_opts;
 
 /** Counters of a store since its creation. */
@@ -519,6 +524,7 @@ typedef struct ft_store_stats {
     uint64_t file_size;            /**< bytes the spill file has allocated */
     uint64_t host_used;            /**< bytes of pinned host memory held by entries */
     uint64_t host_resident;        /**< bytes of entries held only in the host tier */
+    ft_engine engine;              /**< the engine the store's file transfers use */
 } ft_store_stats;
 
 /**

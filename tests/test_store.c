@@ -211,6 +211,9 @@ static void case_bad_input(void)
     ft_store_opts o = {.dir = store_dir("bad")};
     T_EQ(ft_store_create(ctx, &s, &o), 0);
     T_EQ(ft_store_ring_limit(s), 256u << 20); /* the default ring */
+    ft_store_stats st0;
+    T_EQ(ft_store_get_stats(s, &st0), 0); /* AUTO: one engine, direct where O_DIRECT works */
+    T_EQ(st0.engine, t_have_odirect() ? FT_ENGINE_DIRECT : FT_ENGINE_POSIX);
     void *stream = NULL;
     if (ft_cuda_available(NULL)) {
         T_EQ(ft_store_stream(s, 0, &stream), 0);

@@ -216,12 +216,13 @@ static PyObject *py_store_stats(PyObject *self, PyObject *args)
     if (rc < 0)
         return raise_ft(rc, NULL);
     return Py_BuildValue(
-        "{sKsKsKsKsKsKsKsKsKsKsKsKsKsKsK}", "puts", st.puts, "gets", st.gets, "bytes_put",
+        "{sKsKsKsKsKsKsKsKsKsKsKsKsKsKsKss}", "puts", st.puts, "gets", st.gets, "bytes_put",
         st.bytes_put, "bytes_written", st.bytes_written, "bytes_read", st.bytes_read,
         "bytes_got", st.bytes_got, "bytes_prefetched", st.bytes_prefetched, "host_hits",
         st.host_hits, "stall_ns", st.stall_ns, "inflight_bytes", st.inflight_bytes,
         "peak_inflight_bytes", st.peak_inflight_bytes, "entries", st.entries, "file_used",
-        st.file_used, "file_size", st.file_size, "host_resident", st.host_resident);
+        st.file_used, "file_size", st.file_size, "host_resident", st.host_resident, "engine",
+        ft_engine_name(st.engine));
 }
 
 /* store_stream(store, device) -> the CUstream of device-to-host copies, as an int */

@@ -95,7 +95,7 @@ class _Packed:
     """What a pack hook returns for an offloaded tensor."""
     __slots__ = ("owner", "key", "shape", "stride", "dtype", "device", "nbytes", "ptr",
                  "version", "ref", "dense", "seq", "index", "prefetched", "unpacked",
-                 "__weakref__")
+                 "copy", "__weakref__")
 
     def __del__(self):
         owner = self.owner
@@ -117,7 +117,7 @@ class offload_activations(torch.autograd.graph.saved_tensors_hooks):
 
     def __init__(self, directory=None, *, min_bytes: int = _MiB, host_cache_bytes: int = 0,
                  prefetch_bytes: int | None = None, engine: str = "auto",
-                 capacity: int = 0):
+                 capacity: int = 0, _check: bool = False):
         if not isinstance(min_bytes, int) or min_bytes < 0:
             raise ValueError(f"min_bytes must be a non-negative int, not {min_bytes!r}")
         if prefetch_bytes is None:
@@ -127,6 +127,7 @@ class offload_activations(torch.autograd.graph.saved_tensors_hooks):
             raise ValueError(f"prefetch_bytes must be a non-negative int, not {prefetch_bytes!r}")
         self.min_bytes = min_bytes
         self.prefetch_bytes = prefetch_bytes
+        self._check = _check  # debugging: keep a copy of each tensor, compare at unpack
         # The ring holds puts in flight (the forward pass) and prefetched entries (backward).
         self._store = SpillStore(directory, capacity=capacity,
                                  staging_bytes=prefetch_bytes + 256 * _MiB,
@@ -169,6 +170,10 @@ class offload_activations(torch.autograd.graph.saved_tensors_hooks):
         h.nbytes = t.numel() * t.element_size()
         h.ptr, h.version, h.dense = t.data_ptr(), t._version, layout == "dense"
         h.prefetched = h.unpacked = False
+        h.copy = None
+        if self._check:  # aside in host memory: GPU allocations stay as without the check
+            h.copy = torch.empty(t.shape, dtype=t.dtype, pin_memory=t.device.type == "cuda")
+            h.copy.copy_(t, non_blocking=True)
         try:
             h.ref = weakref.ref(t)
         except TypeError:
@@ -177,7 +182,7 @@ class offload_activations(torch.autograd.graph.saved_tensors_hooks):
         h.key = _C.store_put(self._h, src.data_ptr(), h.nbytes, int(cuda),
                              (t.device.index or 0) if cuda else 0, _stream(t.device))
         h.owner = self
-        if cuda and h.nbytes <= self._ring_limit:
+        if cuda and -(-h.nbytes // 4096) * 4096 <= self._ring_limit:  # whole blocks
             # Only a copy on the store's stream reads the source: the caching allocator may
             # reuse its memory once that stream is past the copy, so no reference is kept
             # (the host may run far ahead of the GPU without holding activations).
@@ -232,6 +237,9 @@ class offload_activations(torch.autograd.graph.saved_tensors_hooks):
         if not h.dense:  # a slice: back to its strides, holes and all
             out = torch.empty_strided(h.shape, h.stride, dtype=h.dtype,
                                       device=h.device).copy_(out)
+        if h.copy is not None and not torch.equal(out.cpu(), h.copy):
+            raise RuntimeError(f"fastensor offload check: a {h.dtype} tensor of shape "
+                               f"{list(h.shape)} came back different")
         return out
 
     # -- bookkeeping (lock held) -------------------------------------------------------
@@ -313,5 +321,5 @@ class offload_activations(torch.autograd.graph.saved_tensors_hooks):
                  peak_inflight_bytes=s["peak_inflight_bytes"],
                  bytes_written=s["bytes_written"], bytes_read=s["bytes_read"],
                  bytes_reloaded=s["bytes_got"], host_hits=s["host_hits"],
-                 entries=s["entries"], spill_file_bytes=s["file_size"])
+                 entries=s["entries"], spill_file_bytes=s["file_size"], engine=s["engine"])
         return c

@@ -114,6 +114,64 @@ static int sync_event(int device, CUevent ev, const char *what)
     return r ? ft__cuda_err(r, what) : 0;
 }
 
+/*
+ * Move an entry's whole slot between the file and caller memory @p mem (host or device) of
+ * e->len bytes, with O_DIRECT-sized requests only: the block-aligned body directly, the last
+ * partial block through a small aligned buffer (zero-padded on writes). The store never
+ * issues a buffered read of its file, whose readahead could cache a neighbouring slot's old
+ * contents while an O_DIRECT write lands there.
+ */
+static int64_t slot_transfer(ft_store *s, const ft__entry *e, const ft_buf *mem, int device,
+                             CUstream stream, bool write)
+{
+    ft_io_opts o = {.engine = s->opts.engine, .stream = stream};
+    uint64_t body = e->len / FT__DIRECT_ALIGN * FT__DIRECT_ALIGN, tail = e->len - body;
+    ft_buf part = *mem;
+    part.len = body;
+    int64_t r = body ? ft__transfer(s->file, &part, (uint64_t)e->file_off, &o, write) : 0;
+    if (r < 0 || tail == 0)
+        return r;
+    if ((uint64_t)r != body)
+        return ft__err(-EIO, "spill store: %s %lld of %llu bytes", write ? "wrote" : "read",
+                       (long long)r, (unsigned long long)body);
+    uint8_t *block = NULL, *at = (uint8_t *)mem->ptr + body;
+    if (posix_memalign((void **)&block, FT__DIRECT_ALIGN, FT__DIRECT_ALIGN) != 0)
+        return ft__err(-ENOMEM, "spill store: tail buffer");
+    ft_buf tb = ft_host_buf(block, FT__DIRECT_ALIGN);
+    o.stream = NULL;
+    int64_t rc = 0;
+    CUresult cr = 0;
+    if (write) {
+        memset(block + tail, 0, FT__DIRECT_ALIGN - tail);
+        if (device < 0) {
+            memcpy(block, at, tail);
+        } else if ((rc = ft__cuda_enter(device)) == 0) { /* after the producer, as the body */
+            cr = ft__cu.MemcpyDtoHAsync(block, (CUdeviceptr)(uintptr_t)at, tail, stream);
+            if (cr == 0)
+                cr = ft__cu.StreamSynchronize(stream);
+            ft__cuda_leave();
+        }
+        if (rc == 0 && cr == 0)
+            rc = ft__transfer(s->file, &tb, (uint64_t)e->file_off + body, &o, true);
+    } else {
+        rc = ft__transfer(s->file, &tb, (uint64_t)e->file_off + body, &o, false);
+        if (rc >= 0 && (uint64_t)rc < tail)
+            rc = ft__err(-EIO, "spill store: short read of the last block");
+        if (rc >= 0 && device < 0) {
+            memcpy(at, block, tail);
+        } else if (rc >= 0 && (rc = ft__cuda_enter(device)) == 0) {
+            cr = ft__cu.MemcpyHtoDAsync((CUdeviceptr)(uintptr_t)at, block, tail, stream);
+            if (cr == 0)
+                cr = ft__cu.StreamSynchronize(stream);
+            ft__cuda_leave();
+        }
+    }
+    free(block);
+    if (cr != 0)
+        return ft__cuda_err(cr, "spill store: last block copy");
+    return rc < 0 ? rc : (int64_t)e->len;
+}
+
 /* Keep the entry in the host tier instead of writing it, when the tier has room. */
 static bool admit_to_tier(ft_store *s, ft__entry *e)
 {
@@ -150,9 +208,8 @@ static void put_task(void *arg)
             r = ft__transfer(s->file, &b, (uint64_t)e->file_off, &o, true);
         }
     } else { /* larger than the ring: straight from the source */
-        if (e->src_device >= 0)
-            o.stream = s->out[e->src_device];
-        r = ft__transfer(s->file, &e->src, (uint64_t)e->file_off, &o, true);
+        r = slot_transfer(s, e, &e->src, e->src_device,
+                          e->src_device >= 0 ? s->out[e->src_device] : NULL, true);
     }
     pthread_mutex_lock(&s->lock);
     e->copy_pending = false;
@@ -356,8 +413,7 @@ static void get_task(void *arg)
                 r = ft__cuda_err(cr, "spill store: host-to-device copy");
         }
     } else if (e->on_disk) {
-        ft_io_opts o = {.engine = s->opts.engine, .stream = in};
-        r = ft__transfer(s->file, &e->dst, (uint64_t)e->file_off, &o, false);
+        r = slot_transfer(s, e, &e->dst, e->dst_device, in, false);
         if (r >= 0 && (uint64_t)r != e->len)
             r = ft__err(-EIO, "spill store: spill file read %lld of %llu bytes", (long long)r,
                         (unsigned long long)e->len);

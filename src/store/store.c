@@ -131,6 +131,9 @@ int ft_store_create(ft_ctx *ctx, ft_store **out, const ft_store_opts *opts)
         rc = ft__extents_init(&s->space, o.capacity);
     if (rc == 0 && o.capacity && (rc = file_extend(s, 0, o.capacity)) == 0)
         s->file_size = o.capacity;
+    if (rc == 0 && o.engine == FT_ENGINE_AUTO) /* one engine for all, see the header */
+        s->opts.engine = ft__file_direct_fd(s->file) >= 0 ? FT_ENGINE_DIRECT : FT_ENGINE_POSIX;
+    s->st.engine = s->opts.engine;
     if (rc == 0)
         rc = ft__extents_init(&s->ring, o.staging_bytes + o.host_cache_bytes);
     if (rc == 0)
