@@ -582,10 +582,11 @@ int ft_store_get(ft_store *store, uint64_t key, const ft_buf *dst, void *stream)
 
 /**
  * Start bringing entry @p key from the file into pinned host memory, so a later get is a
- * memory copy. Never waits: ring space is taken only when free (cached copies of other
- * entries may be evicted for it).
- * @return 1 started; 0 nothing to do (in memory already, put not landed, or larger than the
- *         ring); -EBUSY no ring space now (try again later); -ENOENT unknown key.
+ * memory copy; an entry still being written from the ring keeps that copy instead. Never
+ * waits: ring space is taken only when free (cached copies of other entries may be evicted
+ * for it, least recently used first).
+ * @return 1 started (or kept); 0 nothing to do (in memory already, or larger than the ring);
+ *         -EBUSY no ring space now (try again later); -ENOENT unknown key.
  */
 int ft_store_prefetch(ft_store *store, uint64_t key);
 

@@ -172,6 +172,41 @@ static void case_prefetch(void)
     free(c);
 }
 
+/* A prefetch while the put is still writing keeps the ring copy: the get is a memory copy. */
+static void case_prefetch_during_write(void)
+{
+    ft_store_opts o = {.dir = store_dir("pfw"), .staging_bytes = 16u << 20};
+    ft_store *s;
+    T_EQ(ft_store_create(ctx, &s, &o), 0);
+    size_t n = (8u << 20) + 3;
+    uint8_t *a = malloc(n), *b = malloc(n);
+    t_fill_random(a, n, 17);
+    ft_buf src = ft_host_buf(a, n), dst = ft_host_buf(b, n);
+    uint64_t k;
+    t_fault_set(T_OP_PWRITE, T_FAULT_EINTR, 0, 1, 64); /* slow the write down a little */
+    T_EQ(ft_store_put(s, &src, NULL, &k), 0);
+    T_EQ(ft_store_prefetch(s, k), 1);
+    T_EQ(ft_store_wait(s, k), 0);
+    ft_store_stats st;
+    while (ft_store_get_stats(s, &st) == 0 && st.inflight_bytes)
+        usleep(1000); /* a prefetch, if it came to one, is done */
+    t_fault_clear();
+    T_EQ(ft_store_get_stats(s, &st), 0);
+    T_EQ(st.bytes_written, n);
+    T_EQ(st.host_used, 8u << 20 | 4096); /* the copy stayed */
+    T_EQ(ft_store_get(s, k, &dst, NULL), 0);
+    T_EQ(ft_store_wait(s, k), 0);
+    T_MEMEQ(a, b, n);
+    T_EQ(ft_store_get_stats(s, &st), 0);
+    T_EQ(st.host_hits, 1);
+    /* Normally the copy was kept (nothing read back); if the write won the race, the
+     * prefetch read it back instead. */
+    T_TRUE(st.bytes_read == 0 || st.bytes_prefetched == n);
+    ft_store_destroy(s);
+    free(a);
+    free(b);
+}
+
 static void case_capacity(void)
 {
     ft_store_opts o = {.dir = store_dir("cap"), .capacity = 1u << 20};
@@ -466,6 +501,7 @@ int main(int argc, char **argv)
         {"small ring: puts wait, large entries bypass it", case_small_ring},
         {"host tier keeps entries in memory", case_host_tier},
         {"prefetch into memory, eviction", case_prefetch},
+        {"prefetch while the put writes keeps the copy", case_prefetch_during_write},
         {"capacity limit and drop", case_capacity},
         {"bad input gets clear errors", case_bad_input},
         {"injected faults", case_faults},

@@ -226,8 +226,11 @@ static void put_task(void *arg)
         e->on_disk = true;
         s->st.bytes_written += e->len;
     }
-    if (ring)
+    if (ring && e->keep_copy && r >= 0 && !e->cached) {
+        e->cached = true; /* the put's ring reference becomes the cache's */
+    } else if (ring) {
         ft__store_host_unref(s, e);
+    }
     e->landed = true;
     ft__store_inflight(s, -(int64_t)e->len);
     task_done(s, e);
@@ -530,7 +533,12 @@ int ft_store_prefetch(ft_store *s, uint64_t key)
     pthread_mutex_lock(&s->lock);
     ft__entry *e = ft__store_lookup(s, key);
     int rc = e ? 0 : -ENOENT;
-    if (e && e->landed && e->on_disk && e->host_off < 0 && !e->getting &&
+    if (e && !e->landed && e->host_off >= 0 && !e->cached) {
+        /* Still being written from the ring: keep that copy once it is on disk. */
+        e->keep_copy = true;
+        e->lru = ++s->tick;
+        rc = 1;
+    } else if (e && e->landed && e->on_disk && e->host_off < 0 && !e->getting &&
         e->slot <= s->opts.staging_bytes) {
         int64_t off = ft__store_ring_take(s, e->slot, false);
         if (off == -ENOMEM)

@@ -25,6 +25,7 @@ typedef struct ft__entry {
     bool landed;        /* the put is finished (failed or not) */
     bool getting;       /* a get task runs */
     bool prefetching;   /* a prefetch task reads into the host copy */
+    bool keep_copy;     /* prefetched while its put was writing: keep the ring copy */
     bool got_pending;   /* an asynchronous host-to-device copy out of the host copy */
     bool dropped;
     unsigned tasks;     /* pool tasks working on the entry */
