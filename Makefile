@@ -34,7 +34,7 @@ CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/%.o)
 TEST_SRC := $(filter-out tests/testlib.c,$(wildcard tests/test_*.c))
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 
-.PHONY: all lib cli tests test demo deps install clean bench python
+.PHONY: all lib cli tests test demo deps install clean bench bench-offload python
 all: lib cli
 
 lib: $(BUILD)/libfastensor.so $(BUILD)/libfastensor.a
@@ -81,6 +81,9 @@ python: lib
 bench: all python
 	bench/vs-fio.sh
 	PYTHONPATH=python $(PYTHON) bench/compare.py
+
+bench-offload: all python
+	PYTHONPATH=python $(PYTHON) bench/offload.py
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/bin \

@@ -75,6 +75,15 @@ static PyObject *py_store_close(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* The store of a call whose only argument is the store, or NULL with an exception. */
+static ft_store *store_only(PyObject *args)
+{
+    PyObject *cap;
+    if (!PyArg_ParseTuple(args, "O", &cap))
+        return NULL;
+    return cap_get(cap, CAP_STORE);
+}
+
 /* (store, key-or-address..., ) helpers */
 static ft_buf make_buf(unsigned long long addr, unsigned long long len, int kind, int device)
 {
@@ -182,10 +191,7 @@ static PyObject *py_store_wait(PyObject *self, PyObject *args)
 static PyObject *py_store_flush(PyObject *self, PyObject *args)
 {
     (void)self;
-    PyObject *cap;
-    if (!PyArg_ParseTuple(args, "O", &cap))
-        return NULL;
-    ft_store *s = cap_get(cap, CAP_STORE);
+    ft_store *s = store_only(args);
     if (!s)
         return NULL;
     int rc;
@@ -205,10 +211,7 @@ static PyObject *py_store_drop(PyObject *self, PyObject *args)
 static PyObject *py_store_stats(PyObject *self, PyObject *args)
 {
     (void)self;
-    PyObject *cap;
-    if (!PyArg_ParseTuple(args, "O", &cap))
-        return NULL;
-    ft_store *s = cap_get(cap, CAP_STORE);
+    ft_store *s = store_only(args);
     if (!s)
         return NULL;
     ft_store_stats st;
@@ -245,10 +248,7 @@ static PyObject *py_store_stream(PyObject *self, PyObject *args)
 static PyObject *py_store_ring_limit(PyObject *self, PyObject *args)
 {
     (void)self;
-    PyObject *cap;
-    if (!PyArg_ParseTuple(args, "O", &cap))
-        return NULL;
-    ft_store *s = cap_get(cap, CAP_STORE);
+    ft_store *s = store_only(args);
     return s ? PyLong_FromUnsignedLongLong(ft_store_ring_limit(s)) : NULL;
 }
 

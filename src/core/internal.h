@@ -129,6 +129,9 @@ int64_t ft__file_size(ft_file *file);
 /** Check a transfer's arguments. @return 0 or -errno with a detail. */
 int ft__io_check(ft_file *f, const ft_buf *buf, uint64_t offset, const ft_io_opts *opts,
                  bool write);
+/** *device = the CUDA device holding @p buf's memory (whatever kind it claims), -1 for
+ * host memory. @return 0 or -errno. */
+int ft__buf_device(const ft_buf *buf, int *device);
 /** Run a checked transfer on the calling thread (what ft_read/ft_write do). */
 int64_t ft__transfer(ft_file *f, const ft_buf *buf, uint64_t offset, const ft_io_opts *opts,
                      bool write);

@@ -38,6 +38,22 @@ static ft_engine requested_engine(const ft_file *f, const ft_io_opts *opts)
     return e == FT_ENGINE_AUTO ? f->ctx->cfg.engine : e;
 }
 
+int ft__buf_device(const ft_buf *buf, int *device)
+{
+    *device = -1;
+    if (buf->kind == FT_MEM_CUDA || ft_cuda_available(NULL)) {
+        /* Device memory, whatever the caller said: a memcpy on it would crash. */
+        int dev = buf->device;
+        bool pinned;
+        int kind = ft__cuda_pointer(buf->ptr, &dev, &pinned);
+        if (kind < 0)
+            return kind;
+        if (kind == 1 || buf->kind == FT_MEM_CUDA)
+            *device = dev;
+    }
+    return 0;
+}
+
 static int64_t dispatch(const ft__io *io, ft_engine engine, bool write, const ft_io_opts *opts)
 {
     const ft__engine_ops *ops = ft__engine_get(engine);
@@ -49,18 +65,10 @@ static int64_t dispatch(const ft__io *io, ft_engine engine, bool write, const ft
 int64_t ft__transfer(ft_file *f, const ft_buf *buf, uint64_t offset, const ft_io_opts *opts,
                      bool write)
 {
-    ft__io io = {.ctx = f->ctx, .file = f, .ptr = buf->ptr, .len = buf->len, .off = offset,
-                 .device = -1};
-    if (buf->kind == FT_MEM_CUDA || ft_cuda_available(NULL)) {
-        /* Device memory, whatever the caller said: a memcpy on it would crash. */
-        int dev = buf->device;
-        bool pinned;
-        int kind = ft__cuda_pointer(buf->ptr, &dev, &pinned);
-        if (kind < 0)
-            return kind;
-        if (kind == 1 || buf->kind == FT_MEM_CUDA)
-            io.device = dev;
-    }
+    ft__io io = {.ctx = f->ctx, .file = f, .ptr = buf->ptr, .len = buf->len, .off = offset};
+    int rc = ft__buf_device(buf, &io.device);
+    if (rc < 0)
+        return rc;
     if (!write) {
         int64_t size = ft__file_size(f);
         if (size < 0)
@@ -89,11 +97,8 @@ int64_t ft__transfer(ft_file *f, const ft_buf *buf, uint64_t offset, const ft_io
         }
         atomic_fetch_sub_explicit(&f->ctx->inflight, 1, memory_order_relaxed);
     }
-    if (r >= 0 && sync) {
-        int rc = ft_file_sync(f);
-        if (rc < 0)
-            return rc;
-    }
+    if (r >= 0 && sync && (rc = ft_file_sync(f)) < 0)
+        return rc;
     if (io.len > 0 && e == FT_ENGINE_AUTO) /* durable writes are measured with their sync */
         ft__auto_done(f, &d, r);
     return r;

@@ -32,17 +32,7 @@ static int buf_device(const ft_buf *b, int *device)
     if (b->kind == FT_MEM_CUDA && !ft_cuda_available(&why))
         return ft__err(-ENODEV, "spill store: device memory, but CUDA is not available: %s",
                        why);
-    *device = -1;
-    if (b->kind == FT_MEM_CUDA || ft_cuda_available(NULL)) {
-        int dev = b->device;
-        bool pinned;
-        int kind = ft__cuda_pointer(b->ptr, &dev, &pinned);
-        if (kind < 0)
-            return kind;
-        if (kind == 1 || b->kind == FT_MEM_CUDA)
-            *device = dev;
-    }
-    return 0;
+    return ft__buf_device(b, device);
 }
 
 /* Pool task bookkeeping: the store waits for its tasks at destroy. */
