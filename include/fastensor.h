@@ -511,6 +511,7 @@ typedef struct ft_store_stats {
     uint64_t puts, gets;           /**< operations started */
     uint64_t bytes_put;            /**< bytes handed to ft_store_put */
     uint64_t bytes_written;        /**< bytes written to the spill file */
+    uint64_t writes_skipped;       /**< puts dropped before their write began: not written */
     uint64_t bytes_read;           /**< bytes read back from the spill file */
     uint64_t bytes_got;            /**< bytes delivered by ft_store_get */
     uint64_t bytes_prefetched;     /**< bytes brought into host memory by ft_store_prefetch */

@@ -189,13 +189,26 @@ static void case_stream_order(void)
     ft_file *f;
     T_EQ(ft_file_open(ctx, &f, t_path("order.bin"), FT_OPEN_READ | FT_OPEN_WRITE |
                                                         FT_OPEN_CREATE | FT_OPEN_TRUNC, 0644), 0);
-    for (int round = 0; round < 3; round++) {
+    /* every engine (cufile has no stream of its own: it waits on the host), then the
+     * asynchronous API (the stream's order is taken at submit) */
+    const ft_engine order[] = {FT_ENGINE_POSIX, FT_ENGINE_DIRECT, FT_ENGINE_URING,
+                               FT_ENGINE_CUFILE, FT_ENGINE_MMAP, FT_ENGINE_AUTO};
+    for (int round = 0; round < 6; round++) {
+        if (order[round] == FT_ENGINE_CUFILE && !cufile_ok)
+            continue;
         unsigned char v = (unsigned char)(0x10 + round);
         /* write: the memset queued on s must land before the data leaves the device */
         T_EQ(ft__cu.MemsetD8Async((CUdeviceptr)(uintptr_t)dev, v, n, s), 0);
         ft_buf db = {dev, n, FT_MEM_CUDA, 0};
-        ft_io_opts o = {.engine = engines[round % 3], .stream = s};
-        T_EQ(ft_write(f, &db, 0, &o), n);
+        ft_io_opts o = {.engine = order[round], .stream = s};
+        if (round < 5) {
+            T_EQ(ft_write(f, &db, 0, &o), n);
+        } else {
+            ft_req *rq;
+            T_EQ(ft_submit_write(f, &db, 0, &o, &rq), 0);
+            T_EQ(ft_req_wait(rq), n);
+            ft_req_free(rq);
+        }
         ft_buf hb = ft_host_buf(host, n);
         T_EQ(ft_read(f, &hb, 0, NULL), n);
         memset(expect, v, n);

@@ -207,6 +207,40 @@ static void case_prefetch_during_write(void)
     free(b);
 }
 
+/* Entries dropped at once: each is either written or skipped, never both, never lost. */
+static void case_drop_before_write(void)
+{
+    ft_store_opts o = {.dir = store_dir("dbw"), .staging_bytes = 64u << 20};
+    ft_store *s;
+    T_EQ(ft_store_create(ctx, &s, &o), 0);
+    enum { N = 32 };
+    size_t n = 1u << 20;
+    uint8_t *a = malloc(n);
+    t_fill_random(a, n, 23);
+    ft_buf src = ft_host_buf(a, n);
+    uint64_t keep;
+    T_EQ(ft_store_put(s, &src, NULL, &keep), 0);
+    for (int i = 0; i < N; i++) {
+        uint64_t k;
+        T_EQ(ft_store_put(s, &src, NULL, &k), 0);
+        T_EQ(ft_store_drop(s, k), 0);
+    }
+    T_EQ(ft_store_flush(s), 0);
+    ft_store_stats st;
+    T_EQ(ft_store_get_stats(s, &st), 0);
+    T_EQ(st.writes_skipped + st.bytes_written / n, N + 1);
+    T_TRUE(st.bytes_written >= n); /* the kept entry was written */
+    T_EQ(st.entries, 1);
+    uint8_t *b = calloc(1, n);
+    ft_buf dst = ft_host_buf(b, n);
+    T_EQ(ft_store_get(s, keep, &dst, NULL), 0);
+    T_EQ(ft_store_wait(s, keep), 0);
+    T_MEMEQ(a, b, n);
+    ft_store_destroy(s);
+    free(a);
+    free(b);
+}
+
 static void case_capacity(void)
 {
     ft_store_opts o = {.dir = store_dir("cap"), .capacity = 1u << 20};
@@ -502,6 +536,7 @@ int main(int argc, char **argv)
         {"host tier keeps entries in memory", case_host_tier},
         {"prefetch into memory, eviction", case_prefetch},
         {"prefetch while the put writes keeps the copy", case_prefetch_during_write},
+        {"entries dropped before their write are not written", case_drop_before_write},
         {"capacity limit and drop", case_capacity},
         {"bad input gets clear errors", case_bad_input},
         {"injected faults", case_faults},

@@ -219,8 +219,9 @@ static PyObject *py_store_stats(PyObject *self, PyObject *args)
     if (rc < 0)
         return raise_ft(rc, NULL);
     return Py_BuildValue(
-        "{sKsKsKsKsKsKsKsKsKsKsKsKsKsKsKss}", "puts", st.puts, "gets", st.gets, "bytes_put",
-        st.bytes_put, "bytes_written", st.bytes_written, "bytes_read", st.bytes_read,
+        "{sKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKss}", "puts", st.puts, "gets", st.gets, "bytes_put",
+        st.bytes_put, "bytes_written", st.bytes_written, "writes_skipped", st.writes_skipped,
+        "bytes_read", st.bytes_read,
         "bytes_got", st.bytes_got, "bytes_prefetched", st.bytes_prefetched, "host_hits",
         st.host_hits, "stall_ns", st.stall_ns, "inflight_bytes", st.inflight_bytes,
         "peak_inflight_bytes", st.peak_inflight_bytes, "entries", st.entries, "file_used",

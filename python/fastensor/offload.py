@@ -319,7 +319,8 @@ class offload_activations(torch.autograd.graph.saved_tensors_hooks):
         c.update(bytes_offloaded=s["bytes_put"], bytes_prefetched=s["bytes_prefetched"],
                  stall_seconds=s["stall_ns"] / 1e9,
                  peak_inflight_bytes=s["peak_inflight_bytes"],
-                 bytes_written=s["bytes_written"], bytes_read=s["bytes_read"],
+                 bytes_written=s["bytes_written"], writes_skipped=s["writes_skipped"],
+                 bytes_read=s["bytes_read"],
                  bytes_reloaded=s["bytes_got"], host_hits=s["host_hits"],
                  entries=s["entries"], spill_file_bytes=s["file_size"], engine=s["engine"])
         return c

@@ -132,9 +132,14 @@ int ft__io_check(ft_file *f, const ft_buf *buf, uint64_t offset, const ft_io_opt
 /** *device = the CUDA device holding @p buf's memory (whatever kind it claims), -1 for
  * host memory. @return 0 or -errno. */
 int ft__buf_device(const ft_buf *buf, int *device);
-/** Run a checked transfer on the calling thread (what ft_read/ft_write do). */
+/** Run a checked transfer on the calling thread (what ft_read/ft_write do). Device memory
+ * is touched only after the work queued now on opts->stream. */
 int64_t ft__transfer(ft_file *f, const ft_buf *buf, uint64_t offset, const ft_io_opts *opts,
                      bool write);
+/** ft__transfer ordered after @p ready (a CUevent recorded on the caller's stream when the
+ * transfer was asked for; NULL: record one now). */
+int64_t ft__transfer_after(ft_file *f, const ft_buf *buf, uint64_t offset,
+                           const ft_io_opts *opts, bool write, void *ready);
 
 /* ---- engine AUTO (select/auto.c) ---- */
 
@@ -244,9 +249,10 @@ int64_t ft__direct_transfer(const ft__io *io, bool write, int64_t (*mid)(const f
 /* ---- device memory (gpu/) ---- */
 
 struct ft__engine_ops;
-/** Move a device-memory transfer through pinned staging with a host engine. */
+/** Move a device-memory transfer through pinned staging with a host engine, after the
+ * event @p caller_ready (a CUevent on the caller's stream). */
 int64_t ft__stage_transfer(const ft__io *io, const struct ft__engine_ops *ops, bool write,
-                           int device, void *caller_stream);
+                           int device, void *caller_ready);
 /** cuFile's mode ("GPUDirect Storage (nvidia-fs)" / "compatibility mode") or NULL. */
 const char *ft__cufile_mode(void);
 /** Deregister the file's cuFile handle, if any. */

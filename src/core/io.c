@@ -54,16 +54,27 @@ int ft__buf_device(const ft_buf *buf, int *device)
     return 0;
 }
 
-static int64_t dispatch(const ft__io *io, ft_engine engine, bool write, const ft_io_opts *opts)
+static int64_t dispatch(const ft__io *io, ft_engine engine, bool write, void *ready)
 {
     const ft__engine_ops *ops = ft__engine_get(engine);
     if (io->device >= 0 && engine != FT_ENGINE_CUFILE) /* device memory via pinned staging */
-        return ft__stage_transfer(io, ops, write, io->device, opts ? opts->stream : NULL);
+        return ft__stage_transfer(io, ops, write, io->device, ready);
+    if (io->device >= 0) { /* cuFile runs on no stream: wait for the caller's on the host */
+        int rc = ft__cuda_event_wait(io->device, ready);
+        if (rc < 0)
+            return rc;
+    }
     return write ? ops->write(io) : ops->read(io);
 }
 
 int64_t ft__transfer(ft_file *f, const ft_buf *buf, uint64_t offset, const ft_io_opts *opts,
                      bool write)
+{
+    return ft__transfer_after(f, buf, offset, opts, write, NULL);
+}
+
+int64_t ft__transfer_after(ft_file *f, const ft_buf *buf, uint64_t offset,
+                           const ft_io_opts *opts, bool write, void *ready)
 {
     ft__io io = {.ctx = f->ctx, .file = f, .ptr = buf->ptr, .len = buf->len, .off = offset};
     int rc = ft__buf_device(buf, &io.device);
@@ -80,6 +91,12 @@ int64_t ft__transfer(ft_file *f, const ft_buf *buf, uint64_t offset, const ft_io
     bool durable = sync || (write && opts && (opts->flags & FT__IO_DURABLE_LATER));
     ft_engine e = requested_engine(f, opts);
     ft__decision d;
+    void *own = NULL;
+    if (io.len > 0 && io.device >= 0 && !ready) {
+        if ((rc = ft__cuda_event_after(io.device, opts ? opts->stream : NULL, &own)) < 0)
+            return rc;
+        ready = own;
+    }
     if (io.len > 0) {
         atomic_fetch_add_explicit(&f->ctx->inflight, 1, memory_order_relaxed);
         if (e == FT_ENGINE_AUTO) { /* the selector picks an arm and learns from the result */
@@ -87,16 +104,17 @@ int64_t ft__transfer(ft_file *f, const ft_buf *buf, uint64_t offset, const ft_io
             io.piece = d.piece;
         }
         ft_engine chosen = e == FT_ENGINE_AUTO ? d.engine : e;
-        r = dispatch(&io, chosen, write, opts);
+        r = dispatch(&io, chosen, write, ready);
         if (r < 0 && e == FT_ENGINE_AUTO && chosen == FT_ENGINE_CUFILE && f->cufile_err) {
             /* cuFile cannot register this file (the failure is cached, so AUTO will not
              * offer cuFile for it again): this transfer goes through another engine. */
             ft__auto_decide(f, offset, io.len, write, durable, io.device, &d);
             io.piece = d.piece;
-            r = dispatch(&io, d.engine, write, opts);
+            r = dispatch(&io, d.engine, write, ready);
         }
         atomic_fetch_sub_explicit(&f->ctx->inflight, 1, memory_order_relaxed);
     }
+    ft__cuda_event_free(io.device, own);
     if (r >= 0 && sync && (rc = ft_file_sync(f)) < 0)
         return rc;
     if (io.len > 0 && e == FT_ENGINE_AUTO) /* durable writes are measured with their sync */

@@ -1,5 +1,6 @@
 /* Asynchronous requests: a transfer run as a detached task on the context's pool. */
 #include "internal.h"
+#include "../gpu/cuda.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -11,6 +12,8 @@ struct ft_req {
     ft_io_opts opts;
     bool has_opts;
     bool write;
+    int device;       /* device memory: its device, else -1 */
+    void *ready;      /* device memory: the caller's stream at submit (a CUevent) */
     pthread_mutex_t lock;
     pthread_cond_t cond;
     atomic_bool done;
@@ -21,8 +24,8 @@ struct ft_req {
 static void req_run(void *arg)
 {
     ft_req *req = arg;
-    int64_t r = ft__transfer(req->file, &req->buf, req->offset,
-                             req->has_opts ? &req->opts : NULL, req->write);
+    int64_t r = ft__transfer_after(req->file, &req->buf, req->offset,
+                                   req->has_opts ? &req->opts : NULL, req->write, req->ready);
     pthread_mutex_lock(&req->lock);
     req->result = r;
     if (r < 0)
@@ -48,9 +51,18 @@ static int submit(ft_file *f, const ft_buf *buf, uint64_t offset, const ft_io_op
         req->opts = *opts;
         req->has_opts = true;
     }
+    /* The order on the caller's stream is taken now, not when a worker gets to it: work
+     * the caller queues after submitting must not come before this transfer. */
+    if ((rc = ft__buf_device(buf, &req->device)) == 0 && req->device >= 0 && buf->len)
+        rc = ft__cuda_event_after(req->device, opts ? opts->stream : NULL, &req->ready);
+    if (rc < 0) {
+        free(req);
+        return rc;
+    }
     pthread_mutex_init(&req->lock, NULL);
     pthread_cond_init(&req->cond, NULL);
     if ((rc = ft__pool_post(f->ctx->pool, req_run, req)) < 0) {
+        ft__cuda_event_free(req->device, req->ready);
         pthread_cond_destroy(&req->cond);
         pthread_mutex_destroy(&req->lock);
         free(req);
@@ -99,6 +111,7 @@ void ft_req_free(ft_req *req)
     ft__detail_save(keep);
     (void)ft_req_wait(req);
     ft__detail_restore(keep);
+    ft__cuda_event_free(req->device, req->ready);
     pthread_cond_destroy(&req->cond);
     pthread_mutex_destroy(&req->lock);
     free(req);

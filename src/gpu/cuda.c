@@ -150,3 +150,40 @@ void ft__cuda_leave(void)
     CUcontext ignored;
     ft__cu.CtxPopCurrent(&ignored);
 }
+
+int ft__cuda_event_after(int device, void *stream, void **event)
+{
+    *event = NULL;
+    int rc = ft__cuda_enter(device);
+    if (rc < 0)
+        return rc;
+    CUevent ev = NULL;
+    CUresult r = ft__cu.EventCreate(&ev, FT_CU_EVENT_DISABLE_TIMING);
+    if (r == 0)
+        r = ft__cu.EventRecord(ev, (CUstream)stream);
+    if (r != 0 && ev)
+        ft__cu.EventDestroy(ev);
+    ft__cuda_leave();
+    if (r != 0)
+        return ft__cuda_err(r, "event on the caller's stream");
+    *event = ev;
+    return 0;
+}
+
+int ft__cuda_event_wait(int device, void *event)
+{
+    int rc = ft__cuda_enter(device);
+    if (rc < 0)
+        return rc;
+    CUresult r = ft__cu.EventSynchronize((CUevent)event);
+    ft__cuda_leave();
+    return r ? ft__cuda_err(r, "waiting for the caller's stream") : 0;
+}
+
+void ft__cuda_event_free(int device, void *event)
+{
+    if (event && ft__cuda_enter(device) == 0) {
+        ft__cu.EventDestroy((CUevent)event);
+        ft__cuda_leave();
+    }
+}

@@ -82,4 +82,14 @@ int ft__cuda_pointer(const void *ptr, int *device, bool *pinned);
 int ft__cuda_enter(int device);
 void ft__cuda_leave(void);
 
+/**
+ * Record, now, an event on @p stream (a CUstream of @p device; NULL: the legacy default
+ * stream): what was queued there before this call. @return 0 and *event, or -errno.
+ */
+int ft__cuda_event_after(int device, void *stream, void **event);
+/** Wait on the host for an event of ft__cuda_event_after. @return 0 or -errno. */
+int ft__cuda_event_wait(int device, void *event);
+/** Free an event of ft__cuda_event_after (NULL: nothing). */
+void ft__cuda_event_free(int device, void *event);
+
 #endif

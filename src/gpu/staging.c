@@ -219,33 +219,19 @@ static int64_t segment(const ft__io *io, uint8_t *dptr, uint64_t off, uint64_t l
 }
 
 int64_t ft__stage_transfer(const ft__io *io, const ft__engine_ops *ops, bool write, int device,
-                           void *caller_stream)
+                           void *caller_ready)
 {
     ft_ctx *ctx = io->ctx;
-    stage_job j = {.ops = ops, .write = write, .device = device};
-    int rc = ft__cuda_enter(device);
-    if (rc < 0)
-        return rc;
-    /* Our streams start after the work queued so far on the caller's stream (NULL: the
-     * legacy default stream), so we neither read a buffer before it is written nor
+    /* Our streams start after caller_ready: the work queued on the caller's stream when the
+     * transfer was asked for, so we neither read a buffer before it is written nor
      * overwrite one still in use. */
-    CUresult r = ft__cu.EventCreate(&j.caller_ready, FT_CU_EVENT_DISABLE_TIMING);
-    if (r == 0)
-        r = ft__cu.EventRecord(j.caller_ready, (CUstream)caller_stream);
-    if (r != 0) {
-        if (j.caller_ready)
-            ft__cu.EventDestroy(j.caller_ready);
-        ft__cuda_leave();
-        return ft__cuda_err(r, "event on the caller's stream");
-    }
+    stage_job j = {.ops = ops, .write = write, .device = device,
+                   .caller_ready = (CUevent)caller_ready};
     /* Segments: whole chunks, spread over up to MAX_SLOTS workers. */
     uint64_t chunk = ctx->stage->chunk;
     uint64_t nchunks = (io->len + chunk - 1) / chunk;
     uint64_t per = (nchunks + MAX_SLOTS - 1) / MAX_SLOTS;
     ft__io seg = *io;
     seg.aux = &j;
-    int64_t res = ft__io_parallel(&seg, FT__MAX(per, 1) * chunk, segment);
-    ft__cu.EventDestroy(j.caller_ready);
-    ft__cuda_leave();
-    return res;
+    return ft__io_parallel(&seg, FT__MAX(per, 1) * chunk, segment);
 }

@@ -190,7 +190,9 @@ static void put_task(void *arg)
             memcpy(copy, e->src.ptr, e->len);
         pthread_mutex_lock(&s->lock);
         e->copy_pending = false; /* the source is free: the ring holds the data */
-        write = r == 0 && !admit_to_tier(s, e);
+        /* An entry dropped before its write starts (used from the ring and let go of, as
+         * the last activations of a forward pass are) is never written. */
+        write = r == 0 && !e->dropped && !admit_to_tier(s, e);
         pthread_cond_broadcast(&s->changed);
         pthread_mutex_unlock(&s->lock);
         if (write) {
@@ -215,6 +217,8 @@ static void put_task(void *arg)
     } else if (write) {
         e->on_disk = true;
         s->st.bytes_written += e->len;
+    } else if (!e->dirty) {
+        s->st.writes_skipped++;
     }
     if (ring && e->keep_copy && r >= 0 && !e->cached) {
         e->cached = true; /* the put's ring reference becomes the cache's */
