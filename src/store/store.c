@@ -23,11 +23,6 @@ uint64_t ft__store_now(void)
     return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
 }
 
-static uint64_t round_block(uint64_t n)
-{
-    return (n + FT__DIRECT_ALIGN - 1) / FT__DIRECT_ALIGN * FT__DIRECT_ALIGN;
-}
-
 static const char *spill_dir(const ft_store_opts *o)
 {
     if (o->dir && *o->dir)
@@ -106,8 +101,8 @@ int ft_store_create(ft_ctx *ctx, ft_store **out, const ft_store_opts *opts)
         return ft__err(-EINVAL, "spill store: unknown engine %d", (int)o.engine);
     if (!o.staging_bytes)
         o.staging_bytes = DEFAULT_STAGING;
-    o.staging_bytes = round_block(o.staging_bytes);
-    o.host_cache_bytes = round_block(o.host_cache_bytes);
+    o.staging_bytes = ft__store_round_block(o.staging_bytes);
+    o.host_cache_bytes = ft__store_round_block(o.host_cache_bytes);
     o.capacity = o.capacity / FT__DIRECT_ALIGN * FT__DIRECT_ALIGN;
     if (opts && opts->capacity && !o.capacity)
         return ft__err(-EINVAL, "spill store: capacity %llu is below one block (%u bytes)",

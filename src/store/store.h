@@ -69,7 +69,7 @@ struct ft_store {
     CUstream in[FT__STORE_MAX_DEVICES];  /* host-to-device copies of gets */
 };
 
-/* ---- shared by store.c (lifecycle, memory) and ops.c (transfers); lock held ---- */
+/* ---- store.c (lifecycle, memory), used by put.c and get.c; lock held ---- */
 
 /** @return the live entry of @p key or NULL (with -ENOENT detail set). */
 ft__entry *ft__store_lookup(ft_store *s, uint64_t key);
@@ -94,6 +94,30 @@ void ft__store_keep_detail(ft__entry *e);
 int ft__store_stream(ft_store *s, int device, bool in, CUstream *out);
 /** Release host copies whose asynchronous gets have finished. @return how many. */
 unsigned ft__store_reap(ft_store *s);
+/* ---- put.c: helpers the transfers share ---- */
+
+/** A pool task's argument: the store and the entry it works on. */
+typedef struct ft__store_task {
+    ft_store *s;
+    ft__entry *e;
+} ft__store_task;
+
+/** *device = -1 for host memory, else the CUDA device of @p b. @return 0 or -errno. */
+int ft__store_buf_device(const ft_buf *b, int *device);
+/** Queue fn(task of s, e) on the pool, counted as the entry's and store's (lock held). */
+int ft__store_post(ft_store *s, ft__entry *e, void (*fn)(void *));
+/** End of a task (lock held): counts, wakes waiters, frees a dropped entry. */
+void ft__store_task_done(ft_store *s, ft__entry *e);
+/** Move the entry's slot between the file and @p mem in whole O_DIRECT blocks. */
+int64_t ft__store_slot_transfer(ft_store *s, const ft__entry *e, const ft_buf *mem,
+                                int device, CUstream stream, bool write);
+
+/** @return @p n rounded up to whole O_DIRECT blocks (a slot's size). */
+static inline uint64_t ft__store_round_block(uint64_t n)
+{
+    return (n + FT__DIRECT_ALIGN - 1) / FT__DIRECT_ALIGN * FT__DIRECT_ALIGN;
+}
+
 /** @return monotonic nanoseconds. */
 uint64_t ft__store_now(void);
 
