@@ -269,6 +269,39 @@ def time_mode(make, kind, batch, args, device, mode, steps):
             torch.cuda.empty_cache()
 
 
+def store_throughput(args, device, total=1 << 30, entry=16 << 20):
+    """The store alone: ``total`` bytes put as ``entry``-sized tensors, flushed, then got
+    back newest first with prefetch running ahead (an activation's life), in GB/s."""
+    import fastensor
+    n = total // entry
+    src = [torch.full((entry,), i % 251, dtype=torch.uint8, device=device) for i in range(n)]
+    out = torch.empty(entry, dtype=torch.uint8, device=device)
+    ring = (args.prefetch or (256 << 20)) + (256 << 20)
+    with fastensor.SpillStore(args.dir, staging_bytes=ring) as st:
+        sync(device)
+        t0 = time.perf_counter()
+        keys = [st.put(t) for t in src]
+        st.flush()
+        t_put = time.perf_counter() - t0
+        ahead = max(1, (args.prefetch or (256 << 20)) // entry)
+        t0 = time.perf_counter()
+        for j in range(min(ahead, n)):
+            st.prefetch(keys[n - 1 - j])
+        for i in reversed(range(n)):
+            if i - ahead >= 0:
+                st.prefetch(keys[i - ahead])
+            st.get(keys[i], out)
+            st.wait(keys[i])
+            st.drop(keys[i])
+        sync(device)
+        t_get = time.perf_counter() - t0
+        if not torch.equal(out, src[0]):
+            raise RuntimeError("store round trip changed the data")
+        engine = st.stats()["engine"]
+    return {"engine": engine, "bytes": n * entry, "put_gbps": n * entry / t_put / 1e9,
+            "get_gbps": n * entry / t_get / 1e9}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default="vit,bert")
@@ -294,6 +327,9 @@ def main():
                     help="none, fastensor[:ENGINE] (spill file through that engine), "
                     "fastensor+ram (host tier), save_on_cpu, torch.save")
     ap.add_argument("--skip-search", action="store_true")
+    ap.add_argument("--store-only", action="store_true",
+                    help="only the store's own throughput: 1 GiB out in 16 MiB tensors, "
+                    "flushed, back newest first with prefetch")
     ap.add_argument("--json", help="write the results here")
     ap.add_argument("--verify", action="store_true",
                     help="only check: plain steps twice (are they deterministic?) and offload "
@@ -310,7 +346,12 @@ def main():
         args.prefetch = int(min(max(bw * 0.25, 64 << 20), 1 << 30))
     results = {"device": str(device), "spill_dir": args.dir, "disk_read_gbps": bw / 1e9,
                "prefetch_bytes": args.prefetch, "models": {}}
-    for name in args.models.split(","):
+    if args.store_only:
+        r = results["store"] = store_throughput(args, device)
+        print(f"store ({r['engine']}): {r['bytes'] >> 20} MiB out {r['put_gbps']:.2f} GB/s "
+              f"(to disk, flushed), back {r['get_gbps']:.2f} GB/s (newest first, prefetched)")
+        args.models = ""
+    for name in filter(None, args.models.split(",")):
         make_model = MODELS[name]
         kind = make_model(args)[1]
 
