@@ -132,24 +132,33 @@ static PyObject *py_store_get(PyObject *self, PyObject *args)
     return rc < 0 ? raise_ft(rc, NULL) : (Py_INCREF(Py_None), Py_None);
 }
 
-/* The calls taking (store, key): released, prefetch, poll, wait, drop. */
-static PyObject *key_call(PyObject *args, int (*fn)(ft_store *, uint64_t), int blocking)
+/* Run fn(store, key) for a call taking (store, key). @return 0 with *rc, or -1 with an
+ * exception (bad arguments or a closed store). */
+static int key_run(PyObject *args, int (*fn)(ft_store *, uint64_t), int blocking, int *rc)
 {
     PyObject *cap;
     unsigned long long key;
     if (!PyArg_ParseTuple(args, "OK", &cap, &key))
-        return NULL;
+        return -1;
     ft_store *s = cap_get(cap, CAP_STORE);
     if (!s)
-        return NULL;
-    int rc;
+        return -1;
     if (blocking) {
         Py_BEGIN_ALLOW_THREADS
-        rc = fn(s, key);
+        *rc = fn(s, key);
         Py_END_ALLOW_THREADS
     } else {
-        rc = fn(s, key);
+        *rc = fn(s, key);
     }
+    return 0;
+}
+
+/* The calls taking (store, key) and answering a bool: released, poll, wait, drop. */
+static PyObject *key_call(PyObject *args, int (*fn)(ft_store *, uint64_t), int blocking)
+{
+    int rc;
+    if (key_run(args, fn, blocking, &rc) < 0)
+        return NULL;
     return rc < 0 ? raise_ft(rc, NULL) : PyBool_FromLong(rc);
 }
 
@@ -163,14 +172,9 @@ static PyObject *py_store_released(PyObject *self, PyObject *args)
 static PyObject *py_store_prefetch(PyObject *self, PyObject *args)
 {
     (void)self;
-    PyObject *cap;
-    unsigned long long key;
-    if (!PyArg_ParseTuple(args, "OK", &cap, &key))
+    int rc;
+    if (key_run(args, ft_store_prefetch, 0, &rc) < 0)
         return NULL;
-    ft_store *s = cap_get(cap, CAP_STORE);
-    if (!s)
-        return NULL;
-    int rc = ft_store_prefetch(s, key);
     if (rc == -EBUSY)
         return PyLong_FromLong(-1);
     return rc < 0 ? raise_ft(rc, NULL) : PyLong_FromLong(rc);

@@ -219,7 +219,6 @@ class offload_activations(torch.autograd.graph.saved_tensors_hooks):
                                "(an exception left the forward pass, or close() was called); "
                                "the offloaded activations are gone")
         with self._lock:
-            self._reap()
             seq = h.seq
             seq.unpacking = True
             if h.prefetched and not h.unpacked:
