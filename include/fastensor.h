@@ -270,6 +270,32 @@ int64_t ft_req_wait(ft_req *req);
 /** Free a request, waiting for it first if it is still running. NULL is a no-op. */
 void ft_req_free(ft_req *req);
 
+/** One transfer of a batch: a buffer, a file offset, and the outcome. */
+typedef struct ft_batch_op {
+    ft_buf buf;      /**< memory side (host or device, any alignment) */
+    uint64_t offset; /**< file offset */
+    int64_t result;  /**< out: bytes transferred (a read stops at end of file) or -errno */
+} ft_batch_op;
+
+/**
+ * Run @p n independent reads of @p file as one call, in parallel: many small transfers
+ * (the tensors of a checkpoint, pages of a cache) without a call and a wait each.
+ * With engine FT_ENGINE_CUFILE, device memory of one GPU, ops of at most 16 MiB and
+ * GPUDirect Storage (nvidia-fs; or FASTENSOR_CUFILE_BATCH=1), the ops go to cuFile's batch
+ * API (cuFileBatchIOSubmit, up to cuFile's batch size per submission). Otherwise, and where
+ * cuFile refuses batches (`fastensor info` says why), each op takes the path ft_read would,
+ * in parallel on the context's threads. Device memory is
+ * ordered as for ft_read with opts->stream. All ops are checked first: if one is invalid,
+ * none runs. Ops whose ranges overlap run in no defined order.
+ * @return 0 when every op succeeded, else the -errno of the first failed op (its detail is
+ *         ft_last_error()); every op's result is set (0 for ops that did not run).
+ */
+int ft_read_batch(ft_file *file, ft_batch_op *ops, size_t n, const ft_io_opts *opts);
+
+/** Run @p n independent writes as one call; FT_IO_SYNC makes them durable with one sync at
+ * the end. Otherwise as ft_read_batch. */
+int ft_write_batch(ft_file *file, ft_batch_op *ops, size_t n, const ft_io_opts *opts);
+
 
 /* ------------------------------------------------------------------------------------------
  * GPUs (libcuda.so.1, libcufile.so.0 and libnvidia-ml.so.1 are opened at run time)
@@ -286,6 +312,21 @@ int ft_cuda_free(void *ptr);
 
 /** Copy @p len bytes between host and device memory (either way). @return 0 or -errno. */
 int ft_cuda_copy(void *dst, const void *src, size_t len);
+
+/**
+ * Register a long-lived device buffer with cuFile (cuFileBufRegister) for @p ctx: cuFile
+ * transfers into or out of any part of it then move data without cuFile's internal bounce
+ * buffers (with GPUDirect Storage; in compatibility mode registration is accepted and changes
+ * little). Optional: unregistered device memory works with every engine. The registration
+ * lasts until ft_buf_unregister or ft_ctx_destroy; the memory must outlive it.
+ * @return 0; -EINVAL (not device memory, or empty), -EEXIST (overlaps a registered range),
+ *         -ENODEV / -EOPNOTSUPP (no CUDA / no cuFile: the detail says why), -EIO (cuFile
+ *         refused: its error code in the detail).
+ */
+int ft_buf_register(ft_ctx *ctx, const ft_buf *buf);
+
+/** Undo ft_buf_register of the range starting at buf->ptr. @return 0 or -ENOENT. */
+int ft_buf_unregister(ft_ctx *ctx, const ft_buf *buf);
 
 /**
  * Describe the GPUs (driver version, devices, pinned copy bandwidth) and cuFile (GDS or

@@ -94,7 +94,8 @@ void t_fault_set(enum t_fault_op op, enum t_fault_kind kind, int err, unsigned n
 /* Remove all faults and restore the real syscall table. @return how many were injected. */
 unsigned t_fault_clear(void);
 
-/* Run the cases; prints a summary; returns the exit code (0 pass, 1 fail). */
+/* Run the cases (only those whose name contains $FT_TEST_CASE when set); prints a summary;
+ * returns the exit code (0 pass, 1 fail). */
 typedef void (*t_case_fn)(void);
 typedef struct { const char *name; t_case_fn fn; } t_case;
 int t_run(const t_case *cases, size_t n);

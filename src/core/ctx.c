@@ -21,6 +21,7 @@ int ft_ctx_create(ft_ctx **out, const ft_config *cfg_in)
     if (!ctx)
         return ft__err(-ENOMEM, "context");
     ctx->cfg = cfg;
+    pthread_mutex_init(&ctx->reg_lock, NULL);
     if ((rc = ft__bufpool_create(&ctx->bounce, cfg.bounce_size, 2 * cfg.threads + 2)) < 0 ||
         (rc = ft__uring_cache_create(&ctx->uring)) < 0 ||
         (rc = ft__auto_create(&ctx->autosel)) < 0 ||
@@ -38,6 +39,8 @@ void ft_ctx_destroy(ft_ctx *ctx)
     if (!ctx)
         return;
     ft__pool_destroy(ctx->pool);
+    ft__reg_release_all(ctx);
+    pthread_mutex_destroy(&ctx->reg_lock);
     ft__auto_destroy(ctx->autosel);
     for (int id = 0; id < FT_ENGINE_COUNT; id++) {
         const ft__engine_ops *ops = ft__engine_get((ft_engine)id);

@@ -81,6 +81,9 @@ struct ft_ctx {
     ft__auto *autosel;      /* the AUTO selector, one per filesystem device */
     ft__stage *stage;       /* pinned staging buffers for device memory */
     _Atomic unsigned inflight; /* transfers running now (a selector context probe) */
+    pthread_mutex_t reg_lock;  /* guards the registered buffers below */
+    struct ft__reg *regs;      /* buffers registered with ft_buf_register, sorted by ptr */
+    unsigned nregs, capregs;
 };
 
 /* ---- files (file.c) ---- */
@@ -257,5 +260,24 @@ int64_t ft__stage_transfer(const ft__io *io, const struct ft__engine_ops *ops, b
 const char *ft__cufile_mode(void);
 /** Deregister the file's cuFile handle, if any. */
 void ft__cufile_file_close(ft_file *f);
+/** cuFileBufRegister / cuFileBufDeregister in @p device's context. @return 0 or -errno. */
+int ft__cufile_buf_register(void *ptr, size_t len, int device);
+void ft__cufile_buf_deregister(void *ptr, int device);
+/**
+ * Run a checked batch of device-memory ops of one @p device through cuFile's batch API.
+ * @return 1 when the batch API cannot take them (nothing ran: the caller runs them another
+ * way), else 0 or the first failed op's -errno with every op's result set.
+ */
+int ft__cufile_batch(ft_file *f, ft_batch_op *ops, size_t n, bool write, int device,
+                     void *stream);
+/** Describe the batch API's state ("available, N ops per batch" / "not available: why"). */
+void ft__cufile_batch_describe(char *buf, size_t len);
+
+/* ---- registered buffers (gpu/register.c) ---- */
+
+/** If [ptr, ptr+len) lies in a registered buffer, *base = its start. @return whether. */
+bool ft__reg_base(ft_ctx *ctx, const void *ptr, uint64_t len, uint8_t **base);
+/** Deregister every buffer still registered with @p ctx (context teardown). */
+void ft__reg_release_all(ft_ctx *ctx);
 
 #endif

@@ -7,7 +7,7 @@
  * 5027 in a VM without udev data), the call fails with the reason and AUTO stops offering
  * this engine for the file.
  */
-#include "engine.h"
+#include "cufile.h"
 #include "../gpu/cuda.h"
 
 #include <dlfcn.h>
@@ -16,29 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 
-typedef struct cufile_error {
-    int err;    /* CU_FILE_* (5000 + n), 0 on success */
-    int cu_err; /* CUresult */
-} cufile_error;
-
-typedef struct cufile_descr {
-    int type;   /* 1: CU_FILE_HANDLE_TYPE_OPAQUE_FD */
-    union {
-        int fd;
-        void *handle;
-    } handle;
-    const void *fs_ops;
-} cufile_descr;
-
-static struct {
-    cufile_error (*DriverOpen)(void);
-    cufile_error (*HandleRegister)(void **fh, cufile_descr *descr);
-    void (*HandleDeregister)(void *fh);
-    cufile_error (*BufRegister)(const void *ptr, size_t len, int flags);
-    cufile_error (*BufDeregister)(const void *ptr);
-    ssize_t (*Read)(void *fh, void *base, size_t size, off_t file_off, off_t buf_off);
-    ssize_t (*Write)(void *fh, const void *base, size_t size, off_t file_off, off_t buf_off);
-} cf;
+ft__cufile_api ft__cf;
 
 static pthread_once_t cf_once = PTHREAD_ONCE_INIT;
 static const char *cf_reason = "not loaded";
@@ -58,18 +36,24 @@ static void cf_load(void)
         cf_reason = "libcufile.so.0 not found";
         return;
     }
-    *(void **)&cf.DriverOpen = dlsym(lib, "cuFileDriverOpen");
-    *(void **)&cf.HandleRegister = dlsym(lib, "cuFileHandleRegister");
-    *(void **)&cf.HandleDeregister = dlsym(lib, "cuFileHandleDeregister");
-    *(void **)&cf.BufRegister = dlsym(lib, "cuFileBufRegister");
-    *(void **)&cf.BufDeregister = dlsym(lib, "cuFileBufDeregister");
-    *(void **)&cf.Read = dlsym(lib, "cuFileRead");
-    *(void **)&cf.Write = dlsym(lib, "cuFileWrite");
-    if (!cf.DriverOpen || !cf.HandleRegister || !cf.HandleDeregister || !cf.Read || !cf.Write) {
+    *(void **)&ft__cf.DriverOpen = dlsym(lib, "cuFileDriverOpen");
+    *(void **)&ft__cf.HandleRegister = dlsym(lib, "cuFileHandleRegister");
+    *(void **)&ft__cf.HandleDeregister = dlsym(lib, "cuFileHandleDeregister");
+    *(void **)&ft__cf.BufRegister = dlsym(lib, "cuFileBufRegister");
+    *(void **)&ft__cf.BufDeregister = dlsym(lib, "cuFileBufDeregister");
+    *(void **)&ft__cf.Read = dlsym(lib, "cuFileRead");
+    *(void **)&ft__cf.Write = dlsym(lib, "cuFileWrite");
+    *(void **)&ft__cf.DriverGetProperties = dlsym(lib, "cuFileDriverGetProperties");
+    *(void **)&ft__cf.BatchSetUp = dlsym(lib, "cuFileBatchIOSetUp");
+    *(void **)&ft__cf.BatchSubmit = dlsym(lib, "cuFileBatchIOSubmit");
+    *(void **)&ft__cf.BatchGetStatus = dlsym(lib, "cuFileBatchIOGetStatus");
+    *(void **)&ft__cf.BatchCancel = dlsym(lib, "cuFileBatchIOCancel");
+    *(void **)&ft__cf.BatchDestroy = dlsym(lib, "cuFileBatchIODestroy");
+    if (!ft__cf.DriverOpen || !ft__cf.HandleRegister || !ft__cf.HandleDeregister || !ft__cf.Read || !ft__cf.Write) {
         cf_reason = "libcufile.so.0 lacks the cuFile API";
         return;
     }
-    cufile_error e = cf.DriverOpen();
+    cufile_error e = ft__cf.DriverOpen();
     if (e.err != 0) {
         snprintf(cf_reason_buf, sizeof cf_reason_buf,
                  "cuFileDriverOpen failed (cuFile error %d, CUDA %d)", e.err, e.cu_err);
@@ -78,11 +62,11 @@ static void cf_load(void)
     }
     cf_gds = access("/proc/driver/nvidia-fs/version", F_OK) == 0;
     cf_reason = NULL;
+    ft__cufile_batch_init(cf_gds);
 }
 
-static int cufile_available(ft_ctx *ctx, const char **reason)
+int ft__cufile_usable(const char **reason)
 {
-    (void)ctx;
     pthread_once(&cf_once, cf_load);
     if (reason)
         *reason = cf_reason ? cf_reason : "";
@@ -96,7 +80,7 @@ const char *ft__cufile_mode(void)
 }
 
 /* The file's registered handle (registered once; a failure is remembered). */
-static int file_handle(ft_file *f, void **out)
+int ft__cufile_file_handle(ft_file *f, void **out)
 {
     pthread_mutex_lock(&f->lock);
     int rc = f->cufile_err;
@@ -111,7 +95,7 @@ static int file_handle(ft_file *f, void **out)
         } else {
             cufile_descr d = {.type = 1, .handle.fd = dfd};
             void *fh = NULL;
-            cufile_error e = cf.HandleRegister(&fh, &d);
+            cufile_error e = ft__cf.HandleRegister(&fh, &d);
             if (e.err != 0) {
                 rc = f->cufile_err = -EOPNOTSUPP;
                 f->cufile_code = e.err;
@@ -133,13 +117,27 @@ static int file_handle(ft_file *f, void **out)
 void ft__cufile_file_close(ft_file *f)
 {
     if (f->cufile_handle)
-        cf.HandleDeregister(f->cufile_handle);
+        ft__cf.HandleDeregister(f->cufile_handle);
     f->cufile_handle = NULL;
+}
+
+/* What a transfer's pieces share: the file's handle and the base cuFile addresses memory
+ * from (the registered buffer holding it, else the transfer's own start). */
+typedef struct cufile_job {
+    void *fh;
+    uint8_t *base;
+} cufile_job;
+
+uint8_t *ft__cufile_base(ft_ctx *ctx, uint8_t *ptr, uint64_t len)
+{
+    uint8_t *base;
+    return ft__reg_base(ctx, ptr, len, &base) ? base : ptr;
 }
 
 static int64_t piece(const ft__io *io, uint8_t *ptr, uint64_t off, uint64_t len, bool write)
 {
-    void *fh = io->aux;
+    const cufile_job *job = io->aux;
+    void *fh = job->fh;
     int rc = ft__cuda_enter(io->device);
     if (rc < 0)
         return rc;
@@ -148,10 +146,9 @@ static int64_t piece(const ft__io *io, uint8_t *ptr, uint64_t off, uint64_t len,
     while (done < len) {
         size_t n = (size_t)FT__MIN(len - done, (uint64_t)FT__MAX_RW);
         /* base + offset addressing: cuFile resolves the allocation from the base */
-        ssize_t r = write ? cf.Write(fh, io->ptr, n, (off_t)(off + done),
-                                     (off_t)(ptr - io->ptr + (ptrdiff_t)done))
-                          : cf.Read(fh, io->ptr, n, (off_t)(off + done),
-                                    (off_t)(ptr - io->ptr + (ptrdiff_t)done));
+        off_t buf_off = (off_t)(ptr - job->base + (ptrdiff_t)done);
+        ssize_t r = write ? ft__cf.Write(fh, job->base, n, (off_t)(off + done), buf_off)
+                          : ft__cf.Read(fh, job->base, n, (off_t)(off + done), buf_off);
         if (r < 0) {
             int e = r == -1 ? errno : EIO;
             result = ft__err(-e, "cuFile%s of %zu bytes at offset %llu of %s failed (%zd)",
@@ -185,14 +182,15 @@ static int64_t cufile_transfer(const ft__io *io, bool write)
     if (io->device < 0) /* cuFile is for device memory; host memory takes the posix path */
         return write ? ft__engine_posix.write(io) : ft__engine_posix.read(io);
     const char *why;
-    if (!cufile_available(io->ctx, &why))
+    if (!ft__cufile_usable(&why))
         return ft__err(-EOPNOTSUPP, "cuFile is not available: %s", why);
     void *fh;
-    int rc = file_handle(io->file, &fh);
+    int rc = ft__cufile_file_handle(io->file, &fh);
     if (rc < 0)
         return rc;
+    cufile_job shared = {.fh = fh, .base = ft__cufile_base(io->ctx, io->ptr, io->len)};
     ft__io job = *io;
-    job.aux = fh;
+    job.aux = &shared;
     uint64_t p = io->piece && io->piece != UINT64_MAX ? io->piece
                : io->piece == UINT64_MAX             ? io->len
                                                      : (uint64_t)io->ctx->cfg.chunk_size;
@@ -207,6 +205,36 @@ static int64_t cufile_read(const ft__io *io)
 static int64_t cufile_write(const ft__io *io)
 {
     return cufile_transfer(io, true);
+}
+int ft__cufile_buf_register(void *ptr, size_t len, int device)
+{
+    const char *why;
+    if (!ft__cufile_usable(&why))
+        return ft__err(-EOPNOTSUPP, "cuFile is not available: %s", why);
+    if (!ft__cf.BufRegister || !ft__cf.BufDeregister)
+        return ft__err(-EOPNOTSUPP, "libcufile.so.0 lacks cuFileBufRegister");
+    int rc = ft__cuda_enter(device);
+    if (rc < 0)
+        return rc;
+    cufile_error e = ft__cf.BufRegister(ptr, len, 0);
+    ft__cuda_leave();
+    if (e.err != 0)
+        return ft__err(-EIO, "cuFileBufRegister(%p, %zu) failed (cuFile error %d, CUDA %d)", ptr,
+                       len, e.err, e.cu_err);
+    return 0;
+}
+
+void ft__cufile_buf_deregister(void *ptr, int device)
+{
+    if (ft__cuda_enter(device) == 0) {
+        ft__cf.BufDeregister(ptr);
+        ft__cuda_leave();
+    }
+}
+static int cufile_available(ft_ctx *ctx, const char **reason)
+{
+    (void)ctx;
+    return ft__cufile_usable(reason);
 }
 
 const ft__engine_ops ft__engine_cufile = {

@@ -128,7 +128,12 @@ int ft_gpu_describe(char *buf, size_t len)
     const char *cf_why = "";
     ft__engine_cufile.available(NULL, &cf_why);
     if (at < len)
-        snprintf(buf + at, len - at, "cufile      %s%s\n", mode ? mode : "not available: ",
-                 mode ? "" : cf_why);
+        at += (size_t)snprintf(buf + at, len - at, "cufile      %s%s\n",
+                               mode ? mode : "not available: ", mode ? "" : cf_why);
+    if (mode && at < len) {
+        char batch[200];
+        ft__cufile_batch_describe(batch, sizeof batch);
+        snprintf(buf + at, len - at, "cufile batch %s\n", batch);
+    }
     return 0;
 }
