@@ -2,13 +2,14 @@
 # The GPU machine check, in one call: info, the C test suite (GPU tests included), the
 # Python tests (CUDA included), and the GPU benchmarks, with logs and JSON under $OUT.
 #
-#   scripts/gpu-check.sh [--udev] [--quick] [--no-bench] [--no-tests] [--auto] [--offload]
+#   scripts/gpu-check.sh [--udev] [--quick] [--no-bench] [--no-tests] [--auto] [--offload] [--pack]
 #
 # The GPU machine has no -dev packages, so by default it runs what was built on the
 # development machine and carried along: `make BUILD=gpubuild all tests python` there, then
 # carry gpubuild and python/fastensor/_C.abi3.so (the extension is on the stable ABI).
 # --offload: the activation-offload benchmark (bench/offload.py: ViT- and BERT-style models
 #         under a GPU memory cap, step times against save_on_cpu and torch.save hooks).
+# --pack: leave one archive, $OUT/results.tgz, instead of the separate logs.
 # --udev: ONLY on a throwaway test VM: create the udev entry cuFile needs for the block
 #         device holding this directory (/run/udev/data/b<major>:<minor>), see DESIGN.md.
 set -u
@@ -16,7 +17,7 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
 OUT=${OUT:-$here/gpu-out}
 BUILD=${BUILD:-gpubuild}
-UDEV=0 QUICK=0 BENCH=1 TESTS=1 AUTO=0 OFFLOAD=0
+UDEV=0 QUICK=0 BENCH=1 TESTS=1 AUTO=0 OFFLOAD=0 PACK=0
 for a in "$@"; do
     case $a in
         --udev) UDEV=1 ;;
@@ -25,7 +26,8 @@ for a in "$@"; do
         --no-tests) TESTS=0 ;;
         --auto) AUTO=1 ;;
         --offload) OFFLOAD=1 ;;
-        -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+        --pack) PACK=1 ;;
+        -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
         *) echo "unknown option $a" >&2; exit 2 ;;
     esac
 done
@@ -84,6 +86,15 @@ if [ $BENCH = 1 ]; then
     log "page cache -> GPU, warm, 4 GiB"
     "$BUILD/fastensor" bench --file "$F" --memory cuda --engine posix,mmap,auto --op read \
         --size 1G,4G --total "$SZ" --warm --json | tee "$OUT/gpu-warm.json"
+    log "small transfers into GPU memory, 256 MiB cold: 16 async requests in flight, batches of 64, cuFile's batch API"
+    for bs in 64K 1M; do
+        for mode in "--inflight 16" "--batch 64"; do
+            "$BUILD/fastensor" bench --file "$F" --memory cuda --engine cufile,posix,direct \
+                --size $bs --total 256M --cold $mode --json | sed "s/}\$/,\"mode\":\"${mode#--}\"}/"
+        done
+        FASTENSOR_CUFILE_BATCH=1 "$BUILD/fastensor" bench --file "$F" --memory cuda --engine cufile \
+            --size $bs --total 256M --cold --batch 64 --json | sed 's/}$/,"mode":"cuFile batch API 64"}/'
+    done | tee "$OUT/gpu-small.json"
     rm -f "$F"
     if [ $QUICK = 0 ]; then
         log "checkpoints: fastensor vs torch vs safetensors, CUDA tensors (ViT-H/14, 2.5 GB)"
@@ -130,5 +141,9 @@ if [ $OFFLOAD = 1 ]; then
     PYTHONPATH="$here/python" timeout ${FT_OFFLOAD_TIMEOUT:-480} python3 bench/offload.py \
         --dir "$WORK/spill" --json "$OUT/offload.json" ${FT_OFFLOAD_ARGS:-} 2>&1 \
         | tee "$OUT/offload.log" | grep -v "^    batch\|bisect" | tail -40
+fi
+if [ $PACK = 1 ]; then # one archive, for callers that fetch only a few files
+    tar -C "$OUT" -czf /tmp/gpu-check.tgz --exclude=profile.txt . && rm -rf "${OUT:?}"/* &&
+        mv /tmp/gpu-check.tgz "$OUT/results.tgz"
 fi
 log "done; files in $OUT"

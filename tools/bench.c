@@ -29,6 +29,7 @@ typedef struct bench_opts {
     bool mixed;       /* the seeded mixed workload instead of the sweep */
     int device;       /* -1: host memory; else the CUDA device of the buffers */
     bool overhead;    /* measure AUTO's decision overhead */
+    int batch;        /* 0: async requests; else blocks per ft_read_batch/ft_write_batch */
 } bench_opts;
 
 typedef struct result {
@@ -49,6 +50,8 @@ static void bench_usage(FILE *out)
             "  --warm          only warm reads (file in the page cache)\n"
             "  --repeat N      repeat each measurement N times, report the median (1)\n"
             "  --inflight N    requests in flight, 1..16 (default: 256 MiB worth, 1..16)\n"
+            "  --batch N       N blocks per ft_read_batch/ft_write_batch call instead of\n"
+            "                  asynchronous requests, 1..1024 (cuFile's batch API with cufile)\n"
             "  --json          one JSON object per measurement instead of the table\n"
             "  --mixed         a seeded mixed workload (4K..256M, reads and writes, cached and\n"
             "                  cold files) per engine: total time and GB/s (JSON block 0)\n"
@@ -71,9 +74,13 @@ static uint64_t total_for(const bench_opts *o, uint64_t block)
 }
 
 #define MAX_INFLIGHT 16
+#define MAX_BATCH 1024
 
+/* Blocks with a buffer of their own: requests in flight, or the ops of one batch. */
 static int inflight_for(const bench_opts *o, uint64_t block)
 {
+    if (o->batch)
+        return o->batch;
     if (o->inflight)
         return o->inflight;
     uint64_t n = (256u << 20) / block;
@@ -91,6 +98,36 @@ static int reap(ft_req *req, uint64_t block)
 /* Block-sized requests over [0, total) in file order, @p depth of them in flight (each with
  * its own buffer), like fio's iodepth. @return 0 or -errno. */
 static int g_device = -1; /* the CUDA device of the buffers, -1 for host memory */
+static int g_batch;       /* blocks per batch call, 0 for asynchronous requests */
+
+static ft_buf block_buf(uint8_t *bufs, int slot, uint64_t block)
+{
+    ft_buf b = ft_host_buf(bufs + (size_t)slot * block, (size_t)block);
+    if (g_device >= 0) {
+        b.kind = FT_MEM_CUDA;
+        b.device = g_device;
+    }
+    return b;
+}
+
+/* The blocks of [0, total) in calls of g_batch ops. @return 0 or -errno. */
+static int run_batches(ft_file *f, const ft_io_opts *o, bool write, uint8_t *bufs,
+                       uint64_t block, uint64_t total)
+{
+    ft_batch_op ops[MAX_BATCH];
+    for (uint64_t off = 0; off < total;) {
+        int n = 0;
+        for (; n < g_batch && off < total; n++, off += block)
+            ops[n] = (ft_batch_op){.buf = block_buf(bufs, n, block), .offset = off};
+        int rc = write ? ft_write_batch(f, ops, (size_t)n, o) : ft_read_batch(f, ops, (size_t)n, o);
+        if (rc < 0)
+            return rc;
+        for (int i = 0; i < n; i++)
+            if ((uint64_t)ops[i].result != block)
+                return -EIO;
+    }
+    return 0;
+}
 
 static int run_pass(ft_file *f, ft_engine e, bool write, uint8_t *bufs, uint64_t block,
                     uint64_t total, int depth, result *res)
@@ -101,18 +138,16 @@ static int run_pass(ft_file *f, ft_engine e, bool write, uint8_t *bufs, uint64_t
     ft_req *window[MAX_INFLIGHT];
     int head = 0, queued = 0, rc = 0;
     double c0 = cli_cpu_seconds(), t0 = cli_now();
-    for (uint64_t off = 0; off < total && rc == 0; off += block) {
+    if (g_batch)
+        rc = run_batches(f, &o, write, bufs, block, total);
+    for (uint64_t off = 0; off < total && rc == 0 && !g_batch; off += block) {
         if (queued == depth) {
             rc = reap(window[head], block);
             head = (head + 1) % depth;
             queued--;
         }
         int slot = (head + queued) % depth;
-        ft_buf b = ft_host_buf(bufs + (size_t)slot * block, (size_t)block);
-        if (g_device >= 0) {
-            b.kind = FT_MEM_CUDA;
-            b.device = g_device;
-        }
+        ft_buf b = block_buf(bufs, slot, block);
         int s = write ? ft_submit_write(f, &b, off, &o, &window[slot])
                       : ft_submit_read(f, &b, off, &o, &window[slot]);
         if (s < 0 && rc == 0)
@@ -238,13 +273,14 @@ static int parse_args(int argc, char **argv, bench_opts *o)
         {"mixed", no_argument, NULL, 'M'},
         {"overhead", no_argument, NULL, 'O'},
         {"memory", required_argument, NULL, 'm'},
+        {"batch", required_argument, NULL, 'b'},
         {0}};
     *o = (bench_opts){.do_read = true, .do_write = true, .repeat = 1, .device = -1};
     o->nengines = cli_parse_engines("all", o->engines, MAX_ITEMS);
     o->nsizes = cli_parse_sizes("4K,1M,64M,1G", o->sizes, MAX_ITEMS);
     bool cold = false, warm = false;
     int c;
-    while ((c = getopt_long(argc, argv, "e:o:s:t:f:cwr:jhi:m:", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "e:o:s:t:f:cwr:jhi:m:b:", opts, NULL)) != -1) {
         switch (c) {
         case 'e':
             if ((o->nengines = cli_parse_engines(optarg, o->engines, MAX_ITEMS)) <= 0) {
@@ -301,6 +337,13 @@ static int parse_args(int argc, char **argv, bench_opts *o)
             o->inflight = atoi(optarg);
             if (o->inflight < 1 || o->inflight > MAX_INFLIGHT) {
                 cli_error("bench", "bad --inflight '%s' (1..%d)", optarg, MAX_INFLIGHT);
+                return EXIT_USAGE;
+            }
+            break;
+        case 'b':
+            o->batch = atoi(optarg);
+            if (o->batch < 1 || o->batch > MAX_BATCH) {
+                cli_error("bench", "bad --batch '%s' (1..%d)", optarg, MAX_BATCH);
                 return EXIT_USAGE;
             }
             break;
@@ -366,6 +409,7 @@ int cmd_bench(int argc, char **argv)
     }
     cli_fill_random(buf, (size_t)buf_bytes, 42);
     g_device = o.device;
+    g_batch = o.batch;
     if (o.device >= 0) { /* device buffers, filled from the host ones */
         int crc = ft_cuda_alloc(o.device, (size_t)buf_bytes, (void **)&dbuf);
         if (crc == 0)
