@@ -23,7 +23,8 @@ class BuildWithLibrary(build_ext):
 
 ext = Extension(
     "fastensor._C",
-    sources=["python/fastensor/_ext.c", "python/fastensor/_store.c"],
+    sources=["python/fastensor/_ext.c", "python/fastensor/_store.c",
+             "python/fastensor/_batch.c"],
     include_dirs=[os.path.join(ROOT, "include")],
     define_macros=[("Py_LIMITED_API", "0x030B0000")],
     extra_compile_args=["-std=c11", "-Wall", "-Wextra", "-Werror", "-Wno-missing-field-initializers"],

@@ -216,6 +216,9 @@ static void case_register_without_gpu(void)
 
 int main(void)
 {
+    if (!t_have_odirect())
+        t_skip("no O_DIRECT on the filesystem of %s (set FT_TEST_DIR to an ext4/xfs "
+               "directory)", t_dir());
     ctx = t_ctx(0);
     static const t_case cases[] = {
         {"round trip, every engine pair", case_round_trip},

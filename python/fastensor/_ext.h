@@ -3,6 +3,7 @@
 #define FASTENSOR_EXT_H
 
 #define CAP_CTX "fastensor.ctx"
+#define CAP_FILE "fastensor.file"
 
 /** Raise for a failed call: ValueError for invalid data/arguments, else OSError(errno)
  * with the library's detail and @p path (may be NULL). @return NULL. */
@@ -21,5 +22,7 @@ void capsule_release_owner(PyObject *cap);
 
 /** Add the spill store's functions (_store.c) to the module. @return 0 or -1. */
 int store_add_functions(PyObject *module);
+/** Add the batch functions (_batch.c) to the module. @return 0 or -1. */
+int batch_add_functions(PyObject *module);
 
 #endif

@@ -27,6 +27,37 @@ def test_raw_write_read_any_offset(tmp, engine):
         assert f.read_into(out, f.size() - 10) == 10  # short at end of file
 
 
+@pytest.mark.parametrize("engine", fastensor.ENGINES)
+def test_batches(tmp, engine):
+    """Many (array, offset) items in one call: shuffled, unaligned, some empty; every byte back."""
+    rng = np.random.default_rng(11)
+    sizes = [0, 1, 4095, 4096, 4097, 70000] + list(rng.integers(1, 300000, size=40))
+    arrays = [rng.integers(0, 255, size=int(n), dtype=np.uint8) for n in sizes]
+    offsets, at = [], 7
+    for a in arrays:
+        offsets.append(at)
+        at += a.nbytes + int(rng.integers(0, 5000))
+    order = rng.permutation(len(arrays))
+    p = os.path.join(tmp, "batch.bin")
+    with fastensor.File(p, "w", engine=engine) as f:
+        done = f.write_batch([(arrays[i], offsets[i]) for i in order], sync=True)
+        assert done == [arrays[i].nbytes for i in order]
+        outs = [np.zeros_like(a) for a in arrays]
+        assert f.read_batch([(outs[i], offsets[i]) for i in order]) == done
+        for a, o in zip(arrays, outs):
+            assert np.array_equal(a, o)
+        tail = np.zeros(100, dtype=np.uint8)
+        assert f.read_batch([(tail, f.size() - 10)]) == [10]
+        assert f.read_batch([]) == []
+        # One bad item (read-only memory to read into): nothing runs, the error says which.
+        before = np.zeros_like(arrays[1])
+        with pytest.raises(ValueError):
+            f.read_batch([(before, offsets[1]), (np.ones(4, np.uint8)[::2], 0)])
+        assert not before.any()
+        with pytest.raises(TypeError):
+            f.read_batch([before])
+
+
 def test_modes_and_errors(tmp):
     p = os.path.join(tmp, "m.bin")
     with pytest.raises(FileNotFoundError):

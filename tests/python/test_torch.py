@@ -169,6 +169,28 @@ def test_cuda_round_trip_and_stream_order(tmp):
     assert torch.all(ft.load_file(p, device="cuda:0")["x"] == 7)
 
 
+@needs_cuda
+@pytest.mark.parametrize("engine", ["cufile", "direct", "auto"])
+def test_cuda_batches_in_stream_order(tmp, engine):
+    """File.write_batch/read_batch of CUDA tensors, after work queued on the current stream."""
+    import fastensor
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        xs = [torch.full((int(n),), float(i), device="cuda")
+              for i, n in enumerate([1, 1000, 4096, 70001, 1 << 18])]
+        for x in xs:
+            x.mul_(3)  # queued on s: the writes must see it
+        offs = [4096 * 300 * i + 5 for i in range(len(xs))]
+        p = os.path.join(tmp, "b.bin")
+        with fastensor.File(p, "w", engine=engine) as f:
+            assert f.write_batch(list(zip(xs, offs))) == [x.nbytes for x in xs]
+            back = [torch.empty_like(x) for x in xs]
+            assert f.read_batch(list(zip(back, offs))) == [x.nbytes for x in xs]
+    torch.cuda.synchronize()
+    for i, b in enumerate(back):
+        assert torch.all(b == 3.0 * i)
+
+
 def test_safetensors_library_reads_our_files_and_we_read_its(tmp):
     st = pytest.importorskip("safetensors.torch",
                              reason="the safetensors package is not installed (not in Debian)")

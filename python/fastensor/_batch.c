@@ -1,0 +1,82 @@
+/*
+ * fastensor._C: batches (ft_read_batch / ft_write_batch). The ops come as a list of
+ * (address, length, offset, kind, device) tuples; the results go back as a list of byte
+ * counts. The GIL is released while the batch runs.
+ */
+#define Py_LIMITED_API 0x030B0000
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <stdlib.h>
+
+#include "fastensor.h"
+#include "_ext.h"
+
+/* Fill @p ops from the list. @return 0, or -1 with an exception set. */
+static int parse_ops(PyObject *list, ft_batch_op *ops, Py_ssize_t n)
+{
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = PyList_GetItem(list, i); /* borrowed */
+        unsigned long long addr, len, off;
+        int kind, device;
+        if (!item || !PyArg_ParseTuple(item, "KKKii", &addr, &len, &off, &kind, &device))
+            return -1;
+        ops[i] = (ft_batch_op){.buf = {(void *)(uintptr_t)addr, (size_t)len,
+                                       kind ? FT_MEM_CUDA : FT_MEM_HOST, device},
+                               .offset = off};
+    }
+    return 0;
+}
+
+/* file_batch(file, ops, engine, flags, write, stream) -> [bytes per op] */
+static PyObject *py_file_batch(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *cap, *list;
+    int engine, write;
+    unsigned flags;
+    unsigned long long stream;
+    if (!PyArg_ParseTuple(args, "OO!iIpK", &cap, &PyList_Type, &list, &engine, &flags, &write,
+                          &stream))
+        return NULL;
+    ft_file *f = cap_get(cap, CAP_FILE);
+    if (!f)
+        return NULL;
+    Py_ssize_t n = PyList_Size(list);
+    ft_batch_op *ops = calloc(n ? (size_t)n : 1, sizeof *ops);
+    if (!ops)
+        return PyErr_NoMemory();
+    PyObject *out = NULL;
+    if (parse_ops(list, ops, n) == 0) {
+        ft_io_opts o = {.engine = (ft_engine)engine, .flags = flags,
+                        .stream = (void *)(uintptr_t)stream};
+        int rc;
+        Py_BEGIN_ALLOW_THREADS
+        rc = write ? ft_write_batch(f, ops, (size_t)n, &o) : ft_read_batch(f, ops, (size_t)n, &o);
+        Py_END_ALLOW_THREADS
+        if (rc < 0) {
+            raise_ft(rc, ft_file_path(f));
+        } else if ((out = PyList_New(n))) {
+            for (Py_ssize_t i = 0; i < n; i++) {
+                PyObject *v = PyLong_FromLongLong(ops[i].result);
+                if (!v || PyList_SetItem(out, i, v) < 0) { /* SetItem steals v */
+                    Py_CLEAR(out);
+                    break;
+                }
+            }
+        }
+    }
+    free(ops);
+    return out;
+}
+
+static PyMethodDef batch_methods[] = {
+    {"file_batch", py_file_batch, METH_VARARGS,
+     "file_batch(file, [(addr, len, off, kind, device)], engine, flags, write, stream) -> list"},
+    {NULL, NULL, 0, NULL},
+};
+
+int batch_add_functions(PyObject *module)
+{
+    return PyModule_AddFunctions(module, batch_methods);
+}
