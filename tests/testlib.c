@@ -65,7 +65,14 @@ const char *t_dir(void)
     if (dir_path[0])
         return dir_path;
     const char *base = getenv("FT_TEST_DIR");
-    snprintf(dir_path, sizeof dir_path, "%s/fastensor-test-XXXXXX", base && *base ? base : ".");
+    char cwd[2048] = ".";
+    if ((!base || *base != '/') && !getcwd(cwd, sizeof cwd)) /* absolute: symlink cases */
+        snprintf(cwd, sizeof cwd, ".");
+    if (base && *base == '/')
+        snprintf(dir_path, sizeof dir_path, "%s/fastensor-test-XXXXXX", base);
+    else
+        snprintf(dir_path, sizeof dir_path, "%s/%s/fastensor-test-XXXXXX", cwd,
+                 base && *base ? base : ".");
     if (!mkdtemp(dir_path)) {
         perror("mkdtemp");
         exit(1);

@@ -5,10 +5,12 @@
  */
 #include "ckpt.h"
 #include "../gpu/cuda.h"
+#include "../core/syscall.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 typedef struct verify_job {
     ft__shard *s;
@@ -138,6 +140,21 @@ static int check_load_opts(const ft_load_opts *o)
     return 0;
 }
 
+/* A large host destination is advised MADV_HUGEPAGE before it is filled: in a VM the first
+ * touch of fresh memory is the slow part of a load (0.2 GB/s with 4 KiB pages on the
+ * development VM, 0.67 GB/s with huge pages). A hint only: errors are ignored. */
+static void advise_huge_pages(const ft_buf *dst, uint64_t len)
+{
+    const uintptr_t huge = 2u << 20;
+    int device;
+    if (len < 2 * huge || ft__buf_device(dst, &device) < 0 || device >= 0)
+        return;
+    uintptr_t lo = ((uintptr_t)dst->ptr + huge - 1) & ~(huge - 1);
+    uintptr_t hi = ((uintptr_t)dst->ptr + len) & ~(huge - 1);
+    if (hi > lo)
+        ft__sys.madvise((void *)lo, hi - lo, MADV_HUGEPAGE);
+}
+
 int64_t ft_ckpt_load_shard(ft_ckpt *c, unsigned k, const ft_buf *dst, const ft_load_opts *o)
 {
     if (!c || k >= c->nshards || !dst)
@@ -153,6 +170,7 @@ int64_t ft_ckpt_load_shard(ft_ckpt *c, unsigned k, const ft_buf *dst, const ft_l
         return ft__err(-EINVAL, "%s: memory kind %d is not supported", s->path,
                        (int)dst->kind);
     ft_io_opts io = io_opts(o);
+    advise_huge_pages(dst, s->data_size);
     if (o && (o->flags & FT_LOAD_VERIFY) && s->header.csum_block) {
         uint64_t done = 0;
         int dev = dst->device;
@@ -183,7 +201,8 @@ static int64_t load_all_shard(void *arg, unsigned k)
     if (!s->owned) {
         /* Memory in the same alignment phase as the file: O_DIRECT goes in place. */
         size_t phase = (size_t)(s->data_start % FT__DIRECT_ALIGN);
-        if (posix_memalign(&s->owned_base, FT__DIRECT_ALIGN, (size_t)s->data_size + phase + 1))
+        size_t align = s->data_size >= (4u << 20) ? (2u << 20) : FT__DIRECT_ALIGN;
+        if (posix_memalign(&s->owned_base, align, (size_t)s->data_size + phase + 1))
             return ft__err(-ENOMEM, "%s: %llu bytes for the data", s->path,
                            (unsigned long long)s->data_size);
         s->owned = (uint8_t *)s->owned_base + phase;

@@ -204,6 +204,25 @@ static int fsync_dir_of(const char *path)
     return rc;
 }
 
+/* Staging buffers of @p piece bytes: the context's kept pool for the usual piece size
+ * (made on first use), else a pool of this save's own, returned in *own for destruction. */
+static ft__bufpool *save_staging(ft_ctx *ctx, uint64_t piece, ft__bufpool **own)
+{
+    *own = NULL;
+    if (piece != FT__CKPT_PIECE) {
+        return ft__bufpool_create(own, (size_t)piece, ctx->cfg.threads + 1) < 0 ? NULL : *own;
+    }
+    ft__bufpool *p = atomic_load(&ctx->ckpt_stage), *fresh = NULL;
+    if (p)
+        return p;
+    if (ft__bufpool_create(&fresh, (size_t)piece, ctx->cfg.threads + 1) < 0)
+        return NULL;
+    if (atomic_compare_exchange_strong(&ctx->ckpt_stage, &p, fresh))
+        return fresh;
+    ft__bufpool_destroy(fresh); /* another save made it first */
+    return p;
+}
+
 /* Write shard @p s's data and header into its temporary file, durably. */
 static int write_shard(save_job *job, save_shard *s)
 {
@@ -226,9 +245,9 @@ static int write_shard(save_job *job, save_shard *s)
     uint64_t piece = job->block ? FT__MAX((uint64_t)FT__CKPT_PIECE, job->block)
                                 : (uint64_t)FT__CKPT_PIECE;
     unsigned npieces = (unsigned)((s->data_size + piece - 1) / piece);
-    ft__bufpool *staging = NULL;
+    ft__bufpool *staging = NULL, *own = NULL;
     int64_t *results = calloc(npieces ? npieces : 1, sizeof *results);
-    if (rc == 0 && (!results || ft__bufpool_create(&staging, (size_t)piece, 4) < 0))
+    if (rc == 0 && (!results || !(staging = save_staging(job->ctx, piece, &own))))
         rc = ft__err(-ENOMEM, "%s: staging", s->path);
     if (rc == 0) {
         piece_job pj = {.job = job, .s = s, .f = f, .piece = piece, .staging = staging};
@@ -237,7 +256,7 @@ static int write_shard(save_job *job, save_shard *s)
             if (results[i] < 0)
                 rc = (int)results[i];
     }
-    ft__bufpool_destroy(staging);
+    ft__bufpool_destroy(own);
     free(results);
     if (rc == 0) { /* the header last, with the real checksums */
         char *hdr = header_json(job, s, &jlen);

@@ -1,8 +1,17 @@
-/* A pool of equally sized, FT__DIRECT_ALIGN-aligned buffers, reused across transfers. */
+/*
+ * A pool of equally sized, FT__DIRECT_ALIGN-aligned buffers, reused across transfers.
+ * Buffers of 2 MiB and more are 2 MiB-aligned and advised MADV_HUGEPAGE: the first touch of
+ * fresh memory is the slow part of a first transfer in a virtual machine (0.2 GB/s with 4 KiB
+ * pages on the development VM, 0.67 GB/s with transparent huge pages).
+ */
 #include "internal.h"
+#include "syscall.h"
 
 #include <errno.h>
 #include <stdlib.h>
+#include <sys/mman.h>
+
+#define HUGE_PAGE (2u << 20)
 
 struct ft__bufpool {
     pthread_mutex_t lock;
@@ -49,10 +58,13 @@ void *ft__bufpool_get(ft__bufpool *p)
     pthread_mutex_unlock(&p->lock);
     if (buf)
         return buf;
-    if (posix_memalign(&buf, FT__DIRECT_ALIGN, p->size) != 0) {
+    bool huge = p->size >= HUGE_PAGE;
+    if (posix_memalign(&buf, huge ? HUGE_PAGE : FT__DIRECT_ALIGN, p->size) != 0) {
         errno = ENOMEM;
         return NULL;
     }
+    if (huge) /* a hint: without THP the memory simply stays in small pages */
+        ft__sys.madvise(buf, p->size / HUGE_PAGE * HUGE_PAGE, MADV_HUGEPAGE);
     return buf;
 }
 

@@ -48,6 +48,7 @@ void ft_ctx_destroy(ft_ctx *ctx)
             ops->ctx_fini(ctx);
     }
     ft__bufpool_destroy(ctx->bounce);
+    ft__bufpool_destroy(atomic_load(&ctx->ckpt_stage));
     ft__stage_destroy(ctx->stage);
     free(ctx);
 }

@@ -81,6 +81,8 @@ struct ft_ctx {
     ft__auto *autosel;      /* the AUTO selector, one per filesystem device */
     ft__stage *stage;       /* pinned staging buffers for device memory */
     _Atomic unsigned inflight; /* transfers running now (a selector context probe) */
+    ft__bufpool *_Atomic ckpt_stage; /* checkpoint saves' staging buffers, made on first use
+                                        and kept: fresh memory is slow to touch in a VM */
     pthread_mutex_t reg_lock;  /* guards the registered buffers below */
     struct ft__reg *regs;      /* buffers registered with ft_buf_register, sorted by ptr */
     unsigned nregs, capregs;
