@@ -2,7 +2,9 @@
 # fio and `fastensor bench` side by side on the same file and block sizes.
 #   cold reads and durable writes: fio O_DIRECT io_uring at its best queue depth vs every
 #   fastensor engine; warm reads: fio psync with T jobs vs posix/mmap with T threads.
-# Runs are interleaved and repeated (REPEAT, default 3); medians are compared. Writes are
+# fio's best queue depth is found once; then each fastensor run is paired with a fio run
+# (alternating which goes first) REPEAT times (default 3), and the median of the pairs'
+# ratios is reported: the disks we run on swing between fast and slow phases. Writes are
 # durable on both sides (fio's figure gets its fdatasync time added; fastensor bench times
 # writes including fdatasync).
 # Usage: bench/vs-fio.sh [FILE]   (env: SIZES="64M 1G" TOTAL=4G REPEAT=3 QDS="1 2 4 8")
@@ -38,33 +40,48 @@ if [ "$(stat -c %s "$FILE" 2>/dev/null || echo 0)" -lt "$total_b" ]; then
     fio --name=layout --filename="$FILE" --rw=write --bs=64M --size="$TOTAL" --direct=1 \
         --ioengine=psync --output=/dev/null
 fi
+fio_run() { # op bs qd -> GB/s (durable for writes)
+    drop
+    fio --name=f --filename="$FILE" --rw=$1 --bs="$2" --size="$TOTAL" --direct=1 \
+        --ioengine=io_uring --iodepth="$3" --output-format=json --output="$out/fio.json" >/dev/null
+    if [ $1 = write ]; then durable_bw "$out/fio.json" "$total_b" "$FILE"; else fio_bw "$out/fio.json" $1; fi
+}
+ft_run() { # op bs engine -> GB/s
+    drop
+    "$FT" bench --file "$FILE" --engine "$3" --op $1 --size "$2" --total "$TOTAL" --cold --json \
+        | $PY -c 'import json,sys; print(json.loads(sys.stdin.readline())["gbps"])'
+}
+# fio's best queue depth per (op, block): one calibration pass.
+declare -A bestqd
+for bs in $SIZES; do
+    bs_b=$(bytes "$bs")
+    for op in read write; do
+        best=0
+        for qd in $QDS; do
+            [ $((bs_b * qd)) -gt $((4 << 30)) ] && continue # fio's buffers within 4 GiB
+            g=$(fio_run $op "$bs" "$qd")
+            echo "calib $op $bs qd$qd $g" >>"$out/results"
+            if $PY -c "import sys; sys.exit(0 if float(sys.argv[1]) > float(sys.argv[2]) else 1)" "$g" "$best"; then
+                best=$g; bestqd[$op$bs]=$qd
+            fi
+        done
+    done
+done
+# The disk swings between fast and slow phases, so each fastensor run is paired with a fio
+# run (best queue depth) right before or after it, the order alternating, and the median of
+# the pairs' ratios is reported.
 for rep in $(seq "$REPEAT"); do
     for bs in $SIZES; do
-        bs_b=$(bytes "$bs")
-        for qd in $QDS; do
-            # keep fio's buffers (bs x depth) within 4 GiB
-            [ $((bs_b * qd)) -gt $((4 << 30)) ] && continue
-            for op in read write; do
-                drop
-                fio --name=f --filename="$FILE" --rw=$op --bs="$bs" --size="$TOTAL" --direct=1 \
-                    --ioengine=io_uring --iodepth="$qd" --output-format=json \
-                    --output="$out/fio.json" >/dev/null
-                if [ $op = write ]; then
-                    echo "fio $op $bs qd$qd $(durable_bw "$out/fio.json" "$total_b" "$FILE")" >>"$out/results"
-                else
-                    echo "fio $op $bs qd$qd $(fio_bw "$out/fio.json" $op)" >>"$out/results"
-                fi
-            done
-        done
         for op in read write; do
-            drop
-            "$FT" bench --file "$FILE" \
-                --engine "$ENGINES" --op $op --size "$bs" --total "$TOTAL" --cold --json \
-                >"$out/ft.json"
-            $PY -c 'import json,sys
-for l in open(sys.argv[1]):
-    j=json.loads(l); print("fastensor", j["op"], sys.argv[2], j["engine"], j["gbps"])' \
-                "$out/ft.json" "$bs" >>"$out/results"
+            qd=${bestqd[$op$bs]}
+            for eng in ${ENGINES//,/ }; do
+                if [ $((rep % 2)) = 1 ]; then
+                    f=$(fio_run $op "$bs" "$qd"); g=$(ft_run $op "$bs" "$eng")
+                else
+                    g=$(ft_run $op "$bs" "$eng"); f=$(fio_run $op "$bs" "$qd")
+                fi
+                echo "pair $op $bs $eng qd$qd $f $g" >>"$out/results"
+            done
         done
         # warm: fio psync with THREADS jobs over slices vs fastensor with THREADS threads
         # (THREADS-1 pool workers + the calling thread)
@@ -84,29 +101,31 @@ for l in open(sys.argv[1]):
 done
 $PY - "$out/results" "$REPEAT" "$TOTAL" "$THREADS" <<'PYEOF'
 import sys, statistics, collections
-res = collections.defaultdict(list)
+pairs = collections.defaultdict(list)
+warm = collections.defaultdict(list)
 for line in open(sys.argv[1]):
-    tool, op, bs, cfg, gbps = line.split()
-    res[(tool, op, bs, cfg)].append(float(gbps))
-med = {k: statistics.median(v) for k, v in res.items()}
-print(f"# fio vs fastensor: {sys.argv[3]} per run, cold (caches dropped), medians of {sys.argv[2]} interleaved runs\n")
-print("| op | block | fio best (O_DIRECT io_uring; writes + fdatasync) | engine | fastensor GB/s | ratio |")
+    w = line.split()
+    if w[0] == "pair":
+        _, op, bs, eng, qd, f, g = w
+        pairs[(op, bs, eng, qd)].append((float(f), float(g)))
+    elif w[0] in ("fiowarm", "ftwarm"):
+        warm[(w[0], w[2], w[3])].append(float(w[4]))
+med = statistics.median
+print(f"# fio vs fastensor: {sys.argv[3]} per run, cold (caches dropped), {sys.argv[2]} pairs each\n")
+print("Each fastensor run is paired with a fio run at fio's best queue depth (O_DIRECT io_uring;")
+print("writes + fdatasync) right before or after it; the ratio is the median of the pairs' ratios.\n")
+print("| op | block | engine | fio GB/s (median) | fastensor GB/s (median) | ratio (median of pairs) |")
 print("|---|---|---|---|---|---|")
-for op in ("read", "write"):
-    for bs in sorted({k[2] for k in med}, key=lambda s: (len(s), s)):
-        fio = {k[3]: v for k, v in med.items() if k[0] == "fio" and k[1] == op and k[2] == bs}
-        if not fio:
-            continue
-        best_cfg = max(fio, key=fio.get)
-        for k, v in sorted(med.items()):
-            if k[0] == "fastensor" and k[1] == op and k[2] == bs:
-                print(f"| {op} | {bs} | {fio[best_cfg]:.2f} ({best_cfg}) | {k[3]} | {v:.2f} | {v/fio[best_cfg]:.2f}x |")
+order = lambda s: (len(s), s)
+for (op, bs, eng, qd), v in sorted(pairs.items(), key=lambda kv: (kv[0][0], order(kv[0][1]), kv[0][2])):
+    print(f"| {op} | {bs} | {eng} | {med([f for f, g in v]):.2f} ({qd}) | {med([g for f, g in v]):.2f} | "
+          f"{med([g / f for f, g in v]):.2f}x |")
 print(f"\n# warm (page cache) reads, {sys.argv[4]} threads each\n")
 print("| block | fio psync GB/s | engine | fastensor GB/s | ratio |")
 print("|---|---|---|---|---|")
-for k, v in sorted(med.items()):
-    if k[0] == "ftwarm":
-        f = med.get(("fiowarm", "read", k[2], f"psync{sys.argv[4]}"))
+for (tool, bs, eng), v in sorted(warm.items()):
+    if tool == "ftwarm":
+        f = warm.get(("fiowarm", bs, f"psync{sys.argv[4]}"))
         if f:
-            print(f"| {k[2]} | {f:.2f} | {k[3]} | {v:.2f} | {v/f:.2f}x |")
+            print(f"| {bs} | {med(f):.2f} | {eng} | {med(v):.2f} | {med(v) / med(f):.2f}x |")
 PYEOF
