@@ -6,6 +6,7 @@
 #include "../src/select/select.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <unistd.h>
 
@@ -227,6 +228,40 @@ static void case_auto_end_to_end(void)
     free(dst);
 }
 
+/* With nothing known: a cached read starts on posix (an O_DIRECT engine would read it from
+ * the disk again), a cold one on an O_DIRECT engine. */
+static void case_static_defaults(void)
+{
+    setenv("FASTENSOR_PROFILE", "off", 1);
+    ft_ctx *ctx = t_ctx(4);
+    ft_file *f;
+    const char *path = t_path("defaults.bin");
+    T_EQ(ft_file_open(ctx, &f, path, FT_OPEN_READ | FT_OPEN_WRITE | FT_OPEN_CREATE, 0644), 0);
+    size_t n = 8u << 20;
+    uint8_t *src = malloc(n);
+    t_fill_random(src, n, 5);
+    ft_buf b = ft_host_buf(src, n);
+    ft_io_opts posix = {.engine = FT_ENGINE_POSIX};
+    T_EQ(ft_write(f, &b, 0, &posix), n); /* through the page cache: cached now */
+    ft__decision d;
+    ft__auto_decide(f, 0, n, false, false, -1, &d);
+    T_EQ(d.key.cache, 2);
+    T_EQ(d.engine, FT_ENGINE_POSIX);
+    T_EQ(ft_file_sync(f), 0);
+    FILE *evict = fopen(path, "r");
+    T_TRUE(evict != NULL);
+    T_EQ(posix_fadvise(fileno(evict), 0, 0, POSIX_FADV_DONTNEED), 0);
+    fclose(evict);
+    usleep(3000); /* past the cache probe's 1 ms memo */
+    ft__auto_decide(f, 0, n, false, false, -1, &d);
+    T_EQ(d.key.cache, 0);
+    T_TRUE(d.engine == FT_ENGINE_URING || d.engine == FT_ENGINE_DIRECT);
+    ft_file_close(f);
+    ft_ctx_destroy(ctx);
+    unsetenv("FASTENSOR_PROFILE");
+    free(src);
+}
+
 int main(void)
 {
     if (!t_have_odirect())
@@ -239,6 +274,7 @@ int main(void)
         {"profile round trip; foreign and corrupt profiles ignored", case_profile},
         {"8 threads choosing and recording at once", case_concurrent},
         {"engine AUTO on real files, profile saved", case_auto_end_to_end},
+        {"unseen keys: posix for cached reads, O_DIRECT for cold", case_static_defaults},
     };
     return t_run(cases, sizeof cases / sizeof *cases);
 }

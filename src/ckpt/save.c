@@ -204,18 +204,20 @@ static int fsync_dir_of(const char *path)
     return rc;
 }
 
-/* Staging buffers of @p piece bytes: the context's kept pool for the usual piece size
- * (made on first use), else a pool of this save's own, returned in *own for destruction. */
+/* Staging buffers of @p piece bytes (pinned where there is a GPU: device tensors are copied
+ * into them at DMA speed): the context's kept pool for the usual piece size (made on first
+ * use), else a pool of this save's own, returned in *own for destruction. */
 static ft__bufpool *save_staging(ft_ctx *ctx, uint64_t piece, ft__bufpool **own)
 {
     *own = NULL;
     if (piece != FT__CKPT_PIECE) {
-        return ft__bufpool_create(own, (size_t)piece, ctx->cfg.threads + 1) < 0 ? NULL : *own;
+        int rc = ft__bufpool_create_pinned(own, (size_t)piece, ctx->cfg.threads + 1);
+        return rc < 0 ? NULL : *own;
     }
     ft__bufpool *p = atomic_load(&ctx->ckpt_stage), *fresh = NULL;
     if (p)
         return p;
-    if (ft__bufpool_create(&fresh, (size_t)piece, ctx->cfg.threads + 1) < 0)
+    if (ft__bufpool_create_pinned(&fresh, (size_t)piece, ctx->cfg.threads + 1) < 0)
         return NULL;
     if (atomic_compare_exchange_strong(&ctx->ckpt_stage, &p, fresh))
         return fresh;

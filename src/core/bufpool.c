@@ -6,6 +6,7 @@
  */
 #include "internal.h"
 #include "syscall.h"
+#include "../gpu/cuda.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -15,6 +16,7 @@
 
 struct ft__bufpool {
     pthread_mutex_t lock;
+    bool pinned; /* page-locked for the GPU (cuMemHostRegister) */
     size_t size;
     unsigned max_cached;
     unsigned ncached;
@@ -38,12 +40,27 @@ int ft__bufpool_create(ft__bufpool **out, size_t buf_size, unsigned max_cached)
     return 0;
 }
 
+int ft__bufpool_create_pinned(ft__bufpool **out, size_t buf_size, unsigned max_cached)
+{
+    int rc = ft__bufpool_create(out, buf_size, max_cached);
+    if (rc == 0)
+        (*out)->pinned = ft_cuda_available(NULL) == 1;
+    return rc;
+}
+
+static void buf_free(const ft__bufpool *p, void *buf)
+{
+    if (buf && p->pinned)
+        ft__cu.MemHostUnregister(buf);
+    free(buf);
+}
+
 void ft__bufpool_destroy(ft__bufpool *p)
 {
     if (!p)
         return;
     for (unsigned i = 0; i < p->ncached; i++)
-        free(p->cached[i]);
+        buf_free(p, p->cached[i]);
     pthread_mutex_destroy(&p->lock);
     free(p->cached);
     free(p);
@@ -65,6 +82,10 @@ void *ft__bufpool_get(ft__bufpool *p)
     }
     if (huge) /* a hint: without THP the memory simply stays in small pages */
         ft__sys.madvise(buf, p->size / HUGE_PAGE * HUGE_PAGE, MADV_HUGEPAGE);
+    if (p->pinned && ft__cuda_enter(0) == 0) { /* pinned: device copies run at DMA speed */
+        ft__cu.MemHostRegister(buf, p->size, FT_CU_MEMHOSTREGISTER_PORTABLE);
+        ft__cuda_leave(); /* a failure leaves it pageable, which still works */
+    }
     return buf;
 }
 
@@ -78,7 +99,7 @@ void ft__bufpool_put(ft__bufpool *p, void *buf)
         buf = NULL;
     }
     pthread_mutex_unlock(&p->lock);
-    free(buf);
+    buf_free(p, buf);
 }
 
 size_t ft__bufpool_size(const ft__bufpool *p)

@@ -192,8 +192,12 @@ static uint32_t eligible_arms(ft_file *f, uint64_t len, int device, bool durable
     return mask;
 }
 
-static unsigned static_default(uint32_t eligible, uint64_t len)
+/* The arm for a key nothing is known about: page-cache copies for cached reads (an O_DIRECT
+ * engine would read them from the disk again), O_DIRECT for large cold or durable ones. */
+static unsigned static_default(uint32_t eligible, uint64_t len, const ft__sel_key *key)
 {
+    if (!key->write && key->cache == 2)
+        return 0; /* posix */
     if (len >= (1u << 20)) {
         if (eligible & (1u << 4))
             return 4; /* uring */
@@ -218,8 +222,8 @@ void ft__auto_decide(ft_file *f, uint64_t off, uint64_t len, bool write, bool sy
         .busy = atomic_load_explicit(&f->ctx->inflight, memory_order_relaxed) > 1,
         .cpu = (uint8_t)ft__probe_cpu(),
     };
-    unsigned arm = sel ? ft__sel_choose(sel, &d->key, eligible, static_default(eligible, len))
-                       : static_default(eligible, len);
+    unsigned fallback = static_default(eligible, len, &d->key);
+    unsigned arm = sel ? ft__sel_choose(sel, &d->key, eligible, fallback) : fallback;
     d->sel = sel;
     d->arm = arm;
     d->engine = ft__arms[arm].engine;
