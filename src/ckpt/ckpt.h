@@ -11,7 +11,7 @@
 /* Default bytes per checksum block. */
 #define FT__CSUM_BLOCK (1u << 20)
 /* Piece of a checkpoint's data moved by one task (a multiple of the checksum block). */
-#define FT__CKPT_PIECE (16u << 20)
+#define FT__CKPT_PIECE (4u << 20)
 
 #define FT__META_CSUM_ALGO "fastensor.checksum"
 #define FT__META_CSUM_BLOCK "fastensor.block_size"
