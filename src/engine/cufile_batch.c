@@ -1,9 +1,10 @@
 /*
  * cuFile's batch API (cuFileBatchIOSetUp/Submit/GetStatus/Destroy) for ft_read_batch and
  * ft_write_batch with engine cufile: many small device-memory transfers handed to cuFile in
- * submissions of up to the driver's batch size, instead of a call each. Where cuFile refuses
- * batches (a set-up or first submission fails, e.g. in compatibility mode) the refusal is
- * remembered with its reason and batches run as parallel single calls instead.
+ * submissions of up to the driver's batch size, instead of a call each. Used with GPUDirect
+ * Storage (or FASTENSOR_CUFILE_BATCH=1); where cuFile refuses batches (a set-up or first
+ * submission fails) the refusal is remembered with its reason. Otherwise batches run as
+ * parallel single calls (batch.c).
  */
 #include "cufile.h"
 #include "../gpu/cuda.h"
@@ -26,7 +27,7 @@ static char batch_refusal_buf[160];
 static unsigned batch_max = 128; /* ops per submission: the driver's max_batch_io_size */
 /* Whether batches go to the batch API at all: with nvidia-fs, or when FASTENSOR_CUFILE_BATCH=1.
  * In compatibility mode cuFile serves batch ops one at a time: on the H200 machine batches
- * of 64 ops ran 3-30x slower than the same ops as parallel cuFileRead/cuFileWrite calls. */
+ * of 64 ops ran 2-32x slower than the same ops as parallel cuFileRead/cuFileWrite calls. */
 static bool batch_wanted;
 static const char *batch_policy = "";
 
@@ -71,6 +72,7 @@ void ft__cufile_batch_init(bool gds)
         props.max_batch_io_size > 0 && props.max_batch_io_size <= 4096)
         batch_max = props.max_batch_io_size;
 }
+
 /* Set a batch up and tear it down. @return NULL, or the refusal it caused. */
 static const char *batch_probe(void)
 {
