@@ -7,6 +7,8 @@
 # The GPU machine has no -dev packages, so by default it runs what was built on the
 # development machine and carried along: `make BUILD=gpubuild all tests python` there, then
 # carry gpubuild and python/fastensor/_C.abi3.so (the extension is on the stable ABI).
+# --auto: AUTO against every fixed engine (bench/auto-vs-fixed.py: tune, then interleaved
+#         rounds; CUDA and host memory), the mixed workload and AUTO's decision overhead.
 # --offload: the activation-offload benchmark (bench/offload.py: ViT- and BERT-style models
 #         under a GPU memory cap, step times against save_on_cpu and torch.save hooks).
 # --pack: leave one archive, $OUT/results.tgz, instead of the separate logs.
@@ -27,7 +29,7 @@ for a in "$@"; do
         --auto) AUTO=1 ;;
         --offload) OFFLOAD=1 ;;
         --pack) PACK=1 ;;
-        -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
         *) echo "unknown option $a" >&2; exit 2 ;;
     esac
 done
@@ -105,35 +107,19 @@ if [ $BENCH = 1 ]; then
 fi
 if [ $AUTO = 1 ]; then
     F="$WORK/auto.bin"
-    log "AUTO: tune (cuda, host), a training pass of auto, then every engine vs auto"
-    "$BUILD/fastensor" tune --file "$F" --memory cuda --seconds 40 --max-size 1G >"$OUT/tune-cuda.txt" 2>&1
-    "$BUILD/fastensor" tune --file "$F" --memory host --seconds 30 --max-size 1G >"$OUT/tune-host.txt" 2>&1
     for mem in cuda host; do
-        "$BUILD/fastensor" bench --file "$F" --memory $mem --engine auto --size 16M,256M,1G \
-            --total 2G >/dev/null
-        "$BUILD/fastensor" bench --file "$F" --memory $mem --engine posix,direct,uring,mmap,cufile,auto \
-            --size 16M,256M,1G --total 2G --json
-    done > "$OUT/auto-sweep.json"
-    python3 - "$OUT/auto-sweep.json" <<'PYX' | tee -a "$OUT/summary.txt"
-import json, sys, collections
-t = collections.defaultdict(dict)
-for l in open(sys.argv[1]):
-    if l.startswith("{"):
-        r = json.loads(l)
-        t[(r["memory"], r["op"], r["block"] >> 20, r["cache"])][r["engine"]] = r["gbps"]
-for k, v in sorted(t.items()):
-    best = max((g, e) for e, g in v.items() if e != "auto")
-    print("%-4s %-5s %5dM %-4s best %-6s %6.2f  auto %6.2f  ratio %.2f" % (*k, best[1], best[0], v.get("auto", 0), v.get("auto", 0) / best[0]))
-PYX
+        log "AUTO vs every fixed engine, $mem memory: tune, then interleaved rounds of fastensor bench"
+        python3 bench/auto-vs-fixed.py --fastensor "$BUILD/fastensor" --file "$F" \
+            --memory $mem --sizes 16M,256M,1G --total 1G --rounds ${FT_AUTO_ROUNDS:-3} \
+            --engines posix,direct,uring,mmap$([ $mem = cuda ] && echo ,cufile) \
+            --tune-seconds 40 --json "$OUT/auto-$mem.json" 2>"$OUT/auto-$mem.err" \
+            | tee -a "$OUT/summary.txt"
+    done
     rm -f "$F"
     log "AUTO: the seeded mixed workload (host memory)"
-    (cd "$WORK" && "$here/$BUILD/fastensor" bench --mixed --engine posix,direct,uring,mmap,auto) \
+    (cd "$WORK" && "$here/$BUILD/fastensor" bench --mixed --engine posix,direct,uring,auto) \
         | tee -a "$OUT/summary.txt"
     (cd "$WORK" && "$here/$BUILD/fastensor" bench --overhead) | tee -a "$OUT/summary.txt"
-    log "checkpoints again, AUTO trained: ViT-H/14 on CUDA"
-    PYTHONPATH="$here/python" timeout 300 python3 bench/compare.py --device cuda --models vit-h14 \
-        --dir "$WORK" --engines auto,cufile --skip numpy --json "$OUT/compare-trained.json" \
-        2>&1 | tee "$OUT/compare-trained.md" | tail -14
 fi
 if [ $OFFLOAD = 1 ]; then
     log "activation offload: ViT-style and BERT-style, memory cap, step times"

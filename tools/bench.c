@@ -48,13 +48,15 @@ static void bench_usage(FILE *out)
             "  --file PATH     file to use (default: a temporary file here, removed at exit)\n"
             "  --cold          only cold reads (page cache dropped; global drop needs root)\n"
             "  --warm          only warm reads (file in the page cache)\n"
-            "  --repeat N      repeat each measurement N times, report the median (1)\n"
+            "  --repeat N      repeat each measurement N times, report the median (1; with\n"
+            "                  --mixed: timed rounds, engines interleaved, default 3)\n"
             "  --inflight N    requests in flight, 1..16 (default: 256 MiB worth, 1..16)\n"
             "  --batch N       N blocks per ft_read_batch/ft_write_batch call instead of\n"
             "                  asynchronous requests, 1..1024 (cuFile's batch API with cufile)\n"
             "  --json          one JSON object per measurement instead of the table\n"
             "  --mixed         a seeded mixed workload (4K..256M, reads and writes, cached and\n"
-            "                  cold files) per engine: total time and GB/s (JSON block 0)\n"
+            "                  cold files) per engine: total time, GB/s (JSON block 0) and\n"
+            "                  where the time goes\n"
             "  --overhead      AUTO's decision cost (probe + lookup) per call, cached keys\n"
             "  --memory M      host (default), cuda or cuda:N: buffers in that memory\n\n"
             "Writes are timed including fdatasync. Energy columns (joules per GB, GPU via NVML,\n"
@@ -275,7 +277,7 @@ static int parse_args(int argc, char **argv, bench_opts *o)
         {"memory", required_argument, NULL, 'm'},
         {"batch", required_argument, NULL, 'b'},
         {0}};
-    *o = (bench_opts){.do_read = true, .do_write = true, .repeat = 1, .device = -1};
+    *o = (bench_opts){.do_read = true, .do_write = true, .repeat = 0, .device = -1};
     o->nengines = cli_parse_engines("all", o->engines, MAX_ITEMS);
     o->nsizes = cli_parse_sizes("4K,1M,64M,1G", o->sizes, MAX_ITEMS);
     bool cold = false, warm = false;
@@ -378,7 +380,9 @@ int cmd_bench(int argc, char **argv)
         return EXIT_USAGE;
     }
     if (o.mixed)
-        return bench_mixed(o.engines, o.nengines, o.json, ".");
+        return bench_mixed(o.engines, o.nengines, o.repeat ? o.repeat : 3, o.json, ".");
+    if (!o.repeat)
+        o.repeat = 1;
     if (o.overhead)
         return bench_overhead(o.json);
     const char *path = o.file;

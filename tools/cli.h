@@ -15,7 +15,7 @@ int cmd_demo(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);
 int cmd_verify(int argc, char **argv);
 int cmd_tune(int argc, char **argv);
-int bench_mixed(const ft_engine *engines, int nengines, bool json, const char *dir);
+int bench_mixed(const ft_engine *engines, int nengines, int rounds, bool json, const char *dir);
 int bench_overhead(bool json);
 int cmd_profile(int argc, char **argv);
 

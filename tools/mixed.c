@@ -1,10 +1,17 @@
 /*
  * fastensor bench --mixed: a fixed, seeded workload of the kind a training job issues:
  * transfers of 4 KiB .. 256 MiB (log-uniform sizes), 70% reads and 30% writes, over four
- * files: two of 512 MiB that start in the page cache and two of 4 GiB that start cold. Small transfers
- * (< 1 MiB: metadata, embeddings rows, optimizer shards) go to random places of the cached
- * files; large ones stream through the cold files in order (checkpoint shards, offloaded
- * activations), each region once per pass. Every file is fdatasync'ed at the end. The same operations, in the same order, for every engine; each engine first
+ * files: two "hot" ones of 1 GiB that start in the page cache (data written or read moments
+ * ago: a checkpoint reloaded right after its save, activations prefetched while still
+ * cached, an evaluation pass over data just used) and two of 4 GiB that start cold. Small
+ * transfers (< 1 MiB: metadata, embedding rows, optimizer shards) go to random places of
+ * the hot files; half of the large reads re-read random regions of the hot files, the other
+ * half and all large writes stream through the cold files in order (checkpoint shards,
+ * offloaded activations), each region once per pass. Every file is fdatasync'ed at the end.
+ * So the right engine depends on the context, not only on the size: page-cache copies for
+ * cached data, O_DIRECT for cold data and durable writes. (An earlier version sent only
+ * sub-MiB transfers to the cached files: 0.3% of the bytes, where no choice can matter.)
+ * The same operations, in the same order, for every engine; each engine first
  * runs the workload once untimed (AUTO learns there, as in a job's first iterations), then
  * the cache states are reset and the timed pass runs.
  */
@@ -17,7 +24,7 @@
 #include <unistd.h>
 
 #define FILES 4
-#define FILE_SIZE (512ull << 20)  /* the cached files */
+#define FILE_SIZE (1ull << 30)    /* the hot (cached) files */
 #define COLD_SIZE (4ull << 30)    /* the cold files: large enough that a pass never wraps */
 #define OPS 240
 #define MAX_OP (256u << 20)
@@ -38,7 +45,8 @@ static void make_ops(op *ops, uint64_t seed)
         ops[i].len = len;
         ops[i].write = ((s >> 50) % 10) < 3;
         s = s * 6364136223846793005ull + 1442695040888963407ull;
-        if (len < (1u << 20)) { /* small: anywhere in a cached file */
+        bool hot_read = !ops[i].write && ((s >> 40) & 1);
+        if (len < (1u << 20) || hot_read) { /* small, or a large re-read: in a hot file */
             ops[i].file = (uint8_t)((s >> 20) % 2);
             ops[i].off = ((s >> 16) % (FILE_SIZE - len + 1)) / 4096 * 4096;
         } else { /* large: the next region of a cold file, wrapping around */
@@ -52,45 +60,64 @@ static void make_ops(op *ops, uint64_t seed)
     }
 }
 
-/* Files 0-1 cached, 2-3 cold. */
+/* Files 0-1 cached, 2-3 cold. Every file is evicted first: as root, an eviction drops the
+ * whole page cache, which would take the files warmed before it with it. */
 static int reset_cache(ft_file **files, char paths[][4200], uint8_t *buf)
 {
-    for (int k = 0; k < FILES; k++) {
+    for (int k = 0; k < FILES; k++)
         cli_evict(paths[k]);
-        if (k < 2) {
-            ft_buf b = ft_host_buf(buf, MAX_OP);
-            ft_io_opts o = {.engine = FT_ENGINE_POSIX};
-            for (uint64_t off = 0; off < FILE_SIZE; off += MAX_OP) {
-                int64_t n = ft_read(files[k], &b, off, &o);
-                if (n < 0)
-                    return (int)n;
-            }
+    for (int k = 0; k < 2; k++) {
+        ft_buf b = ft_host_buf(buf, MAX_OP);
+        ft_io_opts o = {.engine = FT_ENGINE_POSIX};
+        for (uint64_t off = 0; off < FILE_SIZE; off += MAX_OP) {
+            int64_t n = ft_read(files[k], &b, off, &o);
+            if (n < 0)
+                return (int)n;
         }
     }
     return 0;
 }
 
-static int run_ops(ft_file **files, const op *ops, ft_engine e, uint8_t *buf, uint64_t *bytes)
+/* Where a pass's time goes: small transfers, large reads of cached / cold data, large
+ * writes, the final syncs. */
+enum { PART_SMALL, PART_HOT, PART_COLD, PART_WRITE, PART_SYNC, PARTS };
+static const char *const part_name[PARTS] = {"small", "cached", "cold", "writes", "sync"};
+
+static int part_of(const op *o)
+{
+    if (o->len < (1u << 20))
+        return PART_SMALL;
+    return o->write ? PART_WRITE : o->file < 2 ? PART_HOT : PART_COLD;
+}
+
+static int run_ops(ft_file **files, const op *ops, ft_engine e, uint8_t *buf, uint64_t *bytes,
+                   double part[PARTS])
 {
     ft_io_opts o = {.engine = e};
     *bytes = 0;
+    for (int p = 0; p < PARTS; p++)
+        part[p] = 0;
     for (int i = 0; i < OPS; i++) {
         ft_buf b = ft_host_buf(buf, (size_t)ops[i].len);
+        double t0 = cli_now();
         int64_t n = ops[i].write ? ft_write(files[ops[i].file], &b, ops[i].off, &o)
                                  : ft_read(files[ops[i].file], &b, ops[i].off, &o);
+        part[part_of(&ops[i])] += cli_now() - t0;
         if (n < 0)
             return (int)n;
         *bytes += (uint64_t)n;
     }
+    double t0 = cli_now();
     for (int k = 0; k < FILES; k++) {
         int rc = ft_file_sync(files[k]);
         if (rc < 0)
             return rc;
     }
+    part[PART_SYNC] = cli_now() - t0;
     return 0;
 }
 
-int bench_mixed(const ft_engine *engines, int nengines, bool json, const char *dir)
+int bench_mixed(const ft_engine *engines, int nengines, int rounds, bool json, const char *dir)
 {
     char paths[FILES][4200];
     ft_file *files[FILES] = {0};
@@ -119,39 +146,79 @@ int bench_mixed(const ft_engine *engines, int nengines, bool json, const char *d
         cli_ft_error("bench", "creating the mixed workload's files", rc);
         status = EXIT_ERR;
     }
-    uint64_t total_ops_bytes = 0;
-    for (int i = 0; i < OPS; i++)
+    uint64_t total_ops_bytes = 0, part_bytes[PARTS] = {0};
+    for (int i = 0; i < OPS; i++) {
         total_ops_bytes += ops[i].len;
+        part_bytes[part_of(&ops[i])] += ops[i].len;
+    }
     if (!json && status == EXIT_OK)
-        printf("mixed workload: %d transfers (4K..256M, 70%% reads), %.2f GB, 2 x 512M + 2 x 4G files "
-               "(small ones random in 2 cached files, large ones streaming through 2 cold "
-               "files)\n%-7s %9s %9s\n", OPS, (double)total_ops_bytes / 1e9, "engine",
-               "seconds", "GB/s");
-    for (int e = 0; e < nengines && status == EXIT_OK; e++) {
-        uint64_t bytes = 0;
-        double t0 = 0, secs = 0;
-        for (int pass = 0; pass <= WARMUP && rc == 0; pass++) {
+        printf("mixed workload: %d transfers (4K..256M, 70%% reads), %.2f GB, 2 x 1G cached + 2 x 4G "
+               "cold files (small ones and half the large reads in the cached files, the other "
+               "large ones streaming through the cold files)\n", OPS, (double)total_ops_bytes / 1e9);
+    if (!json && status == EXIT_OK) {
+        printf("bytes:");
+        for (int p = 0; p < PART_SYNC; p++)
+            printf("%s %s %.2f GB", p ? "," : "", part_name[p], (double)part_bytes[p] / 1e9);
+        printf("\n%-7s %9s %9s   seconds in:", "engine", "seconds", "GB/s");
+        for (int p = 0; p < PARTS; p++)
+            printf(" %7s", part_name[p]);
+        printf("\n");
+    }
+    /* Untimed first: AUTO's learning passes (a job's first iterations), one warm-up pass for
+     * every fixed engine. Then the timed rounds, every engine once per round, the order
+     * rotated from round to round: this disk's speed wanders over minutes, and engines timed
+     * back to back in one stretch each would compare the disk's moods, not the engines. */
+    double *secs = calloc((size_t)nengines * (size_t)rounds, sizeof *secs);
+    double *parts = calloc((size_t)nengines * (size_t)rounds * PARTS, sizeof *parts);
+    uint64_t bytes = 0;
+    if (!secs || !parts)
+        rc = -ENOMEM;
+    for (int e = 0; e < nengines && status == EXIT_OK && rc == 0; e++) {
+        double scratch[PARTS];
+        for (int pass = 0; pass < (engines[e] == FT_ENGINE_AUTO ? WARMUP : 1) && rc == 0; pass++)
+            if ((rc = reset_cache(files, paths, buf)) == 0)
+                rc = run_ops(files, ops, engines[e], buf, &bytes, scratch);
+    }
+    for (int r = 0; r < rounds && status == EXIT_OK && rc == 0; r++)
+        for (int i = 0; i < nengines && rc == 0; i++) {
+            int e = (i + r) % nengines;
             if ((rc = reset_cache(files, paths, buf)) < 0)
                 break;
-            t0 = cli_now();
-            rc = run_ops(files, ops, engines[e], buf, &bytes);
-            secs = cli_now() - t0;
+            double t0 = cli_now();
+            rc = run_ops(files, ops, engines[e], buf, &bytes, &parts[(e * rounds + r) * PARTS]);
+            secs[e * rounds + r] = cli_now() - t0;
         }
-        if (rc < 0) {
-            cli_ft_error("bench", "mixed workload", rc);
-            status = EXIT_ERR;
-            break;
+    if (rc < 0 && status == EXIT_OK) {
+        cli_ft_error("bench", "mixed workload", rc);
+        status = EXIT_ERR;
+    }
+    for (int e = 0; e < nengines && status == EXIT_OK; e++) {
+        /* the median round (by total time) and its breakdown */
+        int med = 0;
+        for (int r = 0; r < rounds; r++) {
+            int below = 0;
+            for (int q = 0; q < rounds; q++)
+                below += secs[e * rounds + q] < secs[e * rounds + r] ||
+                         (secs[e * rounds + q] == secs[e * rounds + r] && q < r);
+            if (below == rounds / 2)
+                med = r;
         }
+        double t = secs[e * rounds + med], *part = &parts[(e * rounds + med) * PARTS];
         if (json)
             printf("{\"engine\":\"%s\",\"op\":\"mixed\",\"block\":0,\"bytes\":%llu,"
                    "\"seconds\":%.6f,\"gbps\":%.4f,\"cache\":\"mixed\",\"memory\":\"host\"}\n",
-                   ft_engine_name(engines[e]), (unsigned long long)bytes, secs,
-                   (double)bytes / secs / 1e9);
+                   ft_engine_name(engines[e]), (unsigned long long)bytes, t,
+                   (double)bytes / t / 1e9);
         else
-            printf("%-7s %9.3f %9.3f\n", ft_engine_name(engines[e]), secs,
-                   (double)bytes / secs / 1e9);
-        fflush(stdout);
+            printf("%-7s %9.3f %9.3f               %7.3f %7.3f %7.3f %7.3f %7.3f\n",
+                   ft_engine_name(engines[e]), t, (double)bytes / t / 1e9, part[0], part[1],
+                   part[2], part[3], part[4]);
     }
+    if (!json && status == EXIT_OK && rounds > 1)
+        printf("(median of %d rounds, engines interleaved)\n", rounds);
+    fflush(stdout);
+    free(secs);
+    free(parts);
     for (int k = 0; k < FILES; k++) {
         ft_file_close(files[k]);
         unlink(paths[k]);

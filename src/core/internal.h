@@ -168,12 +168,17 @@ typedef struct ft__arm {
 extern const ft__arm ft__arms[];
 extern const unsigned ft__narms;
 
+/** Threads of this process running fastensor tasks now (all pools): the CPU-load probe
+ * does not count them as load from others. */
+extern _Atomic unsigned ft__threads_working;
+
 typedef struct ft__decision {
     struct ft__selector *sel;
     unsigned arm;
     ft_engine engine;
     uint64_t piece;
     uint64_t t0;        /* when the decision started */
+    unsigned inflight;  /* transfers of the context in flight then, this one included */
     ft__sel_key key;
 } ft__decision;
 

@@ -222,6 +222,7 @@ void ft__auto_decide(ft_file *f, uint64_t off, uint64_t len, bool write, bool sy
         .busy = atomic_load_explicit(&f->ctx->inflight, memory_order_relaxed) > 1,
         .cpu = (uint8_t)ft__probe_cpu(),
     };
+    d->inflight = atomic_load_explicit(&f->ctx->inflight, memory_order_relaxed);
     unsigned fallback = static_default(eligible, len, &d->key);
     unsigned arm = sel ? ft__sel_choose(sel, &d->key, eligible, fallback) : fallback;
     d->sel = sel;
@@ -244,6 +245,13 @@ void ft__auto_done(ft_file *f, const ft__decision *d, int64_t result)
     if (!d->sel || result <= 0)
         return;
     uint64_t ns = now_ns() - d->t0;
+    /* Transfers running at once share the threads and the disk: a call that ran beside k
+     * others took about k+1 times its own time. Counting its share (transfers in flight at
+     * its start and end, averaged) keeps samples taken under load comparable with the rest. */
+    unsigned end = atomic_load_explicit(&f->ctx->inflight, memory_order_relaxed) + 1;
+    unsigned conc = (d->inflight + end) / 2;
+    if (conc > 1)
+        ns /= conc;
     if (!d->key.write || d->key.cache) { /* reads, and writes already durable */
         ft__sel_record(d->sel, &d->key, d->arm, (uint64_t)result, ns);
         return;

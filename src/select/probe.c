@@ -86,8 +86,10 @@ unsigned ft__probe_cpu(void)
         if (n > 0) {
             text[n] = '\0';
             float a, b, c;
+            /* our own working threads are not load from others; +1: this thread */
+            unsigned ours = 1u + atomic_load_explicit(&ft__threads_working, memory_order_relaxed);
             if (sscanf(text, "%f %f %f %u/", &a, &b, &c, &running) == 4)
-                cls = running > 1u + (unsigned)(cpus > 0 ? cpus : 1); /* +1: ourselves */
+                cls = running > ours && running - ours > (unsigned)(cpus > 0 ? cpus : 1);
         }
     }
     atomic_store_explicit(&last_class, cls, memory_order_relaxed);

@@ -152,14 +152,16 @@ static int nearest_known_in(ft__selector *s, const ft__sel_key *key, uint32_t el
 
 /*
  * What the nearest measured key says: the arms within half of its best arm's throughput
- * (a mask), from the nearest size bucket in this context, else in a neighbouring context;
+ * (a mask), from the nearest size bucket, in this context first, then in the others;
  * 0 when nothing near has been measured. Exploring a new key only among these keeps a
  * job from paying for arms already known to be hopeless (O_DIRECT for cached reads, ...).
+ * The same size in another context (load, transfers in flight) is the closest evidence
+ * there is: from it only arms within 80% of its best are worth trying.
  */
 static uint32_t prior_mask(ft__selector *s, const ft__sel_key *key, uint32_t eligible)
 {
-    for (unsigned flip = 0; flip < 4; flip++) {
-        for (int d = 0; d < FT__SEL_BUCKETS; d++) {
+    for (int d = 0; d < FT__SEL_BUCKETS; d++) {
+        for (unsigned flip = 0; flip < 4; flip++) {
             for (int sign = -1; sign <= 1; sign += 2) {
                 if ((d == 0 && (sign > 0 || flip == 0)))
                     continue; /* the key itself is not its own prior */
@@ -183,8 +185,9 @@ static uint32_t prior_mask(ft__selector *s, const ft__sel_key *key, uint32_t eli
                 if (sampled < 2)
                     continue;
                 uint32_t mask = 0;
+                float keep = d == 0 ? 0.8f : 0.5f;
                 for (unsigned a = 0; a < s->narms; a++)
-                    if (med[a] >= 0.5f * best)
+                    if (med[a] >= keep * best)
                         mask |= 1u << a;
                 return mask;
             }
@@ -249,7 +252,8 @@ unsigned ft__sel_choose(ft__selector *s, const ft__sel_key *key, uint32_t eligib
     unsigned pick;
     if (explore >= 0) {
         pick = (unsigned)explore; /* round robin over the least-sampled arms */
-    } else {        if (e->best < 0 || !(eligible >> e->best & 1)) {
+    } else {
+        if (e->best < 0 || !(eligible >> e->best & 1)) {
             int b = best_arm(e, eligible, s->narms);
             if (b < 0) {
                 /* every arm tried, none measured yet (writes waiting for their sync): keep
@@ -269,14 +273,26 @@ unsigned ft__sel_choose(ft__selector *s, const ft__sel_key *key, uint32_t eligib
             e->low_streak = 0;
         }
         pick = (unsigned)e->best;
-        unsigned n_el = (unsigned)__builtin_popcount(eligible);
-        if (n_el > 1 && draw(s) < s->recheck) { /* keep checking the others now and then */
-            unsigned skip = (unsigned)(draw(s) * (n_el - 1));
+        if (draw(s) < s->recheck) { /* keep checking the others now and then */
+            /* Only arms that may still win: a re-check of one measured at under half of
+             * the best costs a transfer at under half the speed (a 256 MiB buffered write
+             * next to O_DIRECT ones: 0.5 s instead of 0.05). Those get one in ten draws;
+             * a change of context that makes them good shows as drift of the best. */
+            float bm = ft__sel_median(&e->arm[e->best]);
+            bool hopeless_too = draw(s) < 0.1;
+            uint32_t cand = 0;
             for (unsigned a = 0; a < s->narms; a++)
-                if ((eligible >> a & 1) && a != (unsigned)e->best && skip-- == 0) {
-                    pick = a;
-                    break;
-                }
+                if ((eligible >> a & 1) && a != (unsigned)e->best &&
+                    (hopeless_too || !e->arm[a].n || ft__sel_median(&e->arm[a]) >= 0.5f * bm))
+                    cand |= 1u << a;
+            if (cand) {
+                unsigned skip = (unsigned)(draw(s) * (unsigned)__builtin_popcount(cand));
+                for (unsigned a = 0; a < s->narms; a++)
+                    if ((cand >> a & 1) && skip-- == 0) {
+                        pick = a;
+                        break;
+                    }
+            }
         }
     }
     pthread_mutex_unlock(&e->lock);
@@ -308,11 +324,22 @@ void ft__sel_record(ft__selector *s, const ft__sel_key *key, unsigned arm, uint6
     if (e->best >= 0) {
         float bm = ft__sel_median(&e->arm[e->best]);
         if ((int)arm == e->best) {
-            e->record = FT__MAX(e->record, bm);
-            e->low_streak = tput < s->drift * e->record ? (uint8_t)(e->low_streak + 1) : 0;
+            /* The record is the chosen arm's median over its window, not the best value
+             * ever seen: a maximum ratchets up on lucky samples until ordinary ones look
+             * like drift (cached 1 MiB reads re-explored every few hundred calls). */
+            e->record = bm;
+            /* Low means below drift x record and below the next best arm's median: a dip
+             * that leaves the arm ahead of every other changes no decision. */
+            float runner_up = 0;
+            for (unsigned a = 0; a < s->narms; a++)
+                if ((int)a != e->best && e->arm[a].n)
+                    runner_up = FT__MAX(runner_up, ft__sel_median(&e->arm[a]));
+            bool low = tput < s->drift * e->record && (runner_up == 0 || tput < runner_up);
+            e->low_streak = low ? (uint8_t)(e->low_streak + 1) : 0;
             if (e->low_streak >= 3) {
-                /* Drift: the chosen arm fell well below its record: explore this key again,
-                 * keeping only the newest samples of every arm. */
+                /* Drift: the chosen arm fell well below its record three times running:
+                 * the context changed, so every arm's old figures are suspect. Explore
+                 * this key again, keeping only the chosen arm's newest sample. */
                 for (unsigned a = 0; a < s->narms; a++)
                     if (e->arm[a].n) {
                         float last = e->arm[a].tput[(e->arm[a].n - 1) % FT__SEL_WINDOW];

@@ -1,0 +1,101 @@
+#!/usr/bin/python3
+"""AUTO against every fixed engine, per block size, cold and warm reads and durable writes.
+
+Builds the profile first (`fastensor tune`, as a user would once per machine), then runs
+`fastensor bench --json` for every engine in rounds, the engines' order rotated from round to
+round (this kind of disk drifts over minutes: timing engines back to back in one stretch each
+compares the disk's moods), and prints per (op, block, cache) the median GB/s of each engine,
+the best fixed engine and AUTO's ratio to it. Every bench call is a new process that starts
+from the saved profile, as a job would.
+
+    bench/auto-vs-fixed.py [--memory host|cuda] [--sizes 4K,1M,64M,1G] [--rounds 3] ...
+"""
+import argparse
+import collections
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+
+def bench(exe, args, engine):
+    cmd = [exe, "bench", "--json", "--engine", engine] + args
+    out = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True).stdout
+    return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+
+
+def main():
+    here = os.path.dirname(os.path.abspath(__file__))
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--fastensor", default=os.path.join(here, "..", "build", "fastensor"))
+    ap.add_argument("--file", default="./fastensor-auto-vs-fixed.tmp")
+    ap.add_argument("--memory", default="host")
+    ap.add_argument("--sizes", default="4K,1M,64M,1G")
+    ap.add_argument("--engines", default="posix,direct,uring,mmap",
+                    help="fixed engines to compare with auto (cufile too for --memory cuda)")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--total", default=None, help="bytes per measurement (bench's default)")
+    ap.add_argument("--tune-seconds", type=int, default=60, help="0: use the profile as it is")
+    ap.add_argument("--tune-max", default="1G")
+    ap.add_argument("--json", help="write every measurement here")
+    a = ap.parse_args()
+
+    if a.tune_seconds > 0:
+        print("tuning (fastensor tune, %d s at most) ..." % a.tune_seconds, file=sys.stderr)
+        subprocess.run([a.fastensor, "tune", "--file", a.file, "--memory", a.memory, "--seconds",
+                        str(a.tune_seconds), "--max-size", a.tune_max], check=True,
+                       stdout=subprocess.DEVNULL)
+    args = ["--file", a.file, "--memory", a.memory, "--size", a.sizes]
+    if a.total:
+        args += ["--total", a.total]
+    engines = a.engines.split(",") + ["auto"]
+    runs = []
+    try:
+        for r in range(a.rounds):
+            for i in range(len(engines)):
+                e = engines[(i + r) % len(engines)]
+                print("round %d/%d: %s" % (r + 1, a.rounds, e), file=sys.stderr)
+                for m in bench(a.fastensor, args, e):
+                    m["round"] = r
+                    runs.append(m)
+    finally:
+        if os.path.exists(a.file):
+            os.unlink(a.file)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(runs, f, indent=1)
+
+    table = collections.defaultdict(lambda: collections.defaultdict(list))
+    for m in runs:
+        cache = "sync" if m["op"] == "write" else m["cache"]
+        table[(m["op"], m["block"], cache)][m["engine"]].append(m["gbps"])
+    fixed = [e for e in engines if e != "auto"]
+
+    def size(b):
+        for unit, shift in (("G", 30), ("M", 20), ("K", 10)):
+            if b >= 1 << shift:
+                return "%d%s" % (b >> shift, unit)
+        return str(b)
+
+    print("AUTO vs fixed engines, %s memory, median GB/s of %d interleaved rounds"
+          % (a.memory, a.rounds))
+    print()
+    print("| op | block | cache | " + " | ".join(fixed) + " | auto | best fixed | auto / best |")
+    print("|---|---|---|" + "---|" * (len(fixed) + 3))
+    within = total = 0
+    for (op, block, cache), per in sorted(table.items()):
+        med = {e: statistics.median(v) for e, v in per.items()}
+        best = max(fixed, key=lambda e: med.get(e, 0))
+        ratio = med.get("auto", 0) / med[best] if med.get(best) else 0
+        total += 1
+        within += ratio >= 0.95
+        cells = ["%.2f" % med[e] if e in med else "-" for e in fixed]
+        print("| %s | %s | %s | %s | %.2f | %s | %.2f |" % (op, size(block), cache, " | ".join(cells),
+                                                           med.get("auto", 0), best, ratio))
+    print()
+    print("auto within 5%% of the best fixed engine in %d of %d cases" % (within, total))
+
+
+if __name__ == "__main__":
+    main()
