@@ -229,7 +229,8 @@ static void case_auto_end_to_end(void)
 }
 
 /* With nothing known: a cached read starts on posix (an O_DIRECT engine would read it from
- * the disk again), a cold one on an O_DIRECT engine. */
+ * the disk again), a cold one on an O_DIRECT engine; reads that go on from the previous one
+ * form the stream class. */
 static void case_static_defaults(void)
 {
     setenv("FASTENSOR_PROFILE", "off", 1);
@@ -256,6 +257,13 @@ static void case_static_defaults(void)
     ft__auto_decide(f, 0, n, false, false, -1, &d);
     T_EQ(d.key.cache, 0);
     T_TRUE(d.engine == FT_ENGINE_URING || d.engine == FT_ENGINE_DIRECT);
+    /* reading on from there is a stream (readahead's context); far away again is not */
+    ft__auto_decide(f, n, n / 4, false, false, -1, &d);
+    T_EQ(d.key.cache, 3);
+    ft__auto_decide(f, n + n / 4, n / 4, false, false, -1, &d);
+    T_EQ(d.key.cache, 3);
+    ft__auto_decide(f, 64 * n, n / 4, false, false, -1, &d);
+    T_EQ(d.key.cache, 0);
     ft_file_close(f);
     ft_ctx_destroy(ctx);
     unsetenv("FASTENSOR_PROFILE");
@@ -274,7 +282,7 @@ int main(void)
         {"profile round trip; foreign and corrupt profiles ignored", case_profile},
         {"8 threads choosing and recording at once", case_concurrent},
         {"engine AUTO on real files, profile saved", case_auto_end_to_end},
-        {"unseen keys: posix for cached reads, O_DIRECT for cold", case_static_defaults},
+        {"unseen keys: posix for cached reads, O_DIRECT for cold; streams", case_static_defaults},
     };
     return t_run(cases, sizeof cases / sizeof *cases);
 }

@@ -20,7 +20,7 @@ static void tune_usage(FILE *out)
     fprintf(out, "usage: fastensor tune [--file PATH] [--memory host|cuda[:N]] [--seconds N] "
                  "[--max-size BYTES]\n\n"
                  "Builds the AUTO profile for the filesystem holding PATH (default: a temporary "
-                 "file here):\ntransfers of 4K..max-size (256M), reads cold and cached, writes "
+                 "file here):\ntransfers of 4K..max-size (256M), reads cold (scattered and streaming) and cached, writes "
                  "plain and durable, each\nrepeated until every engine setting is measured, "
                  "within N seconds (60). Then saves the\nprofile and prints it.\n");
 }
@@ -97,27 +97,39 @@ int cmd_tune(int argc, char **argv)
     double start = cli_now();
     unsigned calls = 0;
     bool out_of_time = false;
+    /* cold: random places, each evicted first; stream: through the file in order from an
+     * evicted start (readahead at work); cached; plain writes (synced after each, as a job
+     * would before it counts them done); durable writes */
+    enum { COLD, STREAM, CACHED, WRITE, SYNC, KINDS };
     for (uint64_t size = 4096; size <= max_size && !out_of_time; size *= 4) {
-        for (int kind = 0; kind < 4 && !out_of_time; kind++) { /* cold, cached, write, sync */
+        for (int kind = 0; kind < KINDS && !out_of_time; kind++) {
             ft_buf part = {buf, (size_t)size, device >= 0 ? FT_MEM_CUDA : FT_MEM_HOST,
                            device >= 0 ? device : 0};
-            ft_io_opts o = {.engine = FT_ENGINE_AUTO, .flags = kind == 3 ? FT_IO_SYNC : 0};
-            if (kind == 1) /* make it cached */
+            ft_io_opts o = {.engine = FT_ENGINE_AUTO, .flags = kind == SYNC ? FT_IO_SYNC : 0};
+            if (kind == CACHED) /* make it cached */
                 ft_read(f, &part, 0, &(ft_io_opts){.engine = FT_ENGINE_POSIX});
+            uint64_t places = max_size / size;
             for (unsigned r = 0; r < rounds; r++) {
                 if (cli_now() - start > budget) {
                     out_of_time = true;
                     break;
                 }
-                uint64_t off = (r * size) % (max_size - size + 1) / 4096 * 4096;
-                if (kind == 1)
+                /* cold: a scattered walk (a stride coprime to the number of places) */
+                uint64_t off = (r * 7919u) % places * size;
+                if (kind == CACHED)
                     off = 0;
-                if (kind == 0)
+                if (kind == STREAM) {
+                    off = r % places * size;
+                    if (off == 0)
+                        evict(fd, 0, max_size);
+                }
+                if (kind == COLD)
                     evict(fd, off, size);
-                int64_t n = kind >= 2 ? ft_write(f, &part, off, &o) : ft_read(f, &part, off, &o);
+                bool write = kind == WRITE || kind == SYNC;
+                int64_t n = write ? ft_write(f, &part, off, &o) : ft_read(f, &part, off, &o);
                 /* a plain write is measured once durable (its share of the sync): without
                  * the sync a buffered write would look as fast as a memory copy */
-                if (n >= 0 && kind == 2)
+                if (n >= 0 && kind == WRITE)
                     n = ft_file_sync(f);
                 if (n < 0) {
                     cli_ft_error("tune", path, (int)n);

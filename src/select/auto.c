@@ -164,6 +164,19 @@ static unsigned cache_class(ft_file *f, uint64_t off, uint64_t len, uint64_t now
     return cls;
 }
 
+/* A read continuing near where the file's previous read ended (within 8 lengths either way:
+ * requests in flight start a little out of order; the same range again is no stream), not
+ * all cached: the kernel's readahead
+ * serves buffered engines ahead of such a stream, so it is a context of its own. */
+static unsigned read_class(ft_file *f, uint64_t off, uint64_t len, uint64_t now)
+{
+    unsigned cls = cache_class(f, off, len, now);
+    uint64_t prev = atomic_exchange_explicit(&f->read_end, off + len, memory_order_relaxed);
+    uint64_t gap = prev > off ? prev - off : off - prev;
+    bool stream = prev != 0 && gap / 8 <= len && off + len != prev; /* not a re-read */
+    return cls != 2 && stream ? 3 : cls;
+}
+
 static uint32_t eligible_arms(ft_file *f, uint64_t len, int device, bool durable_write)
 {
     unsigned caps = file_caps(f);
@@ -211,14 +224,14 @@ void ft__auto_decide(ft_file *f, uint64_t off, uint64_t len, bool write, bool sy
                      int device, ft__decision *d)
 {
     memset(d, 0, sizeof *d);
-    d->t0 = now_ns();
+    uint64_t now = now_ns();
     ft__selector *sel = selector_for(f);
     uint32_t eligible = eligible_arms(f, len, device, write && sync);
     d->key = (ft__sel_key){
         .write = write,
         .mem = device >= 0 ? FT_MEM_CUDA : FT_MEM_HOST,
         .bucket = (uint8_t)ft__sel_bucket(len),
-        .cache = write ? (uint8_t)sync : (uint8_t)cache_class(f, off, len, d->t0),
+        .cache = write ? (uint8_t)sync : (uint8_t)read_class(f, off, len, now),
         .busy = atomic_load_explicit(&f->ctx->inflight, memory_order_relaxed) > 1,
         .cpu = (uint8_t)ft__probe_cpu(),
     };
@@ -229,6 +242,9 @@ void ft__auto_decide(ft_file *f, uint64_t off, uint64_t len, bool write, bool sy
     d->arm = arm;
     d->engine = ft__arms[arm].engine;
     d->piece = ft__arms[arm].piece;
+    /* the clock starts now: the decision's own cost (the first call of a file opens its
+     * O_DIRECT descriptor, loads the profile, probes io_uring) is no arm's */
+    d->t0 = now_ns();
 }
 
 #define MAX_PENDING 256
@@ -371,10 +387,11 @@ int ft_profile_show(ft_ctx *ctx, const char *path, FILE *out)
     ft_file_close(f);
     if (!sel)
         return ft__err(-ENOMEM, "selector");
-    static const char *cache_name[] = {"cold", "partial", "cached"};
+    static const char *cache_name[] = {"cold", "partial", "cached", "stream"};
     fprintf(out, "profile %s\n\n%-5s %-4s %7s %-7s %-4s %-4s  %-14s  %s\n", ppath, "op", "mem",
             "size", "cache", "busy", "cpu", "chosen", "GB/s (samples) per arm");
-    fprintf(out, "(cache: page-cache residency for reads; \"sync\" for durable writes)\n");
+    fprintf(out, "(cache: page-cache residency for reads, \"stream\" for uncached reads "
+                 "continuing the previous one; \"sync\" for durable writes)\n");
     unsigned shown = 0;
     for (unsigned i = 0; i < FT__SEL_KEYS; i++) {
         ft__sel_entry *e = &sel->entries[i];

@@ -140,10 +140,11 @@ int ft__sel_load(ft__selector *sel, const char *path, const char *tag)
         pthread_mutex_lock(&e->lock);
         ft__sel_stats *st = &e->arm[rows[i].arm];
         memcpy(st->tput, rows[i].tput, rows[i].n * sizeof(float));
-        st->n = FT__MAX(rows[i].n, (unsigned)FT__SEL_EXPLORE);
-        if (rows[i].n < FT__SEL_EXPLORE) /* pad so a loaded key starts converged */
-            for (unsigned k = rows[i].n; k < FT__SEL_EXPLORE; k++)
-                st->tput[k] = rows[i].tput[rows[i].n - 1];
+        st->n = rows[i].n;
+        float median = ft__sel_median(st);
+        /* pad with the median (which keeps it) so a loaded key starts converged */
+        for (; st->n < FT__SEL_EXPLORE; st->n++)
+            st->tput[st->n] = median;
         pthread_mutex_unlock(&e->lock);
     }
     free(rows);

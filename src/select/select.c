@@ -196,14 +196,20 @@ static uint32_t prior_mask(ft__selector *s, const ft__sel_key *key, uint32_t eli
     return 0;
 }
 
+/* Successive elimination: an arm measured at under half of the best arm (under a quarter
+ * after a single sample: one sample can be a hiccup) counts as explored. */
+static bool eliminated(const ft__sel_stats *st, float best_m)
+{
+    return st->n && ft__sel_median(st) < (st->n >= 2 ? 0.5f : 0.25f) * best_m;
+}
+
 unsigned ft__sel_choose(ft__selector *s, const ft__sel_key *key, uint32_t eligible,
                         unsigned fallback)
 {
     ft__sel_entry *e = &s->entries[ft__sel_key_index(key)];
     pthread_mutex_lock(&e->lock);
     e->calls++;
-    /* Successive elimination: an arm whose measurements are already under half of the best
-     * arm's counts as explored (the re-checks still try it now and then). */
+    /* Successive elimination (the re-checks still try eliminated arms now and then). */
     float best_m = 0;
     for (unsigned a = 0; a < s->narms; a++)
         if ((eligible >> a & 1) && e->arm[a].n)
@@ -214,7 +220,7 @@ unsigned ft__sel_choose(ft__selector *s, const ft__sel_key *key, uint32_t eligib
         if (!(eligible >> a & 1))
             continue;
         total += e->arm[a].n + e->arm[a].pending;
-        if (e->arm[a].n && ft__sel_median(&e->arm[a]) < 0.5f * best_m)
+        if (eliminated(&e->arm[a], best_m))
             continue;
         uint32_t tried = e->arm[a].n + e->arm[a].pending;
         if (tried < FT__SEL_EXPLORE && tried < fewest) {
@@ -239,7 +245,7 @@ unsigned ft__sel_choose(ft__selector *s, const ft__sel_key *key, uint32_t eligib
             for (unsigned a = 0; a < s->narms; a++) {
                 if (!(eligible & prior & (1u << a)))
                     continue;
-                if (e->arm[a].n && ft__sel_median(&e->arm[a]) < 0.5f * best_m)
+                if (eliminated(&e->arm[a], best_m))
                     continue;
                 uint32_t tried = e->arm[a].n + e->arm[a].pending;
                 if (tried < FT__SEL_EXPLORE && tried < fewest) {

@@ -13,7 +13,7 @@
 #include "../core/internal.h"
 
 #define FT__SEL_BUCKETS 48     /* log2 of the size: 1 B .. 128 TiB */
-#define FT__SEL_CACHE 3        /* cold, partly cached, cached (reads); writes use 0 */
+#define FT__SEL_CACHE 4        /* reads: cold, partly cached, cached, stream; writes: plain, sync */
 #define FT__SEL_BUSY 2         /* no other transfer in flight / some */
 #define FT__SEL_CPU 2          /* CPU load low / high */
 #define FT__SEL_KEYS (2 * 2 * FT__SEL_BUCKETS * FT__SEL_CACHE * FT__SEL_BUSY * FT__SEL_CPU)
@@ -83,7 +83,9 @@ int ft__sel_load(ft__selector *sel, const char *path, const char *tag);
 
 /* ---- context probes (probe.c) ---- */
 
-/** Page-cache residency class of [off, off+len) of @p fd: 0 cold, 1 partial, 2 cached. */
+/** Page-cache residency class of [off, off+len) of @p fd: 0 cold, 1 partial, 2 cached.
+ * (auto.c adds 3, stream: not all cached and continuing the file's previous read, where the
+ * kernel's readahead works for buffered engines.) */
 unsigned ft__probe_cache(int fd, uint64_t off, uint64_t len);
 /** CPU load class: 1 when more tasks are runnable than there are CPUs (sampled every 0.5 s). */
 unsigned ft__probe_cpu(void);
