@@ -107,6 +107,7 @@ struct ft_file {
     _Atomic unsigned auto_caps;  /* AUTO: 1 | 2 O_DIRECT works | 4 io_uring works; 0 unknown */
     _Atomic uint64_t cache_memo; /* AUTO: last cache probe, (ns << 2) | class */
     _Atomic uint64_t read_end;   /* AUTO: where the latest read decided on this file ends */
+    _Atomic bool stream_cold;    /* AUTO: the current run of sequential reads started uncached */
     struct ft__pending_write *pending; /* AUTO: writes not yet made durable (under lock) */
     unsigned npending;
     void *cufile_handle;    /* registered cuFile handle (under lock), NULL until first use */

@@ -164,17 +164,28 @@ static unsigned cache_class(ft_file *f, uint64_t off, uint64_t len, uint64_t now
     return cls;
 }
 
-/* A read continuing near where the file's previous read ended (within 8 lengths either way:
- * requests in flight start a little out of order; the same range again is no stream), not
- * all cached: the kernel's readahead
- * serves buffered engines ahead of such a stream, so it is a context of its own. */
+/*
+ * Reads that go on from the file's previous one (within 8 lengths either way: requests in
+ * flight start a little out of order; the same range again is no stream) and began
+ * uncached form the stream class: the kernel's readahead serves buffered engines ahead of
+ * them, which makes most of their later reads find their pages cached. Those reads are
+ * still the stream's (the cache is the buffered engine's own doing), so a run that started
+ * cold stays in the stream class until it breaks; one that started cached is classed by
+ * residency as usual.
+ */
 static unsigned read_class(ft_file *f, uint64_t off, uint64_t len, uint64_t now)
 {
     unsigned cls = cache_class(f, off, len, now);
     uint64_t prev = atomic_exchange_explicit(&f->read_end, off + len, memory_order_relaxed);
     uint64_t gap = prev > off ? prev - off : off - prev;
-    bool stream = prev != 0 && gap / 8 <= len && off + len != prev; /* not a re-read */
-    return cls != 2 && stream ? 3 : cls;
+    bool seq = prev != 0 && gap / 8 <= len && off + len != prev;
+    if (!seq) {
+        atomic_store_explicit(&f->stream_cold, cls != 2, memory_order_relaxed);
+        return cls;
+    }
+    if (cls != 2)
+        atomic_store_explicit(&f->stream_cold, true, memory_order_relaxed);
+    return atomic_load_explicit(&f->stream_cold, memory_order_relaxed) ? 3 : cls;
 }
 
 static uint32_t eligible_arms(ft_file *f, uint64_t len, int device, bool durable_write)

@@ -206,6 +206,22 @@ static bool eliminated(const ft__sel_stats *st, float best_m)
 unsigned ft__sel_choose(ft__selector *s, const ft__sel_key *key, uint32_t eligible,
                         unsigned fallback)
 {
+    if (key->busy) {
+        /* Beside other transfers of this context a call's time is mostly theirs (they share
+         * the threads and the disk; readahead one call starts serves the next), so its
+         * throughput says little about its arm: measured on a 2-core machine, buffered
+         * reads of a cold stream score like O_DIRECT per call at 3x their total rate.
+         * Such calls take the decision learned from calls that ran alone, where there is
+         * one; their samples still land in their own key. */
+        ft__sel_key alone = *key;
+        alone.busy = 0;
+        ft__sel_entry *q = &s->entries[ft__sel_key_index(&alone)];
+        pthread_mutex_lock(&q->lock);
+        int b = q->best;
+        pthread_mutex_unlock(&q->lock);
+        if (b >= 0 && (eligible >> b & 1))
+            return (unsigned)b;
+    }
     ft__sel_entry *e = &s->entries[ft__sel_key_index(key)];
     pthread_mutex_lock(&e->lock);
     e->calls++;
