@@ -129,7 +129,7 @@ if [ $OFFLOAD = 1 ]; then
         | tee "$OUT/offload.log" | grep -v "^    batch\|bisect" | tail -40
 fi
 if [ $PACK = 1 ]; then # one archive, for callers that fetch only a few files
-    tar -C "$OUT" -czf /tmp/gpu-check.tgz --exclude=profile.txt . && rm -rf "${OUT:?}"/* &&
+    tar -C "$OUT" -czf /tmp/gpu-check.tgz . && rm -rf "${OUT:?}"/* &&
         mv /tmp/gpu-check.tgz "$OUT/results.tgz"
 fi
 log "done; files in $OUT"

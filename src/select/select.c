@@ -217,7 +217,7 @@ unsigned ft__sel_choose(ft__selector *s, const ft__sel_key *key, uint32_t eligib
         alone.busy = 0;
         ft__sel_entry *q = &s->entries[ft__sel_key_index(&alone)];
         pthread_mutex_lock(&q->lock);
-        int b = q->best;
+        int b = q->best >= 0 ? q->best : best_arm(q, eligible, s->narms);
         pthread_mutex_unlock(&q->lock);
         if (b >= 0 && (eligible >> b & 1))
             return (unsigned)b;
@@ -358,6 +358,16 @@ void ft__sel_record(ft__selector *s, const ft__sel_key *key, unsigned arm, uint6
                     runner_up = FT__MAX(runner_up, ft__sel_median(&e->arm[a]));
             bool low = tput < s->drift * e->record && (runner_up == 0 || tput < runner_up);
             e->low_streak = low ? (uint8_t)(e->low_streak + 1) : 0;
+            /* a slow decline never looks like drift against its own median: once the
+             * chosen arm's median falls behind another explored arm's, that one leads */
+            for (unsigned a = 0; a < s->narms; a++)
+                if ((int)a != e->best && e->arm[a].n >= FT__SEL_EXPLORE &&
+                    ft__sel_median(&e->arm[a]) > bm) {
+                    e->best = (int8_t)a;
+                    bm = ft__sel_median(&e->arm[a]);
+                    e->record = bm;
+                    e->low_streak = 0;
+                }
             if (e->low_streak >= 3) {
                 /* Drift: the chosen arm fell well below its record three times running:
                  * the context changed, so every arm's old figures are suspect. Explore
