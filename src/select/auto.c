@@ -166,9 +166,9 @@ static unsigned cache_class(ft_file *f, uint64_t off, uint64_t len, uint64_t now
 
 /*
  * Reads that go on from the file's previous one (within 8 lengths and 64 MiB either way:
- * requests in flight start a little out of order; the same range again, or a jump back to
- * the start of the file, is no stream) and began
- * uncached form the stream class: the kernel's readahead serves buffered engines ahead of
+ * requests in flight start a little out of order; the same range again, or a jump of more
+ * than 64 MiB such as back to the file's start, is no stream) and began uncached form the
+ * stream class: the kernel's readahead serves buffered engines ahead of
  * them, which makes most of their later reads find their pages cached. Those reads are
  * still the stream's (the cache is the buffered engine's own doing), so a run that started
  * cold stays in the stream class until it breaks; one that started cached is classed by
