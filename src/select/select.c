@@ -352,22 +352,27 @@ void ft__sel_record(ft__selector *s, const ft__sel_key *key, unsigned arm, uint6
             e->record = bm;
             /* Low means below drift x record and below the next best arm's median: a dip
              * that leaves the arm ahead of every other changes no decision. */
-            float runner_up = 0;
-            for (unsigned a = 0; a < s->narms; a++)
-                if ((int)a != e->best && e->arm[a].n)
-                    runner_up = FT__MAX(runner_up, ft__sel_median(&e->arm[a]));
+            float runner_up = 0, lead_m = bm; /* lead: an explored arm ahead of bm */
+            int lead = -1;
+            for (unsigned a = 0; a < s->narms; a++) {
+                if ((int)a == e->best || !e->arm[a].n)
+                    continue;
+                float m = ft__sel_median(&e->arm[a]);
+                runner_up = FT__MAX(runner_up, m);
+                if (e->arm[a].n >= FT__SEL_EXPLORE && m > lead_m) {
+                    lead_m = m;
+                    lead = (int)a;
+                }
+            }
             bool low = tput < s->drift * e->record && (runner_up == 0 || tput < runner_up);
             e->low_streak = low ? (uint8_t)(e->low_streak + 1) : 0;
             /* a slow decline never looks like drift against its own median: once the
              * chosen arm's median falls behind another explored arm's, that one leads */
-            for (unsigned a = 0; a < s->narms; a++)
-                if ((int)a != e->best && e->arm[a].n >= FT__SEL_EXPLORE &&
-                    ft__sel_median(&e->arm[a]) > bm) {
-                    e->best = (int8_t)a;
-                    bm = ft__sel_median(&e->arm[a]);
-                    e->record = bm;
-                    e->low_streak = 0;
-                }
+            if (lead >= 0) {
+                e->best = (int8_t)lead;
+                e->record = lead_m;
+                e->low_streak = 0;
+            }
             if (e->low_streak >= 3) {
                 /* Drift: the chosen arm fell well below its record three times running:
                  * the context changed, so every arm's old figures are suspect. Explore
