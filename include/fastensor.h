@@ -536,7 +536,12 @@ typedef struct ft_store_opts {
                                     capacity the file is preallocated at creation. */
     uint64_t staging_bytes;    /**< pinned host ring that puts are copied into (so the source
                                     is released before the disk write) and prefetches read
-                                    into; 0: 256 MiB */
+                                    into; 0: 256 MiB. A written copy stays in the ring until
+                                    the space is needed (least recently used goes first), so
+                                    the entries put last come back without reading the file;
+                                    a prefetch only makes room from entries put before its
+                                    own (read back in reverse order, later ones are wanted
+                                    sooner). */
     uint64_t host_cache_bytes; /**< host-RAM tier in front of the file: up to this many bytes
                                     of entries stay in memory and are never written; 0: none */
     ft_engine engine;          /**< engine for every transfer of the spill file.

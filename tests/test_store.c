@@ -39,7 +39,8 @@ static const size_t sizes[] = {0, 1, 17, 4095, 4096, 4097, 65536 + 3, (1u << 20)
                                3u << 20, (5u << 20) + 4093};
 #define NSIZES (sizeof sizes / sizeof *sizes)
 
-/* Put every size at misaligned addresses, wait, get back into other misaligned buffers. */
+/* Put every size at misaligned addresses, wait, get back into other misaligned buffers:
+ * first while the ring holds the written copies, then from the file. */
 static void roundtrip(ft_engine engine, uint64_t staging, uint64_t tier)
 {
     ft_store_opts o = {.dir = store_dir("rt"), .engine = engine, .staging_bytes = staging,
@@ -64,7 +65,15 @@ static void roundtrip(ft_engine engine, uint64_t staging, uint64_t tier)
         T_EQ(ft_store_released(s, keys[i]), 1);
         memset(src[i], 0xee, sizes[i]); /* the store must not read the source any more */
     }
+    ft_store_stats st;
     for (size_t r = 0; r < 2; r++) { /* twice: a get does not consume the entry */
+        if (r == 1) {
+            T_EQ(ft_store_get_stats(s, &st), 0);
+            uint64_t before = st.bytes_read;
+            t_store_evict(s, staging + tier);
+            T_EQ(ft_store_get_stats(s, &st), 0);
+            T_EQ(st.bytes_read, before); /* evicting reads nothing */
+        }
         for (size_t i = NSIZES; i-- > 0;) {
             ft_buf d = ft_host_buf(dst[i], sizes[i]);
             T_EQ(ft_store_get(s, keys[i], &d, NULL), 0);
@@ -76,20 +85,20 @@ static void roundtrip(ft_engine engine, uint64_t staging, uint64_t tier)
             memset(dst[i], 0, sizes[i]);
         }
     }
-    ft_store_stats st;
     T_EQ(ft_store_get_stats(s, &st), 0);
-    T_EQ(st.puts, NSIZES);
-    T_EQ(st.bytes_put, total);
+    T_EQ(st.puts, NSIZES + (staging + tier) / (1u << 20));
+    T_EQ(st.bytes_put, total + (staging + tier) / (1u << 20) * (1u << 20));
     T_EQ(st.bytes_got, 2 * total);
     T_EQ(st.entries, NSIZES);
     T_EQ(st.inflight_bytes, 0);
     T_TRUE(st.peak_inflight_bytes > 0);
     if (tier) {
         T_TRUE(st.host_resident > 0 && st.host_resident <= tier);
-        T_TRUE(st.bytes_written < total);
+        T_TRUE(st.bytes_written - st.bytes_put + total < total);
     } else {
         T_EQ(st.host_resident, 0);
-        T_EQ(st.bytes_written, total);
+        T_EQ(st.bytes_written, st.bytes_put); /* fillers included */
+        T_TRUE(st.bytes_read >= total); /* the second round read every entry's slot */
     }
     for (size_t i = 0; i < NSIZES; i++) {
         T_EQ(ft_store_drop(s, keys[i]), 0);
@@ -112,7 +121,7 @@ static void case_engines(void)
     for (size_t i = 0; i < sizeof engines / sizeof *engines; i++) {
         if (!ft_engine_available(ctx, engines[i], NULL))
             continue; /* the engine's own tests report why */
-        roundtrip(engines[i], 0, 0);
+        roundtrip(engines[i], 16u << 20, 0);
         if (t_failures)
             return;
     }
@@ -141,6 +150,8 @@ static void case_prefetch(void)
     uint64_t k;
     T_EQ(ft_store_put(s, &src, NULL, &k), 0);
     T_EQ(ft_store_wait(s, k), 0);
+    T_EQ(ft_store_prefetch(s, k), 0); /* the written copy is still in the ring */
+    t_store_evict(s, o.staging_bytes);
     T_EQ(ft_store_prefetch(s, k), 1);
     T_EQ(ft_store_wait(s, k), 0);
     ft_store_stats st;
@@ -170,6 +181,63 @@ static void case_prefetch(void)
     free(a);
     free(b);
     free(c);
+}
+
+/* Written copies stay in the ring: a get of a recent entry reads nothing from the file; a
+ * put makes room by evicting the least recently used copy; a prefetch only evicts copies of
+ * entries put before its own (read back newest first, later entries are wanted sooner). */
+static void case_retained(void)
+{
+    enum { N = 5 };
+    const size_t n = 2u << 20;
+    ft_store_opts o = {.dir = store_dir("keep"), .staging_bytes = 4 * n};
+    ft_store *s;
+    T_EQ(ft_store_create(ctx, &s, &o), 0);
+    uint8_t *a[N], *b = malloc(n);
+    uint64_t k[N];
+    ft_buf dst = ft_host_buf(b, n);
+    ft_store_stats st;
+    for (int i = 0; i < 4; i++) {
+        a[i] = malloc(n);
+        t_fill_random(a[i], n, 40 + i);
+        ft_buf src = ft_host_buf(a[i], n);
+        T_EQ(ft_store_put(s, &src, NULL, &k[i]), 0);
+    }
+    T_EQ(ft_store_flush(s), 0);
+    T_EQ(ft_store_get_stats(s, &st), 0);
+    T_EQ(st.bytes_written, 4 * n);
+    T_EQ(st.host_used, 4 * n); /* all four copies kept */
+    T_EQ(ft_store_get(s, k[3], &dst, NULL), 0);
+    T_EQ(ft_store_wait(s, k[3]), 0);
+    T_MEMEQ(a[3], b, n);
+    T_EQ(ft_store_get_stats(s, &st), 0);
+    T_EQ(st.bytes_read, 0);
+    T_EQ(st.host_hits, 1);
+    /* A fifth put evicts the least recently used copy: entry 0's. */
+    a[4] = malloc(n);
+    t_fill_random(a[4], n, 44);
+    ft_buf src4 = ft_host_buf(a[4], n);
+    T_EQ(ft_store_put(s, &src4, NULL, &k[4]), 0);
+    T_EQ(ft_store_flush(s), 0);
+    T_EQ(ft_store_prefetch(s, k[1]), 0); /* still in memory */
+    /* Entry 0 is on disk only; the ring holds copies of later entries: no room for it. */
+    T_EQ(ft_store_prefetch(s, k[0]), -EBUSY);
+    T_EQ(ft_store_drop(s, k[4]), 0); /* used and let go of, as a backward pass does */
+    T_EQ(ft_store_prefetch(s, k[0]), 1);
+    for (int i = 0; i < 4; i++) {
+        memset(b, 0, n);
+        T_EQ(ft_store_get(s, k[i], &dst, NULL), 0);
+        T_EQ(ft_store_wait(s, k[i]), 0);
+        T_MEMEQ(a[i], b, n);
+    }
+    T_EQ(ft_store_get_stats(s, &st), 0);
+    T_EQ(st.bytes_read, n); /* entry 0's prefetch, nothing else */
+    T_EQ(st.bytes_prefetched, n);
+    T_EQ(st.host_hits, 5);
+    ft_store_destroy(s);
+    for (int i = 0; i < N; i++)
+        free(a[i]);
+    free(b);
 }
 
 /* A prefetch while the put is still writing keeps the ring copy: the get is a memory copy. */
@@ -318,7 +386,8 @@ static void case_bad_input(void)
  * filesystem at put; the store keeps working for other entries. */
 static void case_faults(void)
 {
-    ft_store_opts o = {.dir = store_dir("fault"), .engine = FT_ENGINE_POSIX};
+    ft_store_opts o = {.dir = store_dir("fault"), .engine = FT_ENGINE_POSIX,
+                       .staging_bytes = 1u << 20};
     ft_store *s;
     T_EQ(ft_store_create(ctx, &s, &o), 0);
     size_t n = 256u << 10;
@@ -335,6 +404,7 @@ static void case_faults(void)
     T_EQ(ft_store_get(s, bad, &dst, NULL), -EIO);
     T_EQ(ft_store_put(s, &src, NULL, &good), 0);
     T_EQ(ft_store_wait(s, good), 0);
+    t_store_evict(s, o.staging_bytes); /* gets read the file */
     t_fault_set(T_OP_PREAD, T_FAULT_ERRNO, EIO, 1, 0);
     T_EQ(ft_store_get(s, good, &dst, NULL), 0);
     T_EQ(ft_store_wait(s, good), -EIO);
@@ -348,6 +418,7 @@ static void case_faults(void)
     uint64_t k;
     T_EQ(ft_store_put(s, &src, NULL, &k), 0);
     T_EQ(ft_store_wait(s, k), 0);
+    t_store_evict(s, o.staging_bytes);
     memset(b, 0, n);
     T_EQ(ft_store_get(s, k, &dst, NULL), 0);
     T_EQ(ft_store_wait(s, k), 0);
@@ -536,6 +607,7 @@ int main(int argc, char **argv)
         {"host tier keeps entries in memory", case_host_tier},
         {"prefetch into memory, eviction", case_prefetch},
         {"prefetch while the put writes keeps the copy", case_prefetch_during_write},
+        {"written copies stay in the ring; eviction order", case_retained},
         {"entries dropped before their write are not written", case_drop_before_write},
         {"capacity limit and drop", case_capacity},
         {"bad input gets clear errors", case_bad_input},

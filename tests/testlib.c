@@ -24,6 +24,21 @@ size_t t_first_diff(const void *a, const void *b, size_t n)
     return (size_t)-1;
 }
 
+void t_store_evict(ft_store *s, uint64_t ring)
+{
+    enum { MAXN = 512 };
+    uint64_t keys[MAXN], n = ring >> 20;
+    T_TRUE(n <= MAXN);
+    uint8_t *fill = calloc(1, 1u << 20);
+    ft_buf b = ft_host_buf(fill, 1u << 20);
+    for (uint64_t i = 0; i < n && i < MAXN; i++)
+        T_EQ(ft_store_put(s, &b, NULL, &keys[i]), 0);
+    T_EQ(ft_store_flush(s), 0);
+    for (uint64_t i = 0; i < n && i < MAXN; i++)
+        T_EQ(ft_store_drop(s, keys[i]), 0);
+    free(fill);
+}
+
 void t_fill_random(void *buf, size_t n, uint64_t seed)
 {
     uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;

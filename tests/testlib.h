@@ -63,6 +63,11 @@ size_t t_first_diff(const void *a, const void *b, size_t n);
 /* Fill with pseudo-random bytes from @p seed (xorshift64*, fast enough for GiBs). */
 void t_fill_random(void *buf, size_t n, uint64_t seed);
 
+/* Push every cached copy out of a spill store's ring of @p ring bytes (puts evict the least
+ * recently used first): fill it with 1 MiB entries newer than all others, then drop them.
+ * Later gets of the earlier entries read the spill file. */
+void t_store_evict(ft_store *s, uint64_t ring);
+
 /* A fresh directory for this test binary (under $FT_TEST_DIR or the build dir); removed at
  * exit together with its files. @return its path. */
 const char *t_dir(void);

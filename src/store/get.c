@@ -201,13 +201,15 @@ int ft_store_prefetch(ft_store *s, uint64_t key)
     ft__entry *e = ft__store_lookup(s, key);
     int rc = e ? 0 : -ENOENT;
     if (e && !e->landed && e->host_off >= 0 && !e->cached) {
-        /* Still being written from the ring: keep that copy once it is on disk. */
-        e->keep_copy = true;
+        /* Still being written from the ring: that copy stays once it is on disk (as every
+         * written copy does, until the ring needs room; the use makes it recent). */
         e->lru = ++s->tick;
         rc = 1;
     } else if (e && e->landed && e->on_disk && e->host_off < 0 && !e->getting &&
         e->slot <= s->opts.staging_bytes) {
-        int64_t off = ft__store_ring_take(s, e->slot, false);
+        /* Room from copies put before this one only: read back in the reverse order of the
+         * puts (a backward pass), later ones are wanted sooner. */
+        int64_t off = ft__store_ring_take(s, e->slot, e->order, false);
         if (off == -ENOMEM)
             rc = ft__err(-ENOMEM, "spill store: ring allocator");
         else if (off < 0)

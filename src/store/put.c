@@ -209,7 +209,9 @@ static void put_task(void *arg)
     } else if (!e->dirty) {
         s->st.writes_skipped++;
     }
-    if (ring && e->keep_copy && r >= 0 && !e->cached) {
+    /* The written ring copy stays as a cached one, evictable, until the ring needs the space
+     * (or a prefetch asked for it): the entries put last are often wanted back first. */
+    if (ring && r >= 0 && !e->cached && !e->dropped && write) {
         e->cached = true; /* the put's ring reference becomes the cache's */
     } else if (ring) {
         ft__store_host_unref(s, e);
@@ -240,7 +242,7 @@ int ft_store_put(ft_store *s, const ft_buf *src, void *stream, uint64_t *key)
         if (off >= 0)
             e->file_off = off;
         if (off >= 0 && e->slot <= s->opts.staging_bytes &&
-            (off = ft__store_ring_take(s, e->slot, true)) >= 0) {
+            (off = ft__store_ring_take(s, e->slot, UINT64_MAX, true)) >= 0) {
             e->host_off = off;
             e->host_refs = 1; /* the put's, until its write is done */
         }
@@ -254,7 +256,7 @@ int ft_store_put(ft_store *s, const ft_buf *src, void *stream, uint64_t *key)
         free(e);
         return off < 0 ? (int)off : rc;
     }
-    e->lru = ++s->tick;
+    e->order = e->lru = ++s->tick;
     s->st.puts++;
     s->st.bytes_put += e->len;
     if (e->len) {

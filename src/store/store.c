@@ -312,14 +312,15 @@ unsigned ft__store_reap(ft_store *s)
     return n;
 }
 
-/* Free the least recently used copy that only the cache holds. @return whether one was. */
-static bool evict_one(ft_store *s)
+/* Free the least recently used copy that only the cache holds, of an entry put before
+ * @p before. @return whether one was. */
+static bool evict_one(ft_store *s, uint64_t before)
 {
     ft__entry *victim = NULL;
     for (uint32_t i = 0; i < s->table_len; i++) {
         ft__entry *e = s->table[i];
         if (e && e->cached && !e->dirty && e->host_refs == 1 && !e->prefetching &&
-            (!victim || e->lru < victim->lru))
+            e->order < before && (!victim || e->lru < victim->lru))
             victim = e;
     }
     if (!victim)
@@ -329,7 +330,7 @@ static bool evict_one(ft_store *s)
     return true;
 }
 
-int64_t ft__store_ring_take(ft_store *s, uint64_t len, bool wait)
+int64_t ft__store_ring_take(ft_store *s, uint64_t len, uint64_t evict_before, bool wait)
 {
     uint64_t t0 = 0;
     for (;;) {
@@ -341,7 +342,7 @@ int64_t ft__store_ring_take(ft_store *s, uint64_t len, bool wait)
                 s->st.host_used += len;
             return off;
         }
-        if (evict_one(s) || ft__store_reap(s))
+        if (evict_one(s, evict_before) || ft__store_reap(s))
             continue;
         if (!wait)
             return -EAGAIN;

@@ -25,7 +25,6 @@ typedef struct ft__entry {
     bool landed;        /* the put is finished (failed or not) */
     bool getting;       /* a get task runs */
     bool prefetching;   /* a prefetch task reads into the host copy */
-    bool keep_copy;     /* prefetched while its put was writing: keep the ring copy */
     bool got_pending;   /* an asynchronous host-to-device copy out of the host copy */
     bool dropped;
     unsigned tasks;     /* pool tasks working on the entry */
@@ -33,6 +32,7 @@ typedef struct ft__entry {
     int get_err;        /* the last get's failure */
     char *detail;       /* message of err or get_err */
     uint64_t lru;       /* last use, for evicting cached copies */
+    uint64_t order;     /* when it was put (the store's tick then) */
     ft_buf src;         /* the put's source (used by its task) */
     int src_device;     /* -1: host memory */
     ft_buf dst;         /* the running get's destination */
@@ -77,9 +77,10 @@ ft__entry *ft__store_lookup(ft_store *s, uint64_t key);
 int ft__store_insert(ft_store *s, ft__entry *e);
 /** Reserve a file slot of @p len bytes, growing the file if the store may. @return off. */
 int64_t ft__store_file_reserve(ft_store *s, uint64_t len);
-/** Take @p len bytes of the ring, evicting cached copies; with @p wait, block (counted as
- * stall) until in-flight puts free space. @return offset or -EAGAIN (no wait). */
-int64_t ft__store_ring_take(ft_store *s, uint64_t len, bool wait);
+/** Take @p len bytes of the ring, evicting cached copies of entries put before
+ * @p evict_before (least recently used first); with @p wait, block (counted as stall) until
+ * in-flight puts free space. @return offset or -EAGAIN (no wait). */
+int64_t ft__store_ring_take(ft_store *s, uint64_t len, uint64_t evict_before, bool wait);
 /** Drop one holder of the entry's host copy; the last one frees it. */
 void ft__store_host_unref(ft_store *s, ft__entry *e);
 /** Forget the entry: lookups fail from now on; it is freed once nothing works on it. */
