@@ -544,12 +544,20 @@ typedef struct ft_store_opts {
                                     sooner). */
     uint64_t host_cache_bytes; /**< host-RAM tier in front of the file: up to this many bytes
                                     of entries stay in memory and are never written; 0: none */
-    ft_engine engine;          /**< engine for every transfer of the spill file.
-                                    FT_ENGINE_AUTO: direct where the filesystem takes
-                                    O_DIRECT, else posix. One engine, not the selector's mix:
-                                    page-cache and O_DIRECT I/O on one file while slots are
-                                    rewritten are not coherent (readahead may cache a slot's
-                                    old contents while an O_DIRECT write lands). */
+    ft_engine engine;          /**< engine of the spill file's transfers. FT_ENGINE_AUTO:
+                                    posix (the page cache, which holds recent slots in
+                                    spare RAM and writes them back on its own) while the
+                                    file is within page_cache_bytes, then direct for every
+                                    entry put from there on; posix only where O_DIRECT is
+                                    not supported. Never the selector's per-call mix: page-
+                                    cache and O_DIRECT I/O on one slot are not coherent
+                                    (readahead may cache a slot's old contents while an
+                                    O_DIRECT write lands), so an entry keeps the engine it
+                                    was put with, and the switch goes one way only. */
+    uint64_t page_cache_bytes; /**< FT_ENGINE_AUTO: the spill file size up to which its I/O
+                                    goes through the page cache; 0: an eighth of the memory
+                                    available at creation (below the kernel's default
+                                    dirty-page throttling) */
 } ft_store_opts;
 
 /** Counters of a store since its creation. */

@@ -10,7 +10,8 @@
 # --auto: AUTO against every fixed engine (bench/auto-vs-fixed.py: tune, then interleaved
 #         rounds; CUDA and host memory), the mixed workload and AUTO's decision overhead.
 # --offload: the activation-offload benchmark (bench/offload.py: ViT- and BERT-style models
-#         under a GPU memory cap, step times against save_on_cpu and torch.save hooks).
+#         under a GPU memory cap, step times against save_on_cpu and torch.save hooks), then
+#         step times at batch $FT_OFFLOAD_BIG_BATCH (24).
 # --pack: leave one archive, $OUT/results.tgz, instead of the separate logs.
 # --udev: ONLY on a throwaway test VM: create the udev entry cuFile needs for the block
 #         device holding this directory (/run/udev/data/b<major>:<minor>), see DESIGN.md.
@@ -127,6 +128,11 @@ if [ $OFFLOAD = 1 ]; then
     PYTHONPATH="$here/python" timeout ${FT_OFFLOAD_TIMEOUT:-480} python3 bench/offload.py \
         --dir "$WORK/spill" --json "$OUT/offload.json" ${FT_OFFLOAD_ARGS:-} 2>&1 \
         | tee "$OUT/offload.log" | grep -v "^    batch\|bisect" | tail -40
+    log "activation offload at batch ${FT_OFFLOAD_BIG_BATCH:-24}: more bytes per step than the ring holds"
+    PYTHONPATH="$here/python" timeout ${FT_OFFLOAD_TIMEOUT:-480} python3 bench/offload.py \
+        --dir "$WORK/spill" --skip-search --no-partial --batch ${FT_OFFLOAD_BIG_BATCH:-24} \
+        --modes none,fastensor,fastensor:direct,torch.save --json "$OUT/offload-big.json" 2>&1 \
+        | tee "$OUT/offload-big.log" | tail -20
 fi
 if [ $PACK = 1 ]; then # one archive, for callers that fetch only a few files
     tar -C "$OUT" -czf /tmp/gpu-check.tgz . && rm -rf "${OUT:?}"/* &&

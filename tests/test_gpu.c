@@ -259,13 +259,13 @@ static void case_checkpoint_on_device(void)
 /* The spill store with device memory: puts ordered after the producer's stream, gets ordered
  * after the consumer's queued work and before its later work; ring, oversize, prefetched and
  * host-tier entries. */
-static void case_store_on_device(void)
+static void store_on_device(ft_engine engine)
 {
     T_EQ(ft__cuda_enter(0), 0);
     CUstream s;
     T_EQ(ft__cu.StreamCreate(&s, FT_CU_STREAM_NON_BLOCKING), 0);
     ft_store_opts so = {.dir = t_dir(), .staging_bytes = 64u << 20,
-                        .host_cache_bytes = 8u << 20};
+                        .host_cache_bytes = 8u << 20, .engine = engine};
     ft_store *st;
     T_EQ(ft_store_create(ctx, &st, &so), 0);
     /* 8 MiB goes to the host tier, 32 MiB through the ring, 96 MiB around it. */
@@ -328,6 +328,14 @@ static void case_store_on_device(void)
     ft__cuda_leave();
     free(host);
     free(expect);
+}
+
+/* The spill store's file through the page cache (AUTO, small) and through O_DIRECT. */
+static void case_store_on_device(void)
+{
+    store_on_device(FT_ENGINE_AUTO);
+    if (t_have_odirect())
+        store_on_device(FT_ENGINE_DIRECT);
 }
 
 /* Batches of small device-memory ops (one device allocation, ops at unaligned offsets in

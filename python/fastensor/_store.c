@@ -33,15 +33,17 @@ static PyObject *py_store_create(PyObject *self, PyObject *args)
     (void)self;
     PyObject *ctxcap;
     const char *dir = NULL;
-    unsigned long long capacity, staging, cache;
+    unsigned long long capacity, staging, cache, page_cache;
     int engine;
-    if (!PyArg_ParseTuple(args, "OzKKKi", &ctxcap, &dir, &capacity, &staging, &cache, &engine))
+    if (!PyArg_ParseTuple(args, "OzKKKiK", &ctxcap, &dir, &capacity, &staging, &cache, &engine,
+                          &page_cache))
         return NULL;
     ft_ctx *ctx = cap_get(ctxcap, CAP_CTX);
     if (!ctx)
         return NULL;
     ft_store_opts o = {.dir = dir, .capacity = capacity, .staging_bytes = staging,
-                       .host_cache_bytes = cache, .engine = (ft_engine)engine};
+                       .host_cache_bytes = cache, .engine = (ft_engine)engine,
+                       .page_cache_bytes = page_cache};
     ft_store *s;
     int rc;
     Py_BEGIN_ALLOW_THREADS
@@ -261,7 +263,7 @@ static PyMethodDef store_methods[] = {
     {"store_stream", py_store_stream, METH_VARARGS, "store_stream(store, device) -> CUstream"},
     {"store_ring_limit", py_store_ring_limit, METH_VARARGS, "store_ring_limit(store) -> int"},
     {"store_create", py_store_create, METH_VARARGS,
-     "store_create(ctx, dir, capacity, staging, host_cache, engine) -> store"},
+     "store_create(ctx, dir, capacity, staging, host_cache, engine, page_cache) -> store"},
     {"store_close", py_store_close, METH_VARARGS, "store_close(store)"},
     {"store_put", py_store_put, METH_VARARGS,
      "store_put(store, addr, len, kind, device, stream) -> key"},

@@ -110,14 +110,16 @@ class offload_activations(torch.autograd.graph.saved_tensors_hooks):
     /var/tmp); ``min_bytes``: smaller tensors stay in memory; ``host_cache_bytes``: up to this
     many bytes stay in pinned host memory and never reach the disk; ``prefetch_bytes``: how
     far backward reads run ahead (None: a quarter second of the disk's measured read
-    bandwidth, 64 MiB to 1 GiB); ``engine``: the store's engine; ``capacity``: a limit on
-    the spill file (0: the filesystem's space). Usable for several steps (``with off:`` each
-    time); :meth:`stats` accumulates.
+    bandwidth, 64 MiB to 1 GiB); ``engine``: the store's engine ("auto": through the page
+    cache while the spill file is within ``page_cache_bytes``, 0 meaning an eighth of the
+    memory available, then O_DIRECT); ``capacity``: a limit on the spill file (0: the
+    filesystem's space). Usable for several steps (``with off:`` each time); :meth:`stats`
+    accumulates.
     """
 
     def __init__(self, directory=None, *, min_bytes: int = _MiB, host_cache_bytes: int = 0,
                  prefetch_bytes: int | None = None, engine: str = "auto",
-                 capacity: int = 0, _check: bool = False):
+                 capacity: int = 0, page_cache_bytes: int = 0, _check: bool = False):
         if not isinstance(min_bytes, int) or min_bytes < 0:
             raise ValueError(f"min_bytes must be a non-negative int, not {min_bytes!r}")
         if prefetch_bytes is None:
@@ -131,7 +133,8 @@ class offload_activations(torch.autograd.graph.saved_tensors_hooks):
         # The ring holds puts in flight (the forward pass) and prefetched entries (backward).
         self._store = SpillStore(directory, capacity=capacity,
                                  staging_bytes=prefetch_bytes + 256 * _MiB,
-                                 host_cache_bytes=host_cache_bytes, engine=engine)
+                                 host_cache_bytes=host_cache_bytes, engine=engine,
+                                 page_cache_bytes=page_cache_bytes)
         self._h = self._store._h
         self._ring_limit = _C.store_ring_limit(self._h)
         self._copy_streams = {}

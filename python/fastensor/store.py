@@ -24,18 +24,22 @@ class SpillStore:
     ``capacity``: bytes the file may hold (0: what the filesystem gives; else preallocated).
     ``staging_bytes``: pinned host ring for puts in flight and prefetches (0: 256 MiB).
     ``host_cache_bytes``: entries up to this many bytes stay in host memory, never written.
+    ``engine``: of the file's transfers; "auto": through the page cache while the file is
+    within ``page_cache_bytes`` (0: an eighth of the memory available), O_DIRECT for entries
+    put after it grew past that.
     """
 
     def __init__(self, directory=None, *, capacity: int = 0, staging_bytes: int = 0,
-                 host_cache_bytes: int = 0, engine: str = "auto"):
+                 host_cache_bytes: int = 0, engine: str = "auto", page_cache_bytes: int = 0):
         for name, v in (("capacity", capacity), ("staging_bytes", staging_bytes),
-                        ("host_cache_bytes", host_cache_bytes)):
+                        ("host_cache_bytes", host_cache_bytes),
+                        ("page_cache_bytes", page_cache_bytes)):
             if not isinstance(v, int) or v < 0:
                 raise ValueError(f"{name} must be a non-negative int, not {v!r}")
         d = None if directory is None else os.fspath(directory)
         self.directory = d
         self._h = _C.store_create(context(), d, capacity, staging_bytes, host_cache_bytes,
-                                  engine_id(engine))
+                                  engine_id(engine), page_cache_bytes)
 
     def put(self, tensor) -> int:
         """Start storing the tensor's bytes; returns its key. The tensor must not change or be

@@ -176,7 +176,7 @@ static void prefetch_task(void *arg)
     ft_store *s = t->s;
     ft__entry *e = t->e;
     free(t);
-    ft_io_opts o = {.engine = s->opts.engine};
+    ft_io_opts o = {.engine = e->engine};
     ft_buf b = ft_host_buf(s->host + e->host_off, e->slot);
     int64_t r = ft__transfer(s->file, &b, (uint64_t)e->file_off, &o, false);
     pthread_mutex_lock(&s->lock);

@@ -92,6 +92,20 @@ static int host_alloc(ft_store *s, uint64_t bytes)
     return 0;
 }
 
+/* MemAvailable of /proc/meminfo in bytes (0 where it cannot be read). */
+static uint64_t available_memory(void)
+{
+    FILE *f = fopen("/proc/meminfo", "re");
+    unsigned long long kib = 0;
+    char line[256];
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %llu kB", &kib) == 1)
+            break;
+    if (f)
+        fclose(f);
+    return (uint64_t)kib << 10;
+}
+
 int ft_store_create(ft_ctx *ctx, ft_store **out, const ft_store_opts *opts)
 {
     if (!ctx || !out)
@@ -126,8 +140,14 @@ int ft_store_create(ft_ctx *ctx, ft_store **out, const ft_store_opts *opts)
         rc = ft__extents_init(&s->space, o.capacity);
     if (rc == 0 && o.capacity && (rc = file_extend(s, 0, o.capacity)) == 0)
         s->file_size = o.capacity;
-    if (rc == 0 && o.engine == FT_ENGINE_AUTO) /* one engine for all, see the header */
-        s->opts.engine = ft__file_direct_fd(s->file) >= 0 ? FT_ENGINE_DIRECT : FT_ENGINE_POSIX;
+    if (rc == 0 && o.engine == FT_ENGINE_AUTO) { /* see the header */
+        s->opts.engine = FT_ENGINE_POSIX;
+        if (ft__file_direct_fd(s->file) >= 0) {
+            s->cache_limit = o.page_cache_bytes ? o.page_cache_bytes : available_memory() / 8;
+            if (s->file_size > s->cache_limit)
+                s->opts.engine = FT_ENGINE_DIRECT;
+        }
+    }
     s->st.engine = s->opts.engine;
     if (rc == 0)
         rc = ft__extents_init(&s->ring, o.staging_bytes + o.host_cache_bytes);
@@ -274,6 +294,11 @@ int64_t ft__store_file_reserve(ft_store *s, uint64_t len)
         if ((rc = ft__extents_grow(&s->space, want)) < 0)
             return ft__err(rc, "spill store: slot table");
         s->file_size = want;
+        if (s->opts.engine == FT_ENGINE_POSIX && s->cache_limit && want > s->cache_limit) {
+            /* Past the page cache's share: entries from now on go straight to the disk. */
+            s->opts.engine = FT_ENGINE_DIRECT;
+            s->st.engine = FT_ENGINE_DIRECT;
+        }
         off = ft__extents_alloc(&s->space, len);
     }
     if (off == -ENOSPC)

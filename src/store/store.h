@@ -33,6 +33,7 @@ typedef struct ft__entry {
     char *detail;       /* message of err or get_err */
     uint64_t lru;       /* last use, for evicting cached copies */
     uint64_t order;     /* when it was put (the store's tick then) */
+    ft_engine engine;   /* of its file transfers: the store's when it was put */
     ft_buf src;         /* the put's source (used by its task) */
     int src_device;     /* -1: host memory */
     ft_buf dst;         /* the running get's destination */
@@ -51,6 +52,7 @@ struct ft_store {
     pthread_cond_t changed; /* any entry's state moved on */
     ft__extents space;      /* slots of the spill file */
     uint64_t file_size;     /* bytes allocated to the file */
+    uint64_t cache_limit;   /* AUTO on posix: switch to direct once the file grows past it */
     ft__extents ring;       /* pinned host memory */
     uint8_t *host;
     bool host_pinned;
