@@ -2,12 +2,15 @@
 # fio and `fastensor bench` side by side on the same file and block sizes.
 #   cold reads and durable writes: fio O_DIRECT io_uring at its best queue depth vs every
 #   fastensor engine; warm reads: fio psync with T jobs vs posix/mmap with T threads.
-# fio's best queue depth is found once; then each fastensor run is paired with a fio run
-# (alternating which goes first) REPEAT times (default 3), and the median of the pairs'
-# ratios is reported: the disks we run on swing between fast and slow phases. Writes are
+# fio's best queue depth, and each fastensor engine's best --inflight (requests in flight,
+# fastensor's queue depth), are found once, by one calibration pass each; then each fastensor
+# run is paired with a fio run (alternating which goes first) REPEAT times (default 3), and
+# the median of the pairs' ratios is reported: the disks we run on swing between fast and
+# slow phases. Writes are
 # durable on both sides (fio's figure gets its fdatasync time added; fastensor bench times
 # writes including fdatasync).
-# Usage: bench/vs-fio.sh [FILE]   (env: SIZES="64M 1G" TOTAL=4G REPEAT=3 QDS="1 2 4 8")
+# Usage: bench/vs-fio.sh [FILE]
+#   env: SIZES="64M 1G" TOTAL=4G REPEAT=3 QDS="1 2 4 8" INFLIGHTS="1 2 4 8" ENGINES=...
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 FT=${FT:-$here/build/fastensor}
@@ -17,6 +20,7 @@ SIZES=${SIZES:-"64M 1G"}
 TOTAL=${TOTAL:-4G}
 REPEAT=${REPEAT:-3}
 QDS=${QDS:-"1 2 4 8"}
+INFLIGHTS=${INFLIGHTS:-"1 2 4 8"}
 THREADS=${THREADS:-$(nproc)}
 ENGINES=${ENGINES:-posix,direct,uring,mmap}
 command -v fio >/dev/null || { echo "fio is missing: apt-get install fio" >&2; exit 1; }
@@ -46,13 +50,15 @@ fio_run() { # op bs qd -> GB/s (durable for writes)
         --ioengine=io_uring --iodepth="$3" --output-format=json --output="$out/fio.json" >/dev/null
     if [ $1 = write ]; then durable_bw "$out/fio.json" "$total_b" "$FILE"; else fio_bw "$out/fio.json" $1; fi
 }
-ft_run() { # op bs engine -> GB/s
+ft_run() { # op bs engine inflight -> GB/s
     drop
-    "$FT" bench --file "$FILE" --engine "$3" --op $1 --size "$2" --total "$TOTAL" --cold --json \
+    "$FT" bench --file "$FILE" --engine "$3" --op $1 --size "$2" --total "$TOTAL" --cold \
+        --inflight "$4" --json \
         | $PY -c 'import json,sys; print(json.loads(sys.stdin.readline())["gbps"])'
 }
+better() { $PY -c "import sys; sys.exit(0 if float(sys.argv[1]) > float(sys.argv[2]) else 1)" "$1" "$2"; }
 # fio's best queue depth per (op, block): one calibration pass.
-declare -A bestqd
+declare -A bestqd bestin
 for bs in $SIZES; do
     bs_b=$(bytes "$bs")
     for op in read write; do
@@ -61,9 +67,16 @@ for bs in $SIZES; do
             [ $((bs_b * qd)) -gt $((4 << 30)) ] && continue # fio's buffers within 4 GiB
             g=$(fio_run $op "$bs" "$qd")
             echo "calib $op $bs qd$qd $g" >>"$out/results"
-            if $PY -c "import sys; sys.exit(0 if float(sys.argv[1]) > float(sys.argv[2]) else 1)" "$g" "$best"; then
-                best=$g; bestqd[$op$bs]=$qd
-            fi
+            if better "$g" "$best"; then best=$g; bestqd[$op$bs]=$qd; fi
+        done
+        for eng in ${ENGINES//,/ }; do # fastensor's own queue depth, the same way
+            best=0
+            for n in $INFLIGHTS; do
+                [ $((bs_b * n)) -gt $((4 << 30)) ] && continue
+                g=$(ft_run $op "$bs" "$eng" "$n")
+                echo "calib $op $bs $eng inflight$n $g" >>"$out/results"
+                if better "$g" "$best"; then best=$g; bestin[$op$bs$eng]=$n; fi
+            done
         done
     done
 done
@@ -75,12 +88,13 @@ for rep in $(seq "$REPEAT"); do
         for op in read write; do
             qd=${bestqd[$op$bs]}
             for eng in ${ENGINES//,/ }; do
+                n=${bestin[$op$bs$eng]}
                 if [ $((rep % 2)) = 1 ]; then
-                    f=$(fio_run $op "$bs" "$qd"); g=$(ft_run $op "$bs" "$eng")
+                    f=$(fio_run $op "$bs" "$qd"); g=$(ft_run $op "$bs" "$eng" "$n")
                 else
-                    g=$(ft_run $op "$bs" "$eng"); f=$(fio_run $op "$bs" "$qd")
+                    g=$(ft_run $op "$bs" "$eng" "$n"); f=$(fio_run $op "$bs" "$qd")
                 fi
-                echo "pair $op $bs $eng qd$qd $f $g" >>"$out/results"
+                echo "pair $op $bs $eng/$n qd$qd $f $g" >>"$out/results"
             done
         done
         # warm: fio psync with THREADS jobs over slices vs fastensor with THREADS threads
@@ -112,8 +126,9 @@ for line in open(sys.argv[1]):
         warm[(w[0], w[2], w[3])].append(float(w[4]))
 med = statistics.median
 print(f"# fio vs fastensor: {sys.argv[3]} per run, cold (caches dropped), {sys.argv[2]} pairs each\n")
-print("Each fastensor run is paired with a fio run at fio's best queue depth (O_DIRECT io_uring;")
-print("writes + fdatasync) right before or after it; the ratio is the median of the pairs' ratios.\n")
+print("Each fastensor run (at its best --inflight, shown as engine/N) is paired with a fio run at")
+print("fio's best queue depth (O_DIRECT io_uring; writes + fdatasync) right before or after it;")
+print("the ratio is the median of the pairs' ratios.\n")
 print("| op | block | engine | fio GB/s (median) | fastensor GB/s (median) | ratio (median of pairs) |")
 print("|---|---|---|---|---|---|")
 order = lambda s: (len(s), s)
