@@ -95,14 +95,18 @@ static int host_alloc(ft_store *s, uint64_t bytes)
 /* MemAvailable of /proc/meminfo in bytes (0 where it cannot be read). */
 static uint64_t available_memory(void)
 {
-    FILE *f = fopen("/proc/meminfo", "re");
+    char text[4096];
+    int fd = ft__sys.open("/proc/meminfo", O_RDONLY | O_CLOEXEC, 0);
+    ssize_t n = fd >= 0 ? ft__sys.pread(fd, text, sizeof text - 1, 0) : -1;
+    if (fd >= 0)
+        ft__sys.close(fd);
+    if (n <= 0)
+        return 0;
+    text[n] = '\0';
+    const char *at = strstr(text, "MemAvailable:");
     unsigned long long kib = 0;
-    char line[256];
-    while (f && fgets(line, sizeof line, f))
-        if (sscanf(line, "MemAvailable: %llu kB", &kib) == 1)
-            break;
-    if (f)
-        fclose(f);
+    if (!at || sscanf(at, "MemAvailable: %llu kB", &kib) != 1)
+        return 0;
     return (uint64_t)kib << 10;
 }
 
@@ -144,7 +148,7 @@ int ft_store_create(ft_ctx *ctx, ft_store **out, const ft_store_opts *opts)
         s->opts.engine = FT_ENGINE_POSIX;
         if (ft__file_direct_fd(s->file) >= 0) {
             s->cache_limit = o.page_cache_bytes ? o.page_cache_bytes : available_memory() / 8;
-            if (s->file_size > s->cache_limit)
+            if (!s->cache_limit || s->file_size > s->cache_limit) /* 0: memory unknown */
                 s->opts.engine = FT_ENGINE_DIRECT;
         }
     }
