@@ -152,7 +152,6 @@ int ft_store_create(ft_ctx *ctx, ft_store **out, const ft_store_opts *opts)
                 s->opts.engine = FT_ENGINE_DIRECT;
         }
     }
-    s->st.engine = s->opts.engine;
     if (rc == 0)
         rc = ft__extents_init(&s->ring, o.staging_bytes + o.host_cache_bytes);
     if (rc == 0)
@@ -301,7 +300,6 @@ int64_t ft__store_file_reserve(ft_store *s, uint64_t len)
         if (s->opts.engine == FT_ENGINE_POSIX && s->cache_limit && want > s->cache_limit) {
             /* Past the page cache's share: entries from now on go straight to the disk. */
             s->opts.engine = FT_ENGINE_DIRECT;
-            s->st.engine = FT_ENGINE_DIRECT;
         }
         off = ft__extents_alloc(&s->space, len);
     }
@@ -429,6 +427,7 @@ int ft_store_get_stats(ft_store *s, ft_store_stats *out)
     *out = s->st;
     out->file_used = s->space.used;
     out->file_size = s->file_size;
+    out->engine = s->opts.engine; /* the current one: AUTO may have moved on to direct */
     pthread_mutex_unlock(&s->lock);
     return 0;
 }
