@@ -3,8 +3,8 @@
 # best O_DIRECT write (a fresh file, as a save makes) and cold read of the same bytes.
 # Both durable: fio's write figure gets the time of an fdatasync run right after it;
 # fastensor's save includes its fdatasync, rename and directory fsync. Each fastensor run is
-# a fresh process (numpy arrays with a GPT-style decoder's layer shapes, made before the
-# clock starts; a load goes into one buffer touched before the clock starts) paired with a fio run right before or after it (the order alternating);
+# a fresh process (numpy arrays with a GPT-style decoder's layer shapes, made and read once
+# before the clock starts; a load goes into one buffer touched before the clock starts) paired with a fio run right before or after it (the order alternating);
 # reported: medians and the median of the pairs' ratios (this VM's disk swings between fast
 # and slow phases from one minute to the next).
 # Usage: bench/ckpt-vs-fio.sh [DIR]
@@ -36,7 +36,7 @@ fio_op() { # write|read qd -> GB/s (writes: a fresh file, durable)
 }
 ft_op() { # save|load engine -> GB/s, in a fresh process
     [ "$1" = save ] && rm -f "$ck"
-    [ "$1" = load ] && drop
+    drop # as before fio's runs (a removed file's blocks are discarded by the next commit)
     PYTHONPATH="$here/python" $PY - "$1" "$2" "$ck" "$SIZE" <<'PYX'
 import sys, time
 import numpy as np
@@ -59,6 +59,12 @@ if op == "save":
             arrays[f"h.{i}.{name}"] = a
             n += a.nbytes
         i += 1
+    # Read every array once before the clock, as a model's parameters have been read by the
+    # step before a save. In this VM the first access after memory was populated through
+    # huge pages (numpy madvises them for large arrays) runs ~10x slower than any later one
+    # (2 GB/s vs 20, whatever reads it), which a fresh process's first reader would pay.
+    for a in arrays.values():
+        a.sum()
     t = time.perf_counter()
     fnp.save_file(arrays, path, engine=engine)
     dt = time.perf_counter() - t
@@ -69,6 +75,7 @@ else:  # into memory touched before the clock starts, as fio's buffers are (and 
     ck, tensors, _, shards = _ckpt.open_checkpoint(path)
     n = shards[0][1]
     buf = np.ones(n, dtype=np.uint8)
+    buf.sum()  # (see the save: the first access after population is the slow one here)
     del ck
     t = time.perf_counter()
     ck, tensors, _, shards = _ckpt.open_checkpoint(path)
