@@ -216,6 +216,18 @@ static void case_auto_end_to_end(void)
     T_EQ(ft_profile_show(ctx, t_path("auto.bin"), out), 0);
     fclose(out);
     T_TRUE(strstr(buf, "read") && strstr(buf, "write") && strstr(buf, "uring"));
+    char dir[4096], *dbuf = NULL; /* the directory holding it: the same filesystem's table */
+    snprintf(dir, sizeof dir, "%s", t_path("auto.bin"));
+    *strrchr(dir, '/') = '\0';
+    out = open_memstream(&dbuf, &len);
+    T_EQ(ft_profile_show(ctx, dir, out), 0);
+    fclose(out);
+    T_TRUE(!strcmp(buf, dbuf));
+    free(dbuf);
+    out = open_memstream(&dbuf, &len);
+    T_EQ(ft_profile_show(ctx, t_path("no-such-file"), out), -ENOENT);
+    fclose(out);
+    free(dbuf);
     free(buf);
     ft_ctx_destroy(ctx);
     FILE *p = fopen(t_path("auto-profile.txt"), "r");

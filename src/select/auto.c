@@ -10,6 +10,7 @@
 #include "../core/syscall.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -98,15 +99,10 @@ static void profile_path(dev_t dev, char *out, size_t len)
 }
 
 /* The selector for the filesystem holding @p f (created, with its profile, on first use). */
-static ft__selector *selector_for(ft_file *f)
+/* The selector of the filesystem device @p dev, made (and its profile loaded) on first use. */
+static ft__selector *selector_of_dev(ft__auto *a, dev_t dev)
 {
-    ft__selector *known = atomic_load_explicit(&f->sel, memory_order_acquire);
-    if (known)
-        return known;
-    struct stat st;
-    if (ft__sys.fstat(f->fd, &st) != 0)
-        return NULL;
-    ft__auto *a = f->ctx->autosel;
+    struct stat st = {.st_dev = dev};
     pthread_mutex_lock(&a->lock);
     ft__selector *sel = NULL;
     for (unsigned i = 0; i < a->n && !sel; i++)
@@ -132,6 +128,18 @@ static ft__selector *selector_for(ft_file *f)
         }
     }
     pthread_mutex_unlock(&a->lock);
+    return sel;
+}
+
+static ft__selector *selector_for(ft_file *f)
+{
+    ft__selector *known = atomic_load_explicit(&f->sel, memory_order_acquire);
+    if (known)
+        return known;
+    struct stat st;
+    if (ft__sys.fstat(f->fd, &st) != 0)
+        return NULL;
+    ft__selector *sel = selector_of_dev(f->ctx->autosel, st.st_dev);
     atomic_store_explicit(&f->sel, sel, memory_order_release);
     return sel;
 }
@@ -386,17 +394,20 @@ int ft_profile_show(ft_ctx *ctx, const char *path, FILE *out)
 {
     if (!ctx || !path || !out)
         return ft__err(-EINVAL, "ft_profile_show: missing argument");
-    ft_file *f;
-    int rc = ft_file_open(ctx, &f, path, FT_OPEN_READ, 0);
+    int fd = ft__sys.open(path, O_RDONLY | O_CLOEXEC, 0); /* a file or a directory */
+    if (fd < 0)
+        return ft__err(-errno, "cannot open %s", path);
+    struct stat st;
+    int rc = ft__sys.fstat(fd, &st) == 0 ? 0 : ft__err(-errno, "cannot stat %s", path);
+    ft__sys.close(fd);
     if (rc < 0)
         return rc;
-    ft__selector *sel = selector_for(f);
     ft__auto *a = ctx->autosel;
+    ft__selector *sel = selector_of_dev(a, st.st_dev);
     const char *ppath = "";
     for (unsigned i = 0; i < a->n; i++)
         if (a->dev[i].sel == sel)
             ppath = a->dev[i].path[0] ? a->dev[i].path : "(not persisted)";
-    ft_file_close(f);
     if (!sel)
         return ft__err(-ENOMEM, "selector");
     static const char *cache_name[] = {"cold", "partial", "cached", "stream"};
