@@ -127,4 +127,7 @@ for (op, eng, qd), v in sorted(pairs.items()):
     rs = sorted(b / a for a, b in v)
     print(f"| {op} | {eng} | {med([a for a, b in v]):.2f} ({qd}) | {med([b for a, b in v]):.2f} | "
           f"{med(rs):.2f}x | {rs[0]:.2f}-{rs[-1]:.2f} |")
+print("\nPairs (fio GB/s, fastensor GB/s), in the order run:\n")
+for (op, eng, qd), v in sorted(pairs.items()):
+    print(f"- {op} {eng}: " + ", ".join(f"{a:.2f}/{b:.2f}" for a, b in v))
 PYEOF

@@ -2,7 +2,8 @@
 # The GPU machine check, in one call: info, the C test suite (GPU tests included), the
 # Python tests (CUDA included), and the GPU benchmarks, with logs and JSON under $OUT.
 #
-#   scripts/gpu-check.sh [--udev] [--quick] [--no-bench] [--no-tests] [--auto] [--offload] [--pack]
+#   scripts/gpu-check.sh [--udev] [--quick] [--no-bench] [--no-tests] [--auto] [--offload]
+#                        [--fio] [--ckpt] [--pack]
 #
 # The GPU machine has no -dev packages, so by default it runs what was built on the
 # development machine and carried along: `make BUILD=gpubuild all tests python` there, then
@@ -12,6 +13,13 @@
 # --offload: the activation-offload benchmark (bench/offload.py: ViT- and BERT-style models
 #         under a GPU memory cap, step times against save_on_cpu and torch.save hooks), then
 #         step times at batch $FT_OFFLOAD_BIG_BATCH (24).
+# --fio: fio against `fastensor bench` on this machine's disk (bench/vs-fio.sh: 64M blocks,
+#         cold reads and durable writes, host memory; FT_FIO_SIZES, FT_FIO_REPEAT). The GPU
+#         machine has no fio: scripts/build-fio.sh builds one into $BUILD/extra/ to carry
+#         (or FT_FIO=path). With fio on PATH, compare.py adds fio's ceiling to its table.
+# --ckpt: only the checkpoint comparison (compare.py, CUDA, ViT-H/14; engines
+#         FT_COMPARE_ENGINES, default auto,uring,cufile), after `fastensor tune --memory cuda
+#         --seconds $FT_TUNE_SECONDS` when that is set. (--no-bench runs neither.)
 # --pack: leave one archive, $OUT/results.tgz, instead of the separate logs.
 # --udev: ONLY on a throwaway test VM: create the udev entry cuFile needs for the block
 #         device holding this directory (/run/udev/data/b<major>:<minor>), see DESIGN.md.
@@ -20,7 +28,7 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
 OUT=${OUT:-$here/gpu-out}
 BUILD=${BUILD:-gpubuild}
-UDEV=0 QUICK=0 BENCH=1 TESTS=1 AUTO=0 OFFLOAD=0 PACK=0
+UDEV=0 QUICK=0 BENCH=1 TESTS=1 AUTO=0 OFFLOAD=0 PACK=0 FIO=0 CKPT=0
 for a in "$@"; do
     case $a in
         --udev) UDEV=1 ;;
@@ -30,7 +38,9 @@ for a in "$@"; do
         --auto) AUTO=1 ;;
         --offload) OFFLOAD=1 ;;
         --pack) PACK=1 ;;
-        -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+        --fio) FIO=1 ;;
+        --ckpt) CKPT=1 ;;
+        -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
         *) echo "unknown option $a" >&2; exit 2 ;;
     esac
 done
@@ -72,7 +82,33 @@ if [ $TESTS = 1 ]; then
         tests/python 2>&1 | tee "$OUT/pytest.log" | tail -8
 fi
 
-if [ $BENCH = 1 ]; then
+if [ $FIO = 1 ]; then
+    fio_bin=${FT_FIO:-$(command -v fio || echo "$here/$BUILD/extra/fio")}
+    if [ -x "$fio_bin" ]; then
+        mkdir -p "$WORK/fio-bin" && ln -sf "$fio_bin" "$WORK/fio-bin/fio"
+        export PATH="$WORK/fio-bin:$PATH"
+        log "fio $(fio --version) vs fastensor bench: host memory, 4 GiB, cold reads, durable writes"
+        FT="$here/$BUILD/fastensor" SIZES="${FT_FIO_SIZES:-64M}" TOTAL=4G \
+            REPEAT=${FT_FIO_REPEAT:-2} QDS="4 16" INFLIGHTS="4 16" ENGINES=direct,uring \
+            timeout 400 bash bench/vs-fio.sh "$WORK/vsfio.bin" 2>&1 | tee "$OUT/vs-fio.md"
+    else
+        log "--fio: no fio binary (scripts/build-fio.sh builds one into $BUILD/extra/)"
+    fi
+fi
+compare_ckpt() {
+    if [ -n "${FT_TUNE_SECONDS:-}" ]; then
+        log "fastensor tune --memory cuda --seconds $FT_TUNE_SECONDS"
+        "$BUILD/fastensor" tune --file "$WORK/tune.bin" --memory cuda --seconds "$FT_TUNE_SECONDS" \
+            >"$OUT/tune.log" 2>&1; rm -f "$WORK/tune.bin"
+    fi
+    log "checkpoints: fastensor vs torch vs safetensors, CUDA tensors (ViT-H/14, 2.5 GB)"
+    PYTHONPATH="$here/python" timeout 500 python3 bench/compare.py --device cuda --models vit-h14 \
+        --dir "$WORK" --engines "${FT_COMPARE_ENGINES:-auto,uring,cufile}" --skip numpy \
+        --json "$OUT/compare.json" 2>&1 | tee "$OUT/compare.md" | tail -30
+}
+if [ $BENCH = 1 ] && [ $CKPT = 1 ]; then
+    compare_ckpt
+elif [ $BENCH = 1 ]; then
     F="$WORK/bench.bin"
     SZ=${FT_GPU_BENCH_TOTAL:-4G}
     log "raw O_DIRECT ceiling: 16M blocks, 1..16 in flight, host memory, $SZ cold"
@@ -99,12 +135,7 @@ if [ $BENCH = 1 ]; then
             --size $bs --total 256M --cold --batch 64 --json | sed 's/}$/,"mode":"cuFile batch API 64"}/'
     done | tee "$OUT/gpu-small.json"
     rm -f "$F"
-    if [ $QUICK = 0 ]; then
-        log "checkpoints: fastensor vs torch vs safetensors, CUDA tensors (ViT-H/14, 2.5 GB)"
-        PYTHONPATH="$here/python" timeout 500 python3 bench/compare.py --device cuda --models vit-h14 \
-            --dir "$WORK" --engines auto,uring,cufile --skip numpy --json "$OUT/compare.json" \
-            2>&1 | tee "$OUT/compare.md" | tail -30
-    fi
+    [ $QUICK = 0 ] && compare_ckpt
 fi
 if [ $AUTO = 1 ]; then
     F="$WORK/auto.bin"
