@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A >= 2 GiB checkpoint on host memory: fastensor's durable save and cold load against fio's
 # best O_DIRECT write (a fresh file, as a save makes) and cold read of the same bytes.
-# Both durable: fio's write figure gets the time of an fdatasync run right after it;
+# Both durable: fio's writes end with an fsync inside its own clock (--end_fsync=1);
 # fastensor's save includes its fdatasync, rename and directory fsync. Each fastensor run is
 # a fresh process (numpy arrays with a GPT-style decoder's layer shapes, made and read once
 # before the clock starts; a load goes into one buffer touched before the clock starts) paired with a fio run right before or after it (the order alternating);
@@ -25,14 +25,14 @@ f="$DIR/fastensor-ckpt-fio.tmp"
 ck="$DIR/fastensor-ckpt.safetensors"
 trap 'rm -f "$f" "$ck"; rm -rf "$out"' EXIT
 drop() { sync; [ "$(id -u)" = 0 ] && echo 3 > /proc/sys/vm/drop_caches || true; }
-. "$here/bench/lib.sh"
 bw() { $PY -c 'import json,sys; j=json.load(open(sys.argv[1]))["jobs"][0]; print(j[sys.argv[2]]["bw_bytes"]/1e9)' "$1" "$2"; }
 fio_op() { # write|read qd -> GB/s (writes: a fresh file, durable)
     [ "$1" = write ] && rm -f "$f"
     drop
     fio --name=x --filename="$f" --rw="$1" --bs=64M --size="$SIZE" --direct=1 \
-        --ioengine=io_uring --iodepth="$2" --output-format=json --output="$out/fio.json" >/dev/null
-    if [ "$1" = write ]; then durable_bw "$out/fio.json" "$(stat -c %s "$f")" "$f"; else bw "$out/fio.json" read; fi
+        --ioengine=io_uring --iodepth="$2" $([ "$1" = write ] && echo --end_fsync=1) \
+        --output-format=json --output="$out/fio.json" >/dev/null
+    bw "$out/fio.json" "$1"
 }
 ft_op() { # save|load engine -> GB/s, in a fresh process
     [ "$1" = save ] && rm -f "$ck"
@@ -119,7 +119,7 @@ for line in open(sys.argv[1]):
         pairs[(w[1], w[2], w[3])].append((float(w[4]), float(w[5])))
 med = statistics.median
 print(f"# {sys.argv[2]} checkpoint (host memory) vs fio on the same bytes, {sys.argv[3]} pairs each\n")
-print("fio: 64M blocks, O_DIRECT io_uring at its best queue depth; writes to a fresh file, + fdatasync.")
+print("fio: 64M blocks, O_DIRECT io_uring at its best queue depth; writes to a fresh file, ending with fsync (--end_fsync=1).")
 print("fastensor: save = durable (fdatasync, rename, directory fsync); load = cold.\n")
 print("| fastensor | engine | fio GB/s (median) | fastensor GB/s (median) | ratio (median of pairs) | pair ratios |")
 print("|---|---|---|---|---|---|")

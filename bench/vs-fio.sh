@@ -7,8 +7,8 @@
 # run is paired with a fio run (alternating which goes first) REPEAT times (default 3), and
 # the median of the pairs' ratios is reported: the disks we run on swing between fast and
 # slow phases. Writes are
-# durable on both sides (fio's figure gets its fdatasync time added; fastensor bench times
-# writes including fdatasync).
+# durable on both sides (fio's writes end with an fsync inside its clock, --end_fsync=1;
+# fastensor bench times writes including fdatasync).
 # Usage: bench/vs-fio.sh [FILE]
 #   env: SIZES="64M 1G" TOTAL=4G REPEAT=3 QDS="1 2 4 8" INFLIGHTS="1 2 4 8" ENGINES=...
 set -euo pipefail
@@ -38,7 +38,6 @@ fio_bw() { # prints GB/s of the job's read or write
     $PY -c 'import json,sys; j=json.load(open(sys.argv[1]))["jobs"]; op=sys.argv[2]
 print(round(sum(x[op]["bw_bytes"] for x in j)/1e9, 4))' "$1" "$2"
 }
-. "$here/bench/lib.sh"
 # Lay the file out once.
 if [ "$(stat -c %s "$FILE" 2>/dev/null || echo 0)" -lt "$total_b" ]; then
     fio --name=layout --filename="$FILE" --rw=write --bs=64M --size="$TOTAL" --direct=1 \
@@ -47,8 +46,9 @@ fi
 fio_run() { # op bs qd -> GB/s (durable for writes)
     drop
     fio --name=f --filename="$FILE" --rw=$1 --bs="$2" --size="$TOTAL" --direct=1 \
-        --ioengine=io_uring --iodepth="$3" --output-format=json --output="$out/fio.json" >/dev/null
-    if [ $1 = write ]; then durable_bw "$out/fio.json" "$total_b" "$FILE"; else fio_bw "$out/fio.json" $1; fi
+        --ioengine=io_uring --iodepth="$3" $([ $1 = write ] && echo --end_fsync=1) \
+        --output-format=json --output="$out/fio.json" >/dev/null
+    fio_bw "$out/fio.json" $1
 }
 ft_run() { # op bs engine inflight -> GB/s
     drop
@@ -127,7 +127,7 @@ for line in open(sys.argv[1]):
 med = statistics.median
 print(f"# fio vs fastensor: {sys.argv[3]} per run, cold (caches dropped), {sys.argv[2]} pairs each\n")
 print("Each fastensor run (at its best --inflight, shown as engine/N) is paired with a fio run at")
-print("fio's best queue depth (O_DIRECT io_uring; writes + fdatasync) right before or after it;")
+print("fio's best queue depth (O_DIRECT io_uring; writes end with fsync) right before or after it;")
 print("the ratio is the median of the pairs' ratios.\n")
 print("| op | block | engine | fio GB/s (median) | fastensor GB/s (median) | ratio (median of pairs) |")
 print("|---|---|---|---|---|---|")
