@@ -98,24 +98,22 @@ static void profile_path(dev_t dev, char *out, size_t len)
     snprintf(out, len, "%s/profile-%u-%u.txt", dir, major(dev), minor(dev));
 }
 
-/* The selector for the filesystem holding @p f (created, with its profile, on first use). */
-/* The selector of the filesystem device @p dev, made (and its profile loaded) on first use. */
+/* The selector of the filesystem on device @p dev (created, with its profile, on first use). */
 static ft__selector *selector_of_dev(ft__auto *a, dev_t dev)
 {
-    struct stat st = {.st_dev = dev};
     pthread_mutex_lock(&a->lock);
     ft__selector *sel = NULL;
     for (unsigned i = 0; i < a->n && !sel; i++)
-        if (a->dev[i].dev == st.st_dev)
+        if (a->dev[i].dev == dev)
             sel = a->dev[i].sel;
     if (!sel && a->n < MAX_DEVICES &&
-        ft__sel_create(&sel, ft__narms, now_ns, (uint64_t)st.st_dev ^ now_ns()) == 0) {
+        ft__sel_create(&sel, ft__narms, now_ns, (uint64_t)dev ^ now_ns()) == 0) {
         unsigned i = a->n++;
-        a->dev[i].dev = st.st_dev;
+        a->dev[i].dev = dev;
         a->dev[i].sel = sel;
         snprintf(a->dev[i].tag, sizeof a->dev[i].tag, "dev=%u:%u gpu=none %s",
-                 major(st.st_dev), minor(st.st_dev), ARMS_TAG);
-        profile_path(st.st_dev, a->dev[i].path, sizeof a->dev[i].path);
+                 major(dev), minor(dev), ARMS_TAG);
+        profile_path(dev, a->dev[i].path, sizeof a->dev[i].path);
         if (a->dev[i].path[0]) {
             char keep[FT__DETAIL_MAX];
             ft__detail_save(keep);
@@ -131,6 +129,7 @@ static ft__selector *selector_of_dev(ft__auto *a, dev_t dev)
     return sel;
 }
 
+/* The selector for the filesystem holding @p f, remembered by the file. */
 static ft__selector *selector_for(ft_file *f)
 {
     ft__selector *known = atomic_load_explicit(&f->sel, memory_order_acquire);
