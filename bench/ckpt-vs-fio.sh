@@ -4,9 +4,10 @@
 # Both durable: fio's writes end with an fsync inside its own clock (--end_fsync=1);
 # fastensor's save includes its fdatasync, rename and directory fsync. Each fastensor run is
 # a fresh process (numpy arrays with a GPT-style decoder's layer shapes, made and read once
-# before the clock starts; a load goes into one buffer touched before the clock starts) paired with a fio run right before or after it (the order alternating);
-# reported: medians and the median of the pairs' ratios (this VM's disk swings between fast
-# and slow phases from one minute to the next).
+# before the clock starts; a load goes into one buffer touched before the clock starts),
+# paired with a fio run right before or after it (the order alternating); reported: medians
+# and the median of the pairs' ratios (this VM's disk swings between fast and slow phases
+# from one minute to the next).
 # Usage: bench/ckpt-vs-fio.sh [DIR]
 #   env: SIZE=2G REPEAT=6 QDS="1 4 8" SAVE_ENGINES=direct,auto LOAD_ENGINES=uring,auto
 set -euo pipefail
