@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 static ft_ctx *ctx;
 
@@ -135,6 +136,45 @@ static void case_many_small(void)
     const char *path = t_path("small.safetensors");
     T_EQ(ft_ckpt_save(ctx, path, list, n, &so), 0);
     check_ckpt(path, o, n, true);
+    free(list);
+    free_tensors(o, n);
+}
+
+/* The recorded checksums are plain XXH3-64 of each block of the data section, whichever
+ * SIMD path computed them (libxxhash's run-time dispatcher where it has one): any tool with
+ * xxhash can check them. */
+static void case_checksums_are_xxh3(void)
+{
+    size_t n = 5;
+    owned_tensor *o = make_tensors(n, FT_DTYPE_U8, 7, 30000);
+    ft_tensor *list = malloc(n * sizeof *list);
+    for (size_t i = 0; i < n; i++)
+        list[i] = o[i].t;
+    ft_save_opts so = {.checksum_block = 4096};
+    const char *path = t_path("xxh3.safetensors");
+    T_EQ(ft_ckpt_save(ctx, path, list, n, &so), 0);
+    ft_ckpt *c;
+    T_EQ(ft_ckpt_open(ctx, &c, path), 0);
+    uint64_t start = (uint64_t)ft_ckpt_shard_data_start(c, 0);
+    uint64_t size = start + (uint64_t)ft_ckpt_shard_size(c, 0); /* the file's */
+    ft_ckpt_close(c);
+    uint8_t *file = malloc(size);
+    int fd = open(path, O_RDONLY);
+    T_EQ(pread(fd, file, size, 0), (ssize_t)size);
+    close(fd);
+    const char *key = "\"fastensor.checksums\":\"";
+    char *hex = memmem(file, start, key, strlen(key));
+    T_TRUE(hex != NULL);
+    hex += strlen(key);
+    uint64_t blocks = (size - start + 4095) / 4096;
+    T_TRUE(blocks > 4);
+    for (uint64_t b = 0; hex && b < blocks; b++) {
+        char digits[17] = {0};
+        memcpy(digits, hex + 16 * b, 16);
+        uint64_t len = size - start - b * 4096 < 4096 ? size - start - b * 4096 : 4096;
+        T_EQ(strtoull(digits, NULL, 16), XXH3_64bits(file + start + b * 4096, len));
+    }
+    free(file);
     free(list);
     free_tensors(o, n);
 }
@@ -514,6 +554,7 @@ int main(void)
     const t_case cases[] = {
         {"every dtype, scalars, empty tensors, metadata", case_every_dtype},
         {"5000 small tensors, 4K checksum blocks", case_many_small},
+        {"checksums are plain XXH3-64 of each block", case_checksums_are_xxh3},
         {"sharded save, load by index and directory", case_sharded},
         {"hand-built files: unaligned data, no metadata, > 4 GiB offsets", case_foreign_files},
         {"every header validation failure", case_validation},
