@@ -6,7 +6,10 @@ Models (synthetic weights, real layer shapes): gpt2 (GPT-2 small, fp32, 0.5 GB),
 bf16, 2.5 GB). Tools: fastensor (auto and each engine), torch.save/torch.load,
 numpy.save/numpy.load (one .npy per tensor in a directory), safetensors (when installed),
 and the raw ceiling (fio, sequential O_DIRECT, same bytes) when fio is installed. Saves are
-durable for every tool (fsync of what it wrote); cold loads follow a page-cache drop (root).
+durable for every tool (fsync of what it wrote); cold loads follow a page-cache drop (root),
+warm loads a plain read of the file(s) through the page cache. With --repeat N, N rounds
+(fio and every tool once each, so the disk's fast and slow phases fall on all alike) and
+the median of each.
 
     PYTHONPATH=python /usr/bin/python3 bench/compare.py --models gpt2,llama-1b --json out.json
 """
@@ -165,6 +168,24 @@ def st_load(p, dev):
     return sft.load_file(p, device=str(dev))
 
 
+def remove(path):
+    if os.path.isdir(path):
+        shutil.rmtree(path)
+    elif os.path.exists(path):
+        os.unlink(path)
+
+
+def fill_cache(path):
+    """Read the file(s) at path through the page cache, the same way for every tool (a
+    tool's own load may bypass the cache: O_DIRECT engines, or AUTO on a cold file)."""
+    paths = [os.path.join(path, n) for n in sorted(os.listdir(path))] if os.path.isdir(path) else [path]
+    buf = bytearray(16 << 20)
+    for p in paths:
+        with open(p, "rb", buffering=0) as f:
+            while f.readinto(buf):
+                pass
+
+
 def fio_ceiling(path, size):
     """(write GB/s, read GB/s) of fio's sequential O_DIRECT io_uring at depth 4, or None."""
     if not shutil.which("fio"):
@@ -190,7 +211,8 @@ def main():
     ap.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
     ap.add_argument("--dir", default=".", help="where the files go (a real disk)")
     ap.add_argument("--engines", default="auto,posix,direct,uring,mmap")
-    ap.add_argument("--repeat", type=int, default=1, help="median of N runs")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="rounds (fio's ceiling and every tool once each), median reported")
     ap.add_argument("--cache", default="cold,warm")
     ap.add_argument("--json", help="write all measurements here")
     ap.add_argument("--plot", help="draw a PNG chart here (needs matplotlib)")
@@ -215,45 +237,44 @@ def main():
             sd = make_state(model, device)
             size = nbytes(sd)
             print(f"\n## {model}: {len(sd)} tensors, {size / 1e9:.2f} GB, on {device}\n", flush=True)
-            ceil = fio_ceiling(os.path.join(root, "fio.bin"), size)
-            if ceil:
-                results.append(dict(model=model, tool="fio-ceiling", op="save", cache="cold", gbps=ceil[0]))
-                results.append(dict(model=model, tool="fio-ceiling", op="load", cache="cold", gbps=ceil[1]))
-            for name, (save, load) in tools.items():
-                path = os.path.join(root, f"{model}-{name}")
-                times = {}
-                for _ in range(args.repeat):
-                    if os.path.isdir(path):
-                        shutil.rmtree(path)
-                    elif os.path.exists(path):
-                        os.unlink(path)
+            # Rounds: in each, fio's ceiling and then every tool once (save, then its loads),
+            # so that a slow or fast phase of the disk falls on all of them alike; reported:
+            # the median over the rounds.
+            times = {}
+            for _ in range(args.repeat):
+                ceil = fio_ceiling(os.path.join(root, "fio.bin"), size)
+                if ceil:
+                    times.setdefault("fio-ceiling", {}).setdefault("save", []).append(size / ceil[0] / 1e9)
+                    times["fio-ceiling"].setdefault("load-cold", []).append(size / ceil[1] / 1e9)
+                for name, (save, load) in tools.items():
+                    t = times.setdefault(name, {})
+                    path = os.path.join(root, f"{model}-{name}")
+                    remove(path)
                     sync_device(device)
                     t0 = time.perf_counter()
                     save(sd, path)
-                    times.setdefault("save", []).append(time.perf_counter() - t0)
+                    t.setdefault("save", []).append(time.perf_counter() - t0)
                     for cache in caches:
                         if cache == "cold":
                             drop_caches()
                         else:
-                            load(path, device)  # fill the page cache
+                            fill_cache(path)
                         sync_device(device)
                         t0 = time.perf_counter()
                         out = load(path, device)
                         sync_device(device)
-                        times.setdefault(f"load-{cache}", []).append(time.perf_counter() - t0)
+                        t.setdefault(f"load-{cache}", []).append(time.perf_counter() - t0)
                         del out
-                for key, ts in times.items():
+                    remove(path)
+            for name, t in times.items():
+                for key, ts in t.items():
                     op, _, cache = key.partition("-")
                     sec = statistics.median(ts)
                     results.append(dict(model=model, tool=name, op=op, cache=cache or "cold",
                                         seconds=sec, gbps=size / sec / 1e9, bytes=size,
-                                        device=str(device)))
+                                        device=str(device), rounds=[size / x / 1e9 for x in ts]))
                 print(f"  {name:18s} " + "  ".join(f"{k} {size / statistics.median(v) / 1e9:6.2f} GB/s"
-                                                   for k, v in times.items()), flush=True)
-                if os.path.isdir(path):
-                    shutil.rmtree(path)
-                elif os.path.exists(path):
-                    os.unlink(path)
+                                                   for k, v in t.items()), flush=True)
             del sd
     finally:
         shutil.rmtree(root, ignore_errors=True)
@@ -266,12 +287,21 @@ def main():
 
 
 def print_table(results):
+    """Markdown table; the ratio is the median of the rounds' ratios (each round's runs are
+    close in time, so pairing them takes out most of the disk's swings) when there are
+    several rounds, else the ratio of the figures."""
     print("\n| model | op | cache | tool | GB/s | fastensor-auto / tool |")
     print("|---|---|---|---|---|---|")
     for r in results:
-        ref = next((x["gbps"] for x in results if x["model"] == r["model"] and x["op"] == r["op"]
+        ref = next((x for x in results if x["model"] == r["model"] and x["op"] == r["op"]
                     and x["cache"] == r["cache"] and x["tool"] == "fastensor-auto"), None)
-        ratio = f"{ref / r['gbps']:.2f}x" if ref else "-"
+        ratio = "-"
+        if ref:
+            a, b = ref.get("rounds", []), r.get("rounds", [])
+            if len(a) > 1 and len(a) == len(b):
+                ratio = f"{statistics.median(x / y for x, y in zip(a, b)):.2f}x"
+            else:
+                ratio = f"{ref['gbps'] / r['gbps']:.2f}x"
         print(f"| {r['model']} | {r['op']} | {r['cache']} | {r['tool']} | {r['gbps']:.2f} | {ratio} |")
 
 

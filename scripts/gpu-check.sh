@@ -18,8 +18,9 @@
 #         machine has no fio: scripts/build-fio.sh builds one into $BUILD/extra/ to carry
 #         (or FT_FIO=path). With fio on PATH, compare.py adds fio's ceiling to its table.
 # --ckpt: only the checkpoint comparison (compare.py, CUDA, ViT-H/14; engines
-#         FT_COMPARE_ENGINES, default auto,uring,cufile), after `fastensor tune --memory cuda
-#         --seconds $FT_TUNE_SECONDS` when that is set. (--no-bench runs neither.)
+#         FT_COMPARE_ENGINES, default auto,uring,cufile; FT_COMPARE_REPEAT rounds, default 3),
+#         after `fastensor tune --memory cuda --seconds $FT_TUNE_SECONDS` when that is set.
+#         (--no-bench runs neither.)
 # --pack: leave one archive, $OUT/results.tgz, instead of the separate logs.
 # --udev: ONLY on a throwaway test VM: create the udev entry cuFile needs for the block
 #         device holding this directory (/run/udev/data/b<major>:<minor>), see DESIGN.md.
@@ -71,6 +72,12 @@ if [ ! -x "$BUILD/fastensor" ]; then
     make BUILD="$BUILD" all tests >"$OUT/build.log" 2>&1 || { log "build failed (see build.log)"; exit 1; }
 fi
 "$BUILD/fastensor" info --path "$WORK" | tee "$OUT/info.txt"
+# fio for --fio and for compare.py's ceiling: this machine's, or one carried in $BUILD/extra/
+fio_bin=${FT_FIO:-$(command -v fio || echo "$here/$BUILD/extra/fio")}
+if [ -x "$fio_bin" ]; then
+    mkdir -p "$WORK/fio-bin" && ln -sf "$fio_bin" "$WORK/fio-bin/fio"
+    export PATH="$WORK/fio-bin:$PATH"
+fi
 
 if [ $TESTS = 1 ]; then
     log "C tests (GPU suite included)"
@@ -83,10 +90,7 @@ if [ $TESTS = 1 ]; then
 fi
 
 if [ $FIO = 1 ]; then
-    fio_bin=${FT_FIO:-$(command -v fio || echo "$here/$BUILD/extra/fio")}
-    if [ -x "$fio_bin" ]; then
-        mkdir -p "$WORK/fio-bin" && ln -sf "$fio_bin" "$WORK/fio-bin/fio"
-        export PATH="$WORK/fio-bin:$PATH"
+    if command -v fio >/dev/null; then
         log "fio $(fio --version) vs fastensor bench: host memory, 4 GiB, cold reads, durable writes"
         FT="$here/$BUILD/fastensor" SIZES="${FT_FIO_SIZES:-64M}" TOTAL=4G \
             REPEAT=${FT_FIO_REPEAT:-2} QDS="4 16" INFLIGHTS="4 16" ENGINES=direct,uring \
@@ -104,6 +108,7 @@ compare_ckpt() {
     log "checkpoints: fastensor vs torch vs safetensors, CUDA tensors (ViT-H/14, 2.5 GB)"
     PYTHONPATH="$here/python" timeout 500 python3 bench/compare.py --device cuda --models vit-h14 \
         --dir "$WORK" --engines "${FT_COMPARE_ENGINES:-auto,uring,cufile}" --skip numpy \
+        --repeat "${FT_COMPARE_REPEAT:-3}" \
         --json "$OUT/compare.json" 2>&1 | tee "$OUT/compare.md" | tail -30
 }
 if [ $BENCH = 1 ] && [ $CKPT = 1 ]; then
