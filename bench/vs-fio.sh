@@ -2,15 +2,16 @@
 # fio and `fastensor bench` side by side on the same file and block sizes.
 #   cold reads and durable writes: fio O_DIRECT io_uring at its best queue depth vs every
 #   fastensor engine; warm reads: fio psync with T jobs vs posix/mmap with T threads.
-# fio's best queue depth, and each fastensor engine's best --inflight (requests in flight,
-# fastensor's queue depth), are found once, by one calibration pass each; then each fastensor
-# run is paired with a fio run (alternating which goes first) REPEAT times (default 3), and
-# the median of the pairs' ratios is reported: the disks we run on swing between fast and
-# slow phases. Writes are
-# durable on both sides (fio's writes end with an fsync inside its clock, --end_fsync=1;
-# fastensor bench times writes including fdatasync).
+# fio's best queue depth is found once, by one calibration pass; fastensor runs with as many
+# requests in flight (--inflight) as fio's best depth, or, with INFLIGHTS="1 2 4 8", at its
+# own best found by a calibration pass of its own (single passes swing up to 3x on these
+# disks, so the default leaves only one choice to chance). Then each fastensor run is paired
+# with a fio run (alternating which goes first) REPEAT times (default 3), and the median of
+# the pairs' ratios is reported: the disks we run on swing between fast and slow phases.
+# Writes are durable on both sides (fio's writes end with an fsync inside its clock,
+# --end_fsync=1; fastensor bench times writes including fdatasync).
 # Usage: bench/vs-fio.sh [FILE]
-#   env: SIZES="64M 1G" TOTAL=4G REPEAT=3 QDS="1 2 4 8" INFLIGHTS="1 2 4 8" ENGINES=...
+#   env: SIZES="64M 1G" TOTAL=4G REPEAT=3 QDS="1 2 4 8" INFLIGHTS=fio ENGINES=...
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 FT=${FT:-$here/build/fastensor}
@@ -20,7 +21,7 @@ SIZES=${SIZES:-"64M 1G"}
 TOTAL=${TOTAL:-4G}
 REPEAT=${REPEAT:-3}
 QDS=${QDS:-"1 2 4 8"}
-INFLIGHTS=${INFLIGHTS:-"1 2 4 8"}
+INFLIGHTS=${INFLIGHTS:-fio}
 THREADS=${THREADS:-$(nproc)}
 ENGINES=${ENGINES:-posix,direct,uring,mmap}
 command -v fio >/dev/null || { echo "fio is missing: apt-get install fio" >&2; exit 1; }
@@ -70,6 +71,7 @@ for bs in $SIZES; do
             if better "$g" "$best"; then best=$g; bestqd[$op$bs]=$qd; fi
         done
         for eng in ${ENGINES//,/ }; do # fastensor's own queue depth, the same way
+            if [ "$INFLIGHTS" = fio ]; then bestin[$op$bs$eng]=${bestqd[$op$bs]}; continue; fi
             best=0
             for n in $INFLIGHTS; do
                 [ $((bs_b * n)) -gt $((4 << 30)) ] && continue
@@ -126,7 +128,7 @@ for line in open(sys.argv[1]):
         warm[(w[0], w[2], w[3])].append(float(w[4]))
 med = statistics.median
 print(f"# fio vs fastensor: {sys.argv[3]} per run, cold (caches dropped), {sys.argv[2]} pairs each\n")
-print("Each fastensor run (at its best --inflight, shown as engine/N) is paired with a fio run at")
+print("Each fastensor run (with N requests in flight, shown as engine/N) is paired with a fio run at")
 print("fio's best queue depth (O_DIRECT io_uring; writes end with fsync) right before or after it;")
 print("the ratio is the median of the pairs' ratios.\n")
 print("| op | block | engine | fio GB/s (median) | fastensor GB/s (median) | ratio (median of pairs) |")
