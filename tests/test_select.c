@@ -113,7 +113,7 @@ static void case_unseen_keys(void)
     T_EQ(ft__sel_create(&s, ARMS, fake_clock, 4), 0);
     set_costs(5);
     ft__sel_key far = key20;
-    far.bucket = 30;
+    far.bucket = 27;
     T_EQ(ft__sel_choose(s, &far, (1u << ARMS) - 1, 6), 6); /* nothing known: the default */
     optimal_share(s, &key20, 200);
     T_EQ(ft__sel_choose(s, &far, (1u << ARMS) - 1, 6), best_of()); /* nearest bucket */
@@ -121,6 +121,12 @@ static void case_unseen_keys(void)
     unsigned a = ft__sel_choose(s, &far, without_best, 6);
     T_TRUE(a != best_of()); /* never an ineligible arm */
     ft__sel_destroy(s);
+    /* sizes from 256 MiB up share one bucket: what tune learns at 256M serves a 5 GB shard */
+    T_EQ(ft__sel_bucket(4096), 12);
+    T_EQ(ft__sel_bucket((256u << 20) - 1), 27);
+    T_EQ(ft__sel_bucket(256u << 20), FT__SEL_BUCKET_TOP);
+    T_EQ(ft__sel_bucket(5ull << 30), FT__SEL_BUCKET_TOP);
+    T_EQ(ft__sel_bucket(UINT64_MAX), FT__SEL_BUCKET_TOP);
 }
 
 static void case_profile(void)

@@ -433,7 +433,9 @@ int ft_profile_show(ft_ctx *ctx, const char *path, FILE *out)
                 }
             char size[32];
             uint64_t b = 1ull << key.bucket;
-            if (b >= (1u << 30))
+            if (key.bucket >= FT__SEL_BUCKET_TOP)
+                snprintf(size, sizeof size, "%lluM+", (unsigned long long)(b >> 20));
+            else if (b >= (1u << 30))
                 snprintf(size, sizeof size, "%lluG", (unsigned long long)(b >> 30));
             else if (b >= (1u << 20))
                 snprintf(size, sizeof size, "%lluM", (unsigned long long)(b >> 20));

@@ -42,7 +42,7 @@ void ft__sel_destroy(ft__selector *s)
 unsigned ft__sel_bucket(uint64_t len)
 {
     unsigned b = len ? 63u - (unsigned)__builtin_clzll(len) : 0;
-    return b < FT__SEL_BUCKETS ? b : FT__SEL_BUCKETS - 1;
+    return b < FT__SEL_BUCKET_TOP ? b : FT__SEL_BUCKET_TOP;
 }
 
 unsigned ft__sel_key_index(const ft__sel_key *k)

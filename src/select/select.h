@@ -13,6 +13,12 @@
 #include "../core/internal.h"
 
 #define FT__SEL_BUCKETS 48     /* log2 of the size: 1 B .. 128 TiB */
+/* Sizes from 256 MiB up share the top bucket: every engine cuts transfers that large into
+ * chunk-sized pieces, so their throughput no longer depends on the size, and calls that
+ * large (a checkpoint's shard is one) are too costly and too rare to explore per size: a
+ * 2.5 GB load found no data for its own size after `fastensor tune` and explored the
+ * slower engines in use. */
+#define FT__SEL_BUCKET_TOP 28
 #define FT__SEL_CACHE 4        /* reads: cold, partly cached, cached, stream; writes: plain, sync */
 #define FT__SEL_BUSY 2         /* no other transfer in flight / some */
 #define FT__SEL_CPU 2          /* CPU load low / high */
