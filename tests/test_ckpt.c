@@ -42,6 +42,15 @@ static owned_tensor *make_tensors(size_t n, ft_dtype dtype_or_all, uint64_t seed
     return o;
 }
 
+/* The tensors of @p o as the list ft_ckpt_save takes (malloc'ed). */
+static ft_tensor *list_of(const owned_tensor *o, size_t n)
+{
+    ft_tensor *list = malloc(n * sizeof *list);
+    for (size_t i = 0; i < n; i++)
+        list[i] = o[i].t;
+    return list;
+}
+
 static void free_tensors(owned_tensor *o, size_t n)
 {
     for (size_t i = 0; i < n; i++)
@@ -100,9 +109,7 @@ static void case_every_dtype(void)
     ft_save_opts so = {.metadata = meta};
     const char *path = t_path("dtypes.safetensors");
     T_EQ(ft_ckpt_save(ctx, path, &o[0].t - 0, 0, &so), 0); /* empty checkpoint first */
-    ft_tensor *list = malloc(n * sizeof *list);
-    for (size_t i = 0; i < n; i++)
-        list[i] = o[i].t;
+    ft_tensor *list = list_of(o, n);
     T_EQ(ft_ckpt_save(ctx, path, list, n, &so), 0);
     check_ckpt(path, o, n, true);
     ft_ckpt *c;
@@ -129,9 +136,7 @@ static void case_many_small(void)
 {
     size_t n = 5000;
     owned_tensor *o = make_tensors(n, FT_DTYPE_COUNT, 2, 40);
-    ft_tensor *list = malloc(n * sizeof *list);
-    for (size_t i = 0; i < n; i++)
-        list[i] = o[i].t;
+    ft_tensor *list = list_of(o, n);
     ft_save_opts so = {.checksum_block = 4096};
     const char *path = t_path("small.safetensors");
     T_EQ(ft_ckpt_save(ctx, path, list, n, &so), 0);
@@ -147,9 +152,7 @@ static void case_checksums_are_xxh3(void)
 {
     size_t n = 5;
     owned_tensor *o = make_tensors(n, FT_DTYPE_U8, 7, 30000);
-    ft_tensor *list = malloc(n * sizeof *list);
-    for (size_t i = 0; i < n; i++)
-        list[i] = o[i].t;
+    ft_tensor *list = list_of(o, n);
     ft_save_opts so = {.checksum_block = 4096};
     const char *path = t_path("xxh3.safetensors");
     T_EQ(ft_ckpt_save(ctx, path, list, n, &so), 0);
@@ -183,9 +186,7 @@ static void case_sharded(void)
 {
     size_t n = 24;
     owned_tensor *o = make_tensors(n, FT_DTYPE_F32, 3, 200000);
-    ft_tensor *list = malloc(n * sizeof *list);
-    for (size_t i = 0; i < n; i++)
-        list[i] = o[i].t;
+    ft_tensor *list = list_of(o, n);
     char dir[4200];
     snprintf(dir, sizeof dir, "%s/sharded", t_dir());
     mkdir(dir, 0755);
@@ -407,9 +408,7 @@ static void case_flipped_bit(void)
 {
     size_t n = 6;
     owned_tensor *o = make_tensors(n, FT_DTYPE_F32, 4, 300000);
-    ft_tensor *list = malloc(n * sizeof *list);
-    for (size_t i = 0; i < n; i++)
-        list[i] = o[i].t;
+    ft_tensor *list = list_of(o, n);
     const char *path = t_path("flip.safetensors");
     T_EQ(ft_ckpt_save(ctx, path, list, n, NULL), 0);
     ft_ckpt *c;
