@@ -238,16 +238,19 @@ def main():
             size = nbytes(sd)
             print(f"\n## {model}: {len(sd)} tensors, {size / 1e9:.2f} GB, on {device}\n", flush=True)
             # Rounds: in each, fio's ceiling and then every tool once (save, then its loads),
-            # so that a slow or fast phase of the disk falls on all of them alike; reported:
-            # the median over the rounds.
-            times = {}
-            for _ in range(args.repeat):
+            # so that a slow or fast phase of the disk falls on all of them alike, the tools'
+            # order rotated each round (what ran just before matters: memory freed a moment
+            # ago is still backed, long-freed memory is slow to touch again in a VM);
+            # reported: the median over the rounds.
+            times = {name: {} for name in (["fio-ceiling"] if shutil.which("fio") else []) + list(tools)}
+            for rnd in range(args.repeat):
                 ceil = fio_ceiling(os.path.join(root, "fio.bin"), size)
                 if ceil:
-                    times.setdefault("fio-ceiling", {}).setdefault("save", []).append(size / ceil[0] / 1e9)
+                    times["fio-ceiling"].setdefault("save", []).append(size / ceil[0] / 1e9)
                     times["fio-ceiling"].setdefault("load-cold", []).append(size / ceil[1] / 1e9)
-                for name, (save, load) in tools.items():
-                    t = times.setdefault(name, {})
+                items = list(tools.items())
+                for name, (save, load) in items[rnd % len(items):] + items[:rnd % len(items)]:
+                    t = times[name]
                     path = os.path.join(root, f"{model}-{name}")
                     remove(path)
                     sync_device(device)
@@ -267,6 +270,8 @@ def main():
                         del out
                     remove(path)
             for name, t in times.items():
+                if not t:
+                    continue
                 for key, ts in t.items():
                     op, _, cache = key.partition("-")
                     sec = statistics.median(ts)
