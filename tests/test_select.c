@@ -196,6 +196,66 @@ static void case_concurrent(void)
     ft__sel_destroy(shared);
 }
 
+/* A new key explores only the arms its measured neighbour finds competitive, and those the
+ * neighbour never measured: unknown is not hopeless (left out, an arm missing at one size
+ * was missing from every size explored from it). */
+static void case_prior(void)
+{
+    ft__selector *s;
+    T_EQ(ft__sel_create(&s, ARMS, fake_clock, 6), 0);
+    for (unsigned a = 1; a <= 3; a++) /* measured at 1 MiB: arms 1-2 good, 3 hopeless */
+        for (unsigned i = 0; i < FT__SEL_EXPLORE; i++)
+            ft__sel_record(s, &key20, a, 1 << 20, a == 3 ? 10000000 : 1000000);
+    for (unsigned a = 0; a < ARMS; a++)
+        tput[a] = 1e9; /* at 4 MiB every arm is as good */
+    ft__sel_key k22 = key20;
+    k22.bucket = 22;
+    unsigned picks[ARMS] = {0};
+    for (unsigned i = 0; i < (ARMS - 1) * FT__SEL_EXPLORE; i++)
+        picks[step(s, &k22, 4 << 20)]++;
+    printf("  explored at 4 MiB:");
+    for (unsigned a = 0; a < ARMS; a++)
+        printf(" %u", picks[a]);
+    printf("\n");
+    for (unsigned a = 0; a < ARMS; a++)
+        T_EQ(picks[a], a == 3 ? 0u : (unsigned)FT__SEL_EXPLORE);
+    ft__sel_destroy(s);
+}
+
+/* An arm's first call in a context pays for what its engine sets up once (staging buffers,
+ * rings): it is not a sample. */
+static void case_first_use(void)
+{
+    setenv("FASTENSOR_PROFILE", "off", 1);
+    ft_ctx *ctx = t_ctx(4);
+    ft_file *f;
+    T_EQ(ft_file_open(ctx, &f, t_path("first.bin"), FT_OPEN_READ | FT_OPEN_WRITE |
+                                                        FT_OPEN_CREATE, 0644), 0);
+    size_t n = 1u << 20;
+    uint8_t *src = malloc(n), *dst = malloc(n);
+    t_fill_random(src, n, 8);
+    ft_buf b = ft_host_buf(src, n), d = ft_host_buf(dst, n);
+    T_EQ(ft_write(f, &b, 0, &(ft_io_opts){.engine = FT_ENGINE_POSIX}), n); /* cached */
+    ft__sel_key key = {.write = 0, .mem = FT_MEM_HOST, .bucket = 20, .cache = 2,
+                       .cpu = (uint8_t)ft__probe_cpu()};
+    uint32_t samples[2];
+    for (unsigned i = 0; i < 2; i++) { /* (a third call explores another arm) */
+        T_EQ(ft_read(f, &d, 0, NULL), n); /* a cached read: posix */
+        T_MEMEQ(src, dst, n);
+        ft__selector *sel = atomic_load(&f->sel);
+        T_TRUE(sel != NULL);
+        samples[i] = sel ? sel->entries[ft__sel_key_index(&key)].arm[0].n : 0;
+    }
+    printf("  posix samples after 1, 2 calls: %u %u\n", samples[0], samples[1]);
+    T_EQ(samples[0], 0u);
+    T_EQ(samples[1], 1u);
+    ft_file_close(f);
+    ft_ctx_destroy(ctx);
+    unsetenv("FASTENSOR_PROFILE");
+    free(src);
+    free(dst);
+}
+
 /* AUTO end to end: real files, every arm correct, decisions recorded and persisted. */
 static void case_auto_end_to_end(void)
 {
@@ -297,9 +357,11 @@ int main(void)
         {">= 95% optimal decisions once converged", case_stationary},
         {"re-converges after the costs swap", case_swap},
         {"unseen keys: nearest bucket, then the default", case_unseen_keys},
+        {"a new key explores what its neighbour found good or never measured", case_prior},
         {"profile round trip; foreign and corrupt profiles ignored", case_profile},
         {"8 threads choosing and recording at once", case_concurrent},
         {"engine AUTO on real files, profile saved", case_auto_end_to_end},
+        {"an arm's first call in a context is not a sample", case_first_use},
         {"unseen keys: posix for cached reads, O_DIRECT for cold; streams", case_static_defaults},
     };
     return t_run(cases, sizeof cases / sizeof *cases);

@@ -39,6 +39,7 @@ const unsigned ft__narms = sizeof ft__arms / sizeof *ft__arms;
 
 struct ft__auto {
     pthread_mutex_t lock;
+    _Atomic uint32_t used[2]; /* per memory kind: the arms this context has run once */
     unsigned n;
     struct {
         dev_t dev;
@@ -275,11 +276,33 @@ struct ft__pending_write {
     uint64_t bytes, ns;
 };
 
+/* A call shorter than this amortizes no engine's one-time setup: its first call in a context
+ * is not a sample. */
+#define SETUP_AMORTIZED_NS 250000000ull
+
+/*
+ * Whether this is the context's first call of the decision's arm for its memory kind. That
+ * call pays for what the engine sets up once and keeps (pinned staging buffers and CUDA
+ * streams for device memory: 12 ms measured on the H200 machine; an io_uring ring and its
+ * registered buffers; bounce buffers), which says nothing about the arm's speed. Recorded, it
+ * made a 4 KiB staged read look 50 times slower than it is, the arm was eliminated at once,
+ * and through the priors of neighbouring sizes never tried at any size again (the 36 GB/s
+ * posix copy of cached data to a GPU lost to mmap's 21 for every block size).
+ */
+static bool first_use(ft_file *f, const ft__decision *d)
+{
+    uint32_t bit = 1u << d->arm;
+    _Atomic uint32_t *used = &f->ctx->autosel->used[d->key.mem & 1];
+    return !(atomic_fetch_or_explicit(used, bit, memory_order_relaxed) & bit);
+}
+
 void ft__auto_done(ft_file *f, const ft__decision *d, int64_t result)
 {
     if (!d->sel || result <= 0)
         return;
     uint64_t ns = now_ns() - d->t0;
+    if (first_use(f, d) && ns < SETUP_AMORTIZED_NS)
+        return;
     /* Transfers running at once share the threads and the disk: a call that ran beside k
      * others took about k+1 times its own time. Counting its share (transfers in flight at
      * its start and end, averaged) keeps samples taken under load comparable with the rest. */

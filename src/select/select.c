@@ -152,9 +152,10 @@ static int nearest_known_in(ft__selector *s, const ft__sel_key *key, uint32_t el
 
 /*
  * What the nearest measured key says: the arms within half of its best arm's throughput
- * (a mask), from the nearest size bucket, in this context first, then in the others;
- * 0 when nothing near has been measured. Exploring a new key only among these keeps a
- * job from paying for arms already known to be hopeless (O_DIRECT for cached reads, ...).
+ * and those it has not measured (a mask), from the nearest size bucket, in this context
+ * first, then in the others; 0 when nothing near has been measured. Exploring a new key
+ * only among these keeps a job from paying for arms already known to be hopeless (O_DIRECT
+ * for cached reads, ...).
  * The same size in another context (load, transfers in flight) is the closest evidence
  * there is: from it only arms within 80% of its best are worth trying.
  */
@@ -184,10 +185,12 @@ static uint32_t prior_mask(ft__selector *s, const ft__sel_key *key, uint32_t eli
                 pthread_mutex_unlock(&e->lock);
                 if (sampled < 2)
                     continue;
+                /* An arm the neighbour never measured is unknown there, not hopeless: left
+                 * out, it would be left out of every key explored from this one in turn. */
                 uint32_t mask = 0;
                 float keep = d == 0 ? 0.8f : 0.5f;
                 for (unsigned a = 0; a < s->narms; a++)
-                    if (med[a] >= keep * best)
+                    if ((eligible >> a & 1) && (med[a] == 0 || med[a] >= keep * best))
                         mask |= 1u << a;
                 return mask;
             }
