@@ -439,7 +439,9 @@ int ft_profile_show(ft_ctx *ctx, const char *path, FILE *out)
                  "continuing the previous one; \"sync\" for durable writes)\n");
     unsigned shown = 0;
     for (unsigned i = 0; i < FT__SEL_KEYS; i++) {
-        ft__sel_entry *e = &sel->entries[i];
+        ft__sel_entry *e = ft__sel_entry_at(sel, i, false);
+        if (!e)
+            continue;
         pthread_mutex_lock(&e->lock);
         uint32_t any = 0;
         for (unsigned k = 0; k < ft__narms; k++)

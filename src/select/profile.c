@@ -31,7 +31,9 @@ int ft__sel_save(const ft__selector *sel, const char *path, const char *tag)
     }
     fprintf(f, "%s\ntag %s\n", PROFILE_MAGIC, tag);
     for (unsigned i = 0; i < FT__SEL_KEYS; i++) {
-        ft__sel_entry *e = &sel->entries[i];
+        ft__sel_entry *e = ft__sel_entry_at((ft__selector *)sel, i, false);
+        if (!e)
+            continue;
         pthread_mutex_lock(&e->lock);
         ft__sel_key key;
         ft__sel_key_decode(i, &key);
@@ -136,7 +138,11 @@ int ft__sel_load(ft__selector *sel, const char *path, const char *tag)
         rc = ft__err(-EINVAL, "%s: truncated profile", path);
     fclose(f);
     for (size_t i = 0; rc == 0 && i < count; i++) { /* all good: take it */
-        ft__sel_entry *e = &sel->entries[rows[i].key];
+        ft__sel_entry *e = ft__sel_entry_at(sel, rows[i].key, true);
+        if (!e) {
+            rc = ft__err(-ENOMEM, "profile");
+            break;
+        }
         pthread_mutex_lock(&e->lock);
         ft__sel_stats *st = &e->arm[rows[i].arm];
         memcpy(st->tput, rows[i].tput, rows[i].n * sizeof(float));

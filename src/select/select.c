@@ -10,14 +10,10 @@ int ft__sel_create(ft__selector **out, unsigned narms, uint64_t (*now_ns)(void),
     if (narms == 0 || narms > FT__SEL_MAX_ARMS)
         return -EINVAL;
     ft__selector *s = calloc(1, sizeof *s);
-    ft__sel_entry *e = s ? calloc(FT__SEL_KEYS, sizeof *e) : NULL;
+    ft__sel_entry *_Atomic *e = s ? calloc(FT__SEL_KEYS, sizeof *e) : NULL;
     if (!e) {
         free(s);
         return -ENOMEM;
-    }
-    for (unsigned i = 0; i < FT__SEL_KEYS; i++) {
-        pthread_mutex_init(&e[i].lock, NULL);
-        e[i].best = -1;
     }
     s->entries = e;
     s->narms = narms;
@@ -33,10 +29,33 @@ void ft__sel_destroy(ft__selector *s)
 {
     if (!s)
         return;
-    for (unsigned i = 0; i < FT__SEL_KEYS; i++)
-        pthread_mutex_destroy(&s->entries[i].lock);
+    for (unsigned i = 0; i < FT__SEL_KEYS; i++) {
+        ft__sel_entry *e = atomic_load_explicit(&s->entries[i], memory_order_acquire);
+        if (e) {
+            pthread_mutex_destroy(&e->lock);
+            free(e);
+        }
+    }
     free(s->entries);
     free(s);
+}
+
+ft__sel_entry *ft__sel_entry_at(ft__selector *s, unsigned index, bool make)
+{
+    ft__sel_entry *e = atomic_load_explicit(&s->entries[index], memory_order_acquire);
+    if (e || !make)
+        return e;
+    ft__sel_entry *fresh = calloc(1, sizeof *fresh);
+    if (!fresh)
+        return NULL;
+    pthread_mutex_init(&fresh->lock, NULL);
+    fresh->best = -1;
+    if (atomic_compare_exchange_strong_explicit(&s->entries[index], &e, fresh,
+                                                memory_order_acq_rel, memory_order_acquire))
+        return fresh;
+    pthread_mutex_destroy(&fresh->lock); /* another thread made it first: e is theirs */
+    free(fresh);
+    return e;
 }
 
 unsigned ft__sel_bucket(uint64_t len)
@@ -139,7 +158,9 @@ static int nearest_known_in(ft__selector *s, const ft__sel_key *key, uint32_t el
                 continue;
             ft__sel_key k = *key;
             k.bucket = (uint8_t)b;
-            ft__sel_entry *e = &s->entries[ft__sel_key_index(&k)];
+            ft__sel_entry *e = ft__sel_entry_at(s, ft__sel_key_index(&k), false);
+            if (!e)
+                continue;
             pthread_mutex_lock(&e->lock);
             int a = e->best >= 0 ? e->best : best_arm(e, eligible, s->narms);
             pthread_mutex_unlock(&e->lock);
@@ -173,7 +194,9 @@ static uint32_t prior_mask(ft__selector *s, const ft__sel_key *key, uint32_t eli
                 k.bucket = (uint8_t)b;
                 k.cpu = (uint8_t)(k.cpu ^ (flip & 1));
                 k.busy = (uint8_t)(k.busy ^ (flip >> 1));
-                ft__sel_entry *e = &s->entries[ft__sel_key_index(&k)];
+                ft__sel_entry *e = ft__sel_entry_at(s, ft__sel_key_index(&k), false);
+                if (!e)
+                    continue;
                 float med[FT__SEL_MAX_ARMS], best = 0;
                 unsigned sampled = 0;
                 pthread_mutex_lock(&e->lock);
@@ -218,14 +241,19 @@ unsigned ft__sel_choose(ft__selector *s, const ft__sel_key *key, uint32_t eligib
          * one; their samples still land in their own key. */
         ft__sel_key alone = *key;
         alone.busy = 0;
-        ft__sel_entry *q = &s->entries[ft__sel_key_index(&alone)];
-        pthread_mutex_lock(&q->lock);
-        int b = q->best >= 0 ? q->best : best_arm(q, eligible, s->narms);
-        pthread_mutex_unlock(&q->lock);
+        ft__sel_entry *q = ft__sel_entry_at(s, ft__sel_key_index(&alone), false);
+        int b = -1;
+        if (q) {
+            pthread_mutex_lock(&q->lock);
+            b = q->best >= 0 ? q->best : best_arm(q, eligible, s->narms);
+            pthread_mutex_unlock(&q->lock);
+        }
         if (b >= 0 && (eligible >> b & 1))
             return (unsigned)b;
     }
-    ft__sel_entry *e = &s->entries[ft__sel_key_index(key)];
+    ft__sel_entry *e = ft__sel_entry_at(s, ft__sel_key_index(key), true);
+    if (!e)
+        return fallback;
     pthread_mutex_lock(&e->lock);
     e->calls++;
     /* Successive elimination (the re-checks still try eliminated arms now and then). */
@@ -328,7 +356,9 @@ void ft__sel_pending(ft__selector *s, const ft__sel_key *key, unsigned arm, int 
 {
     if (arm >= s->narms)
         return;
-    ft__sel_entry *e = &s->entries[ft__sel_key_index(key)];
+    ft__sel_entry *e = ft__sel_entry_at(s, ft__sel_key_index(key), true);
+    if (!e)
+        return;
     pthread_mutex_lock(&e->lock);
     if (delta > 0 || e->arm[arm].pending > 0)
         e->arm[arm].pending = (uint32_t)((int)e->arm[arm].pending + delta);
@@ -341,7 +371,9 @@ void ft__sel_record(ft__selector *s, const ft__sel_key *key, unsigned arm, uint6
     if (arm >= s->narms || bytes == 0)
         return;
     float tput = (float)((double)bytes * 1e9 / (double)(ns ? ns : 1));
-    ft__sel_entry *e = &s->entries[ft__sel_key_index(key)];
+    ft__sel_entry *e = ft__sel_entry_at(s, ft__sel_key_index(key), true);
+    if (!e)
+        return;
     pthread_mutex_lock(&e->lock);
     ft__sel_stats *st = &e->arm[arm];
     st->tput[st->n % FT__SEL_WINDOW] = tput;

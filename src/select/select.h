@@ -49,13 +49,19 @@ typedef struct ft__selector {
     double recheck;             /* probability of trying another arm once converged */
     double drift;               /* re-explore when best falls below drift x record */
     _Atomic int dirty;          /* changed since the last save */
-    ft__sel_entry *entries;     /* FT__SEL_KEYS */
+    /* FT__SEL_KEYS entries, each allocated when its key is first chosen for or recorded:
+     * made all at once (2 MB), they cost a process 12 ms of page faults on a VM, the first
+     * AUTO call's time, for keys a job mostly never uses */
+    ft__sel_entry *_Atomic *entries;
 } ft__selector;
 
 int ft__sel_create(ft__selector **out, unsigned narms, uint64_t (*now_ns)(void), uint64_t seed);
 void ft__sel_destroy(ft__selector *sel);
 
 unsigned ft__sel_key_index(const ft__sel_key *k);
+/** The entry of key index @p index: NULL while nothing was chosen for or recorded under that
+ * key (unless @p make: then made now; NULL only when memory runs out). */
+ft__sel_entry *ft__sel_entry_at(ft__selector *sel, unsigned index, bool make);
 /** The key of table index @p index (the inverse of ft__sel_key_index). */
 void ft__sel_key_decode(unsigned index, ft__sel_key *k);
 unsigned ft__sel_bucket(uint64_t len);
