@@ -222,6 +222,26 @@ static void case_prior(void)
     ft__sel_destroy(s);
 }
 
+/* A call beside others takes the decision learned alone: the best arm eligible for it
+ * (cuFile in compatibility mode is not eligible beside other transfers). */
+static void case_busy(void)
+{
+    ft__selector *s;
+    T_EQ(ft__sel_create(&s, ARMS, fake_clock, 9), 0);
+    set_costs(4);
+    optimal_share(s, &key20, 200);
+    unsigned best = best_of(), second = best == 0 ? 1 : 0;
+    for (unsigned a = 0; a < ARMS; a++)
+        if (a != best && tput[a] > tput[second])
+            second = a;
+    ft__sel_key busy = key20;
+    busy.busy = 1;
+    uint32_t all = (1u << ARMS) - 1;
+    T_EQ(ft__sel_choose(s, &busy, all, 7), best);
+    T_EQ(ft__sel_choose(s, &busy, all & ~(1u << best), 7), second);
+    ft__sel_destroy(s);
+}
+
 /* An arm's first call in a context pays for what its engine sets up once (staging buffers,
  * rings): it is not a sample. */
 static void case_first_use(void)
@@ -359,6 +379,7 @@ int main(void)
         {"re-converges after the costs swap", case_swap},
         {"unseen keys: nearest bucket, then the default", case_unseen_keys},
         {"a new key explores what its neighbour found good or never measured", case_prior},
+        {"calls in flight: the best eligible arm learned alone", case_busy},
         {"profile round trip; foreign and corrupt profiles ignored", case_profile},
         {"8 threads choosing and recording at once", case_concurrent},
         {"engine AUTO on real files, profile saved", case_auto_end_to_end},

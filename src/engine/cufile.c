@@ -79,6 +79,12 @@ const char *ft__cufile_mode(void)
     return cf_reason ? NULL : cf_gds ? "GPUDirect Storage (nvidia-fs)" : "compatibility mode";
 }
 
+bool ft__cufile_gds(void)
+{
+    pthread_once(&cf_once, cf_load);
+    return cf_reason == NULL && cf_gds;
+}
+
 /* The file's registered handle (registered once; a failure is remembered). */
 int ft__cufile_file_handle(ft_file *f, void **out)
 {

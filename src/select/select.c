@@ -237,15 +237,17 @@ unsigned ft__sel_choose(ft__selector *s, const ft__sel_key *key, uint32_t eligib
          * the threads and the disk; readahead one call starts serves the next), so its
          * throughput says little about its arm: measured on a 2-core machine, buffered
          * reads of a cold stream score like O_DIRECT per call at 3x their total rate.
-         * Such calls take the decision learned from calls that ran alone, where there is
-         * one; their samples still land in their own key. */
+         * Such calls take the decision learned from calls that ran alone (the best of the
+         * arms eligible here), where there is one; their samples still land in their own
+         * key. */
         ft__sel_key alone = *key;
         alone.busy = 0;
         ft__sel_entry *q = ft__sel_entry_at(s, ft__sel_key_index(&alone), false);
         int b = -1;
         if (q) {
             pthread_mutex_lock(&q->lock);
-            b = q->best >= 0 ? q->best : best_arm(q, eligible, s->narms);
+            b = q->best >= 0 && (eligible >> q->best & 1) ? q->best
+                                                           : best_arm(q, eligible, s->narms);
             pthread_mutex_unlock(&q->lock);
         }
         if (b >= 0 && (eligible >> b & 1))
