@@ -302,13 +302,41 @@ static bool first_use(ft_file *f, const ft__decision *d)
     return !(atomic_fetch_or_explicit(used, bit, memory_order_relaxed) & bit);
 }
 
+/*
+ * FASTENSOR_TRACE=FILE: one line per AUTO call (key, arm, bytes, nanoseconds, transfers in
+ * flight at its start, and whether it became a sample), to see what the selector did in a
+ * run, where the profile keeps only the last few samples per arm.
+ */
+static FILE *trace_file;
+static void trace_open(void)
+{
+    const char *path = getenv("FASTENSOR_TRACE");
+    if (path && *path && (trace_file = fopen(path, "ae")) != NULL)
+        setvbuf(trace_file, NULL, _IOLBF, 0);
+}
+
+static void trace(const ft__decision *d, int64_t result, uint64_t ns, const char *what)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, trace_open);
+    if (trace_file)
+        fprintf(trace_file, "%s %s bucket=%u cache=%u busy=%u cpu=%u arm=%s bytes=%lld ns=%llu "
+                            "inflight=%u %s\n", d->key.write ? "write" : "read",
+                d->key.mem ? "cuda" : "host", d->key.bucket, d->key.cache, d->key.busy,
+                d->key.cpu, ft__arms[d->arm].label, (long long)result, (unsigned long long)ns,
+                d->inflight, what);
+}
+
 void ft__auto_done(ft_file *f, const ft__decision *d, int64_t result)
 {
     if (!d->sel || result <= 0)
         return;
     uint64_t ns = now_ns() - d->t0;
-    if (first_use(f, d) && ns < SETUP_AMORTIZED_NS)
+    if (first_use(f, d) && ns < SETUP_AMORTIZED_NS) {
+        trace(d, result, ns, "first-use");
         return;
+    }
+    trace(d, result, ns, d->key.write && !d->key.cache ? "pending-sync" : "sample");
     /* Transfers running at once share the threads and the disk: a call that ran beside k
      * others took about k+1 times its own time. Counting its share (transfers in flight at
      * its start and end, averaged) keeps samples taken under load comparable with the rest. */
