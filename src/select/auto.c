@@ -221,6 +221,12 @@ static uint32_t eligible_arms(ft_file *f, uint64_t len, int device, bool durable
             (arm->engine == FT_ENGINE_URING && !uring) ||
             (arm->engine == FT_ENGINE_CUFILE && !cufile))
             continue;
+        /* Beside other transfers, cutting a call into finer pieces adds no parallelism the
+         * calls in flight do not already give, and the pieces queue behind them: 16 MiB
+         * calls to device memory, 16 in flight, ran at 1.03 GB/s as direct/8M writes
+         * against 1.82 for direct (H200 machine), while alone direct/8M measured best. */
+        if (busy && arm->piece && arm->piece != UINT64_MAX)
+            continue;
         /* a setting that cannot change this transfer is the same arm twice */
         if (arm->piece == UINT64_MAX && len <= (2u << 20))
             continue;
