@@ -222,8 +222,8 @@ static void case_prior(void)
     ft__sel_destroy(s);
 }
 
-/* A call beside others takes the decision learned alone: the best arm eligible for it
- * (cuFile in compatibility mode is not eligible beside other transfers). */
+/* A call beside others takes the decision learned alone: the best arm eligible for it (one
+ * the file cannot use, such as cuFile after its registration failed, is not). */
 static void case_busy(void)
 {
     ft__selector *s;

@@ -269,8 +269,9 @@ int64_t ft__stage_transfer(const ft__io *io, const struct ft__engine_ops *ops, b
                            int device, void *caller_ready);
 /** cuFile's mode ("GPUDirect Storage (nvidia-fs)" / "compatibility mode") or NULL. */
 const char *ft__cufile_mode(void);
-/** True when cuFile runs with nvidia-fs (GPUDirect), false in compatibility mode or unusable. */
-bool ft__cufile_gds(void);
+/** Whether cuFile is open and usable, without waiting: the first call starts opening it on
+ * @p ctx's pool and answers false until that is done. */
+bool ft__cufile_usable_now(ft_ctx *ctx);
 /** Deregister the file's cuFile handle, if any. */
 void ft__cufile_file_close(ft_file *f);
 /** cuFileBufRegister / cuFileBufDeregister in @p device's context. @return 0 or -errno. */

@@ -197,19 +197,13 @@ static unsigned read_class(ft_file *f, uint64_t off, uint64_t len, uint64_t now)
     return atomic_load_explicit(&f->stream_cold, memory_order_relaxed) ? 3 : cls;
 }
 
-static uint32_t eligible_arms(ft_file *f, uint64_t len, int device, bool durable_write,
-                              bool busy)
+static uint32_t eligible_arms(ft_file *f, uint64_t len, int device, bool durable_write)
 {
     unsigned caps = file_caps(f);
     bool direct = caps & 2, uring = caps & 4;
-    /* cuFile: device memory only, while the file's registration has not failed; and not
-     * beside other transfers in compatibility mode, where its calls slow each other down
-     * (16 MiB calls on the H200 machine, 16 in flight: 0.96 GB/s cold reads and 1.24 durable
-     * writes, against 1.7 alone and 1.8 / 2.4 for O_DIRECT at 16 in flight), which the
-     * samples of calls in flight cannot show (see ft__sel_choose) */
-    bool cufile = device >= 0 && direct && !f->cufile_err &&
-                  ft_engine_available(f->ctx, FT_ENGINE_CUFILE, NULL) &&
-                  (!busy || ft__cufile_gds());
+    /* cuFile: device memory only, once its driver is open (no call waits for that), while
+     * the file's registration has not failed */
+    bool cufile = device >= 0 && direct && !f->cufile_err && ft__cufile_usable_now(f->ctx);
     uint32_t mask = 0;
     for (unsigned i = 0; i < ft__narms; i++) {
         const ft__arm *arm = &ft__arms[i];
@@ -220,12 +214,6 @@ static uint32_t eligible_arms(ft_file *f, uint64_t len, int device, bool durable
         if ((arm->engine == FT_ENGINE_DIRECT && !direct) ||
             (arm->engine == FT_ENGINE_URING && !uring) ||
             (arm->engine == FT_ENGINE_CUFILE && !cufile))
-            continue;
-        /* Beside other transfers, cutting a call into finer pieces adds no parallelism the
-         * calls in flight do not already give, and the pieces queue behind them: 16 MiB
-         * calls to device memory, 16 in flight, ran at 1.03 GB/s as direct/8M writes
-         * against 1.82 for direct (H200 machine), while alone direct/8M measured best. */
-        if (busy && arm->piece && arm->piece != UINT64_MAX)
             continue;
         /* a setting that cannot change this transfer is the same arm twice */
         if (arm->piece == UINT64_MAX && len <= (2u << 20))
@@ -267,7 +255,7 @@ void ft__auto_decide(ft_file *f, uint64_t off, uint64_t len, bool write, bool sy
         .busy = d->inflight > 1,
         .cpu = (uint8_t)ft__probe_cpu(),
     };
-    uint32_t eligible = eligible_arms(f, len, device, write && sync, d->key.busy);
+    uint32_t eligible = eligible_arms(f, len, device, write && sync);
     unsigned fallback = static_default(eligible, len, &d->key);
     unsigned arm = sel ? ft__sel_choose(sel, &d->key, eligible, fallback) : fallback;
     d->sel = sel;
