@@ -242,7 +242,7 @@ static void case_busy(void)
     ft__sel_destroy(s);
 }
 
-/* An arm's first call in a context pays for what its engine sets up once (staging buffers,
+/* An engine's first call in a context pays for what its engine sets up once (staging buffers,
  * rings): it is not a sample. */
 static void case_first_use(void)
 {
@@ -383,7 +383,7 @@ int main(void)
         {"profile round trip; foreign and corrupt profiles ignored", case_profile},
         {"8 threads choosing and recording at once", case_concurrent},
         {"engine AUTO on real files, profile saved", case_auto_end_to_end},
-        {"an arm's first call in a context is not a sample", case_first_use},
+        {"an engine's first call in a context is not a sample", case_first_use},
         {"unseen keys: posix for cached reads, O_DIRECT for cold; streams", case_static_defaults},
     };
     return t_run(cases, sizeof cases / sizeof *cases);

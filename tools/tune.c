@@ -95,7 +95,8 @@ int cmd_tune(int argc, char **argv)
             return EXIT_ERR;
         }
     }
-    const unsigned rounds = 3 * 8 + 4; /* every arm explored (3 each), then exploited */
+    /* every arm explored (3 each), each engine's first call (not a sample), then exploited */
+    const unsigned rounds = 3 * 8 + 5 + 4;
     double start = cli_now();
     unsigned calls = 0;
     bool out_of_time = false;

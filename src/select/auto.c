@@ -39,7 +39,7 @@ const unsigned ft__narms = sizeof ft__arms / sizeof *ft__arms;
 
 struct ft__auto {
     pthread_mutex_t lock;
-    _Atomic uint32_t used[2]; /* per memory kind: the arms this context has run once */
+    _Atomic uint32_t used[2]; /* per memory kind: the engines this context has run once */
     unsigned n;
     struct {
         dev_t dev;
@@ -281,8 +281,9 @@ struct ft__pending_write {
 #define SETUP_AMORTIZED_NS 250000000ull
 
 /*
- * Whether this is the context's first call of the decision's arm for its memory kind. That
- * call pays for what the engine sets up once and keeps (pinned staging buffers and CUDA
+ * Whether this is the context's first call of the decision's engine for its memory kind
+ * (engines, not arms: an engine's settings share what it sets up). That call pays for what
+ * the engine sets up once and keeps (pinned staging buffers and CUDA
  * streams for device memory: 12 ms measured on the H200 machine; an io_uring ring and its
  * registered buffers; bounce buffers), which says nothing about the arm's speed. Recorded, it
  * made a 4 KiB staged read look 50 times slower than it is, the arm was eliminated at once,
@@ -291,7 +292,7 @@ struct ft__pending_write {
  */
 static bool first_use(ft_file *f, const ft__decision *d)
 {
-    uint32_t bit = 1u << d->arm;
+    uint32_t bit = 1u << d->engine;
     _Atomic uint32_t *used = &f->ctx->autosel->used[d->key.mem & 1];
     return !(atomic_fetch_or_explicit(used, bit, memory_order_relaxed) & bit);
 }
