@@ -80,12 +80,12 @@ const char *ft__cufile_mode(void)
 }
 
 /*
- * For AUTO, which must not make a transfer wait for cuFile: opening its driver takes long
- * enough to show in a whole benchmark (on the H200 machine every bench process's first
- * device-memory measurement, 16 MiB calls, ran at 0.5-0.6x of the same engines fixed under
- * AUTO, and at 1.0 GB/s against 1.6 in later rows for cuFile itself; O_DIRECT and staged
- * engines, which never open it, did not lose). The first call that asks starts the open as a
- * task on the context's pool and hears "not yet"; calls after it finished get the answer.
+ * For AUTO, which must not make a transfer wait for cuFile's driver to open. Inferred from
+ * the pattern, not timed: on the H200 machine every bench process's first device-memory
+ * measurement (16 MiB calls) ran at 0.5-0.6x of the same engines fixed under AUTO, and at
+ * 1.0 GB/s against 1.6 in later rows for cuFile itself, while O_DIRECT and staged engines,
+ * which never open it, did not lose. The first call that asks starts the open as a task on
+ * the context's pool and hears "not yet"; calls after it finished get the answer.
  */
 static _Atomic int cf_async; /* 0: nobody asked, 1: opening, 2: open (or failed: cf_reason) */
 

@@ -294,6 +294,9 @@ static bool first_use(ft_file *f, const ft__decision *d)
 {
     uint32_t bit = 1u << d->engine;
     _Atomic uint32_t *used = &f->ctx->autosel->used[d->key.mem & 1];
+    /* every call asks: read first, write the shared word only the first time */
+    if (atomic_load_explicit(used, memory_order_relaxed) & bit)
+        return false;
     return !(atomic_fetch_or_explicit(used, bit, memory_order_relaxed) & bit);
 }
 

@@ -17,7 +17,7 @@
 
 #define PROFILE_MAGIC "fastensor-profile 1"
 
-int ft__sel_save(const ft__selector *sel, const char *path, const char *tag)
+int ft__sel_save(ft__selector *sel, const char *path, const char *tag)
 {
     char tmp[4200];
     snprintf(tmp, sizeof tmp, "%s.tmp-%d", path, (int)getpid());
@@ -31,7 +31,7 @@ int ft__sel_save(const ft__selector *sel, const char *path, const char *tag)
     }
     fprintf(f, "%s\ntag %s\n", PROFILE_MAGIC, tag);
     for (unsigned i = 0; i < FT__SEL_KEYS; i++) {
-        ft__sel_entry *e = ft__sel_entry_at((ft__selector *)sel, i, false);
+        ft__sel_entry *e = ft__sel_entry_at(sel, i, false);
         if (!e)
             continue;
         pthread_mutex_lock(&e->lock);

@@ -86,7 +86,7 @@ float ft__sel_median(const ft__sel_stats *s);
 /* ---- persistence (profile.c) ---- */
 
 /** Write the selector's statistics to @p path atomically, tagged with @p tag. */
-int ft__sel_save(const ft__selector *sel, const char *path, const char *tag);
+int ft__sel_save(ft__selector *sel, const char *path, const char *tag);
 /**
  * Load statistics from @p path. A missing file is 0 (nothing loaded); a corrupt file, one of
  * another version or with another @p tag is -EINVAL (detail says why) and loads nothing.
