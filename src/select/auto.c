@@ -109,6 +109,10 @@ static ft__selector *selector_of_dev(ft__auto *a, dev_t dev)
             sel = a->dev[i].sel;
     if (!sel && a->n < MAX_DEVICES &&
         ft__sel_create(&sel, ft__narms, now_ns, (uint64_t)dev ^ now_ns()) == 0) {
+        for (unsigned k = 0; k < ft__narms; k++) /* O_DIRECT: the page cache is not theirs */
+            if (ft__arms[k].engine == FT_ENGINE_DIRECT || ft__arms[k].engine == FT_ENGINE_URING ||
+                ft__arms[k].engine == FT_ENGINE_CUFILE)
+                sel->cache_blind |= 1u << k;
         unsigned i = a->n++;
         a->dev[i].dev = dev;
         a->dev[i].sel = sel;

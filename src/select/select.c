@@ -229,6 +229,44 @@ static bool eliminated(const ft__sel_stats *st, float best_m)
     return st->n && ft__sel_median(st) < (st->n >= 2 ? 0.5f : 0.25f) * best_m;
 }
 
+/*
+ * Estimates (bytes/s, 0: none) of the cache-blind arms for a read key from the same size and
+ * context in the other cache classes, cold first. An O_DIRECT read of cached data reads it
+ * from the disk again: measured cold, it need not be explored cached, where one call of it
+ * costs twenty page-cache copies (H200 machine: 1.7 against 36 GB/s). Call without holding
+ * the key's lock (this takes the other keys' locks).
+ */
+static void estimates(ft__selector *s, const ft__sel_key *key, uint32_t eligible, float *est)
+{
+    memset(est, 0, s->narms * sizeof *est);
+    uint32_t want = eligible & s->cache_blind;
+    if (key->write || !want)
+        return;
+    static const uint8_t order[] = {0, 3, 1, 2}; /* cold, stream, partial, cached */
+    for (unsigned i = 0; i < sizeof order && want; i++) {
+        if (order[i] == key->cache)
+            continue;
+        ft__sel_key k = *key;
+        k.cache = order[i];
+        ft__sel_entry *e = ft__sel_entry_at(s, ft__sel_key_index(&k), false);
+        if (!e)
+            continue;
+        pthread_mutex_lock(&e->lock);
+        for (unsigned a = 0; a < s->narms; a++)
+            if ((want >> a & 1) && e->arm[a].n >= FT__SEL_EXPLORE) {
+                est[a] = ft__sel_median(&e->arm[a]);
+                want &= ~(1u << a);
+            }
+        pthread_mutex_unlock(&e->lock);
+    }
+}
+
+/* An arm not measured here whose estimate from another cache class is under half the best. */
+static bool hopeless_elsewhere(const ft__sel_stats *st, float est, float best_m)
+{
+    return st->n == 0 && est > 0 && est < 0.5f * best_m;
+}
+
 unsigned ft__sel_choose(ft__selector *s, const ft__sel_key *key, uint32_t eligible,
                         unsigned fallback)
 {
@@ -283,24 +321,29 @@ unsigned ft__sel_choose(ft__selector *s, const ft__sel_key *key, uint32_t eligib
         int a = nearest_known(s, key, eligible);
         return a >= 0 ? (unsigned)a : fallback;
     }
-    if (explore >= 0 && e->calls <= 2 * FT__SEL_EXPLORE * s->narms) {
-        /* Still exploring: only among the arms a measured neighbour finds competitive. */
+    float est[FT__SEL_MAX_ARMS];
+    bool have_est = false;
+    if (explore >= 0) {
+        /* Still exploring: not the cache-blind arms measured hopeless in another cache class,
+         * and in a key's first calls only among the arms a measured neighbour finds
+         * competitive. */
+        bool young = e->calls <= 2 * FT__SEL_EXPLORE * s->narms;
         pthread_mutex_unlock(&e->lock);
-        uint32_t prior = prior_mask(s, key, eligible);
+        uint32_t prior = young ? prior_mask(s, key, eligible) : 0;
+        estimates(s, key, eligible, est);
+        have_est = true;
         pthread_mutex_lock(&e->lock);
-        if (prior) {
-            explore = -1;
-            fewest = UINT32_MAX;
-            for (unsigned a = 0; a < s->narms; a++) {
-                if (!(eligible & prior & (1u << a)))
-                    continue;
-                if (eliminated(&e->arm[a], best_m))
-                    continue;
-                uint32_t tried = e->arm[a].n + e->arm[a].pending;
-                if (tried < FT__SEL_EXPLORE && tried < fewest) {
-                    fewest = tried;
-                    explore = (int)a;
-                }
+        uint32_t allowed = eligible & (prior ? prior : eligible);
+        explore = -1;
+        fewest = UINT32_MAX;
+        for (unsigned a = 0; a < s->narms; a++) {
+            if (!(allowed >> a & 1) || eliminated(&e->arm[a], best_m) ||
+                hopeless_elsewhere(&e->arm[a], est[a], best_m))
+                continue;
+            uint32_t tried = e->arm[a].n + e->arm[a].pending;
+            if (tried < FT__SEL_EXPLORE && tried < fewest) {
+                fewest = tried;
+                explore = (int)a;
             }
         }
     }
@@ -335,22 +378,32 @@ unsigned ft__sel_choose(ft__selector *s, const ft__sel_key *key, uint32_t eligib
              * min(1, 0.5 / that cost), so re-checks cost at most half a call each on average
              * (under 1% of the time at a 2% re-check rate), close arms are checked at the
              * full rate and hopeless ones rarely; a change of context that makes them good
-             * shows as drift of the best. Arms never measured here are always taken. */
+             * shows as drift of the best. An arm never measured here is priced by its
+             * estimate from another cache class, else always taken. */
             float bm = ft__sel_median(&e->arm[e->best]);
             uint32_t cand = 0;
             for (unsigned a = 0; a < s->narms; a++)
                 if ((eligible >> a & 1) && a != (unsigned)e->best)
                     cand |= 1u << a;
+            int drawn = -1;
             if (cand) {
                 unsigned skip = (unsigned)(draw(s) * (unsigned)__builtin_popcount(cand));
-                for (unsigned a = 0; a < s->narms; a++)
-                    if ((cand >> a & 1) && skip-- == 0) {
-                        float m = e->arm[a].n ? ft__sel_median(&e->arm[a]) : 0;
-                        double cost = m > 0 ? (double)bm / m - 1 : 0;
-                        if (cost <= 0.5 || draw(s) < 0.5 / cost)
-                            pick = a;
-                        break;
-                    }
+                for (unsigned a = 0; a < s->narms && drawn < 0; a++)
+                    if ((cand >> a & 1) && skip-- == 0)
+                        drawn = (int)a;
+            }
+            if (drawn >= 0) {
+                float m = e->arm[drawn].n ? ft__sel_median(&e->arm[drawn]) : 0;
+                if (m == 0 && (s->cache_blind >> drawn & 1) && !key->write) {
+                    pthread_mutex_unlock(&e->lock);
+                    if (!have_est)
+                        estimates(s, key, eligible, est);
+                    m = est[drawn];
+                    pthread_mutex_lock(&e->lock);
+                }
+                double cost = m > 0 ? (double)bm / m - 1 : 0;
+                if (cost <= 0.5 || draw(s) < 0.5 / cost)
+                    pick = (unsigned)drawn;
             }
         }
     }

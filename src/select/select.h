@@ -49,6 +49,10 @@ typedef struct ft__selector {
     double recheck;             /* probability of trying another arm once converged */
     double drift;               /* re-explore when best falls below drift x record */
     _Atomic int dirty;          /* changed since the last save */
+    /* Arms that do not go through the page cache (O_DIRECT engines): for reads their speed
+     * hardly depends on the key's cache class, so what they did in one class of a size is
+     * their estimate in the others. Set by the caller after creation; 0: none. */
+    uint32_t cache_blind;
     /* FT__SEL_KEYS entries, each allocated when its key is first chosen for or recorded:
      * made all at once (2 MB), they cost a process 12 ms of page faults on a VM, the first
      * AUTO call's time, for keys a job mostly never uses */
