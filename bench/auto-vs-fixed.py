@@ -23,9 +23,10 @@ import subprocess
 import sys
 
 
-def bench(exe, args, engine):
+def bench(exe, args, engine, trace=None):
     cmd = [exe, "bench", "--json", "--engine", engine] + args
-    out = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True).stdout
+    env = dict(os.environ, FASTENSOR_TRACE=trace) if trace else None
+    out = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True, env=env).stdout
     return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
 
 
@@ -43,6 +44,7 @@ def main():
     ap.add_argument("--tune-seconds", type=int, default=60, help="0: use the profile as it is")
     ap.add_argument("--tune-max", default="1G")
     ap.add_argument("--json", help="write every measurement here")
+    ap.add_argument("--trace", help="AUTO's calls, one line each (FASTENSOR_TRACE), to this file")
     a = ap.parse_args()
 
     if a.tune_seconds > 0:
@@ -63,7 +65,8 @@ def main():
                 e = engines[(i + r) % len(engines)]
                 print("round %d/%d: %s" % (r + 1, a.rounds, e), file=sys.stderr)
                 for op, f in (("write", wfile), ("read", rfile)):
-                    for m in bench(a.fastensor, common + ["--op", op, "--file", f], e):
+                    trace = a.trace if e == "auto" else None
+                    for m in bench(a.fastensor, common + ["--op", op, "--file", f], e, trace):
                         m["round"] = r
                         runs.append(m)
     finally:

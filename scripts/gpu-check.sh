@@ -19,7 +19,8 @@
 #         (or FT_FIO=path). With fio on PATH, compare.py adds fio's ceiling to its table.
 # --ckpt: only the checkpoint comparison (compare.py, CUDA, ViT-H/14; engines
 #         FT_COMPARE_ENGINES, default auto,uring,cufile; FT_COMPARE_REPEAT rounds, default 3),
-#         after `fastensor tune --memory cuda --seconds $FT_TUNE_SECONDS` when that is set.
+#         after `fastensor tune --memory cuda --seconds $FT_TUNE_SECONDS` when that is set
+#         (--auto tunes for $FT_TUNE_SECONDS too, default 60, and traces AUTO's calls).
 #         (--no-bench runs neither.)
 # --pack: leave one archive, $OUT/results.tgz, instead of the separate logs.
 # --udev: ONLY on a throwaway test VM: create the udev entry cuFile needs for the block
@@ -41,7 +42,7 @@ for a in "$@"; do
         --pack) PACK=1 ;;
         --fio) FIO=1 ;;
         --ckpt) CKPT=1 ;;
-        -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
         *) echo "unknown option $a" >&2; exit 2 ;;
     esac
 done
@@ -149,7 +150,7 @@ if [ $AUTO = 1 ]; then
         python3 bench/auto-vs-fixed.py --fastensor "$BUILD/fastensor" --file "$F" \
             --memory $mem --sizes 16M,256M,1G --total 1G --rounds ${FT_AUTO_ROUNDS:-3} \
             --engines posix,direct,uring,mmap$([ $mem = cuda ] && echo ,cufile) \
-            --tune-seconds 40 --json "$OUT/auto-$mem.json" 2>"$OUT/auto-$mem.err" \
+            --tune-seconds ${FT_TUNE_SECONDS:-60} --trace "$OUT/trace-$mem.txt" --json "$OUT/auto-$mem.json" 2>"$OUT/auto-$mem.err" \
             | tee -a "$OUT/summary.txt"
     done
     rm -f "$F"
