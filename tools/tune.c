@@ -100,10 +100,12 @@ int cmd_tune(int argc, char **argv)
     double start = cli_now();
     unsigned calls = 0;
     bool out_of_time = false;
-    /* cold: random places, each evicted first; stream: through the file in order from an
-     * evicted start (readahead at work); cached; plain writes (synced after each, as a job
-     * would before it counts them done); durable writes */
-    enum { COLD, STREAM, CACHED, WRITE, SYNC, KINDS };
+    /* cached (first: page-cache copies cost little, and a budget that runs out in a large
+     * size's disk-bound kinds would leave its cached key to be explored in use, one whole
+     * call per sample); cold: random places, each evicted first; stream: through the file in
+     * order from an evicted start (readahead at work); plain writes (synced after each, as a
+     * job would before it counts them done); durable writes */
+    enum { CACHED, COLD, STREAM, WRITE, SYNC, KINDS };
     /* The selector keys every size from 256 MiB up alike (one bucket): larger calls here would
      * only repeat what 256 MiB ones measure at several times the cost (and run the budget out
      * before they were done); a larger --max-size still spreads the cold reads wider. */
