@@ -259,6 +259,31 @@ static void case_prior(void)
     ft__sel_destroy(s);
 }
 
+/* Beside calls in flight the cache-blind arms compete on their own samples when one of them
+ * was best alone (a deep queue can win there what a single call did not); where a buffered
+ * arm was best alone, it is the answer as before. */
+static void case_busy_blind(void)
+{
+    ft__selector *s;
+    T_EQ(ft__sel_create(&s, ARMS, fake_clock, 12), 0);
+    s->cache_blind = 0xE0;
+    for (unsigned a = 0; a < ARMS; a++) /* alone: arm 5 best */
+        tput[a] = a == 5 ? 2e9 : a > 5 ? 1.5e9 : 0.5e9;
+    optimal_share(s, &key20, 200);
+    ft__sel_key busy = key20;
+    busy.busy = 1;
+    for (unsigned a = 0; a < ARMS; a++) /* in flight: arm 7 (a deep queue) 4x faster */
+        tput[a] = a == 7 ? 8e9 : a >= 5 ? 2e9 : 0.5e9;
+    unsigned share = optimal_share(s, &busy, 400), others = 0;
+    for (unsigned i = 0; i < 400; i++)
+        others += ft__sel_choose(s, &busy, (1u << ARMS) - 1, 0) < 5;
+    printf("  in flight: %u of 400 on the deep-queue arm, %u of 400 on buffered arms\n", share,
+           others);
+    T_TRUE(share >= 380);
+    T_EQ(others, 0u);
+    ft__sel_destroy(s);
+}
+
 /* Cache-blind (O_DIRECT) arms measured cold are not explored for cached reads, where they
  * are twenty times slower than a page-cache copy; without that knowledge they are. */
 static unsigned blind_picks(uint32_t cache_blind, unsigned calls)
@@ -455,6 +480,7 @@ int main(void)
         {"a new key explores what its neighbour found good or never measured", case_prior},
         {"calls in flight: the best eligible arm learned alone", case_busy},
         {"cached reads skip O_DIRECT arms measured slow cold", case_cache_blind},
+        {"calls in flight: O_DIRECT arms compete when one was best alone", case_busy_blind},
         {"profile round trip; foreign and corrupt profiles ignored", case_profile},
         {"8 threads choosing and recording at once", case_concurrent},
         {"engine AUTO on real files, profile saved", case_auto_end_to_end},
