@@ -340,6 +340,62 @@ static void case_busy(void)
     ft__sel_destroy(s);
 }
 
+/* A call that began alone but ends beside others (which arrived after it) is a sample of
+ * calls in flight, not of calls alone. Driven through the decision and completion hooks
+ * with the context's in-flight count set by hand, so the overlap is certain. */
+static void case_company_arrived(void)
+{
+    setenv("FASTENSOR_PROFILE", "off", 1);
+    ft_ctx *ctx = t_ctx(4);
+    ft_file *f;
+    T_EQ(ft_file_open(ctx, &f, t_path("company.bin"), FT_OPEN_READ | FT_OPEN_WRITE |
+                                                          FT_OPEN_CREATE, 0644), 0);
+    size_t n = 1u << 20;
+    uint8_t *src = malloc(n), *dst = malloc(n);
+    t_fill_random(src, n, 9);
+    ft_buf b = ft_host_buf(src, n), d = ft_host_buf(dst, n);
+    T_EQ(ft_write(f, &b, 0, &(ft_io_opts){.engine = FT_ENGINE_POSIX}), n); /* cached */
+    T_EQ(ft_read(f, &d, 0, NULL), n); /* posix's first call in this context: no sample */
+    ft__sel_key alone = {.write = 0, .mem = FT_MEM_HOST, .bucket = 20, .cache = 2,
+                         .cpu = (uint8_t)ft__probe_cpu()}, busy = alone;
+    busy.busy = 1;
+    ft__selector *sel = atomic_load(&f->sel);
+    T_TRUE(sel != NULL);
+    if (!sel)
+        return;
+    uint32_t before[2], after[2];
+    for (unsigned joined = 0; joined < 2; joined++) {
+        ft__sel_entry *ea = ft__sel_entry_at(sel, ft__sel_key_index(&alone), true);
+        ft__sel_entry *eb = ft__sel_entry_at(sel, ft__sel_key_index(&busy), true);
+        before[0] = ea->arm[0].n, before[1] = eb->arm[0].n;
+        atomic_fetch_add(&ctx->inflight, 1); /* this call starts alone */
+        ft__decision dec;
+        ft__auto_decide(f, 0, n, false, false, -1, &dec);
+        T_EQ(dec.key.busy, 0);
+        if (joined)
+            atomic_fetch_add(&ctx->inflight, 1); /* another call arrives and is still running */
+        int64_t r = ft_read(f, &d, 0, &(ft_io_opts){.engine = FT_ENGINE_POSIX});
+        T_EQ(r, n);
+        atomic_fetch_sub(&ctx->inflight, 1); /* this call ends */
+        dec.arm = 0; /* (whatever was decided: posix moved the bytes) */
+        dec.engine = FT_ENGINE_POSIX;
+        ft__auto_done(f, &dec, r);
+        if (joined)
+            atomic_fetch_sub(&ctx->inflight, 1);
+        after[0] = ea->arm[0].n, after[1] = eb->arm[0].n;
+        printf("  %s: alone-key samples +%u, in-flight-key samples +%u\n",
+               joined ? "another call arrived" : "alone throughout", after[0] - before[0],
+               after[1] - before[1]);
+        T_EQ(after[0] - before[0], (joined ? 0u : 1u));
+        T_EQ(after[1] - before[1], (joined ? 1u : 0u));
+    }
+    ft_file_close(f);
+    ft_ctx_destroy(ctx);
+    unsetenv("FASTENSOR_PROFILE");
+    free(src);
+    free(dst);
+}
+
 /* An engine's first call in a context pays for what its engine sets up once (staging buffers,
  * rings): it is not a sample. */
 static void case_first_use(void)
@@ -485,6 +541,8 @@ int main(void)
         {"8 threads choosing and recording at once", case_concurrent},
         {"engine AUTO on real files, profile saved", case_auto_end_to_end},
         {"an engine's first call in a context is not a sample", case_first_use},
+        {"a call that began alone but ended beside others is not an alone sample",
+         case_company_arrived},
         {"unseen keys: posix for cached reads, O_DIRECT for cold; streams", case_static_defaults},
     };
     return t_run(cases, sizeof cases / sizeof *cases);
