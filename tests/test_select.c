@@ -340,29 +340,64 @@ static void case_busy(void)
     ft__sel_destroy(s);
 }
 
+/* A 1 MiB file of random bytes in the page cache, in a context of its own with no profile,
+ * and the key of its reads alone. */
+typedef struct cached_file {
+    ft_ctx *ctx;
+    ft_file *f;
+    uint8_t *src, *dst;
+    size_t n;
+    ft__sel_key key;
+} cached_file;
+
+static int cached_open(cached_file *x, const char *name, uint64_t seed)
+{
+    setenv("FASTENSOR_PROFILE", "off", 1);
+    x->n = 1u << 20;
+    x->ctx = t_ctx(4);
+    x->src = malloc(x->n);
+    x->dst = malloc(x->n);
+    if (!x->ctx || !x->src || !x->dst ||
+        ft_file_open(x->ctx, &x->f, t_path(name),
+                     FT_OPEN_READ | FT_OPEN_WRITE | FT_OPEN_CREATE, 0644) < 0)
+        return -1;
+    t_fill_random(x->src, x->n, seed);
+    ft_buf b = ft_host_buf(x->src, x->n);
+    x->key = (ft__sel_key){.write = 0, .mem = FT_MEM_HOST, .bucket = 20, .cache = 2,
+                           .cpu = (uint8_t)ft__probe_cpu()};
+    return ft_write(x->f, &b, 0, &(ft_io_opts){.engine = FT_ENGINE_POSIX}) == (int64_t)x->n
+               ? 0 : -1;
+}
+
+static void cached_close(cached_file *x)
+{
+    ft_file_close(x->f);
+    ft_ctx_destroy(x->ctx);
+    unsetenv("FASTENSOR_PROFILE");
+    free(x->src);
+    free(x->dst);
+}
+
 /* A call that began alone but ends beside others (which arrived after it) is a sample of
  * calls in flight, not of calls alone. Driven through the decision and completion hooks
  * with the context's in-flight count set by hand, so the overlap is certain. */
 static void case_company_arrived(void)
 {
-    setenv("FASTENSOR_PROFILE", "off", 1);
-    ft_ctx *ctx = t_ctx(4);
-    ft_file *f;
-    T_EQ(ft_file_open(ctx, &f, t_path("company.bin"), FT_OPEN_READ | FT_OPEN_WRITE |
-                                                          FT_OPEN_CREATE, 0644), 0);
-    size_t n = 1u << 20;
-    uint8_t *src = malloc(n), *dst = malloc(n);
-    t_fill_random(src, n, 9);
-    ft_buf b = ft_host_buf(src, n), d = ft_host_buf(dst, n);
-    T_EQ(ft_write(f, &b, 0, &(ft_io_opts){.engine = FT_ENGINE_POSIX}), n); /* cached */
+    cached_file x;
+    T_EQ(cached_open(&x, "company.bin", 9), 0);
+    ft_ctx *ctx = x.ctx;
+    ft_file *f = x.f;
+    size_t n = x.n;
+    ft_buf d = ft_host_buf(x.dst, n);
     T_EQ(ft_read(f, &d, 0, NULL), n); /* posix's first call in this context: no sample */
-    ft__sel_key alone = {.write = 0, .mem = FT_MEM_HOST, .bucket = 20, .cache = 2,
-                         .cpu = (uint8_t)ft__probe_cpu()}, busy = alone;
+    ft__sel_key alone = x.key, busy = alone;
     busy.busy = 1;
     ft__selector *sel = atomic_load(&f->sel);
     T_TRUE(sel != NULL);
-    if (!sel)
+    if (!sel) {
+        cached_close(&x);
         return;
+    }
     uint32_t before[2], after[2];
     for (unsigned joined = 0; joined < 2; joined++) {
         ft__sel_entry *ea = ft__sel_entry_at(sel, ft__sel_key_index(&alone), true);
@@ -389,29 +424,20 @@ static void case_company_arrived(void)
         T_EQ(after[0] - before[0], (joined ? 0u : 1u));
         T_EQ(after[1] - before[1], (joined ? 1u : 0u));
     }
-    ft_file_close(f);
-    ft_ctx_destroy(ctx);
-    unsetenv("FASTENSOR_PROFILE");
-    free(src);
-    free(dst);
+    cached_close(&x);
 }
 
 /* An engine's first call in a context pays for what its engine sets up once (staging buffers,
  * rings): it is not a sample. */
 static void case_first_use(void)
 {
-    setenv("FASTENSOR_PROFILE", "off", 1);
-    ft_ctx *ctx = t_ctx(4);
-    ft_file *f;
-    T_EQ(ft_file_open(ctx, &f, t_path("first.bin"), FT_OPEN_READ | FT_OPEN_WRITE |
-                                                        FT_OPEN_CREATE, 0644), 0);
-    size_t n = 1u << 20;
-    uint8_t *src = malloc(n), *dst = malloc(n);
-    t_fill_random(src, n, 8);
-    ft_buf b = ft_host_buf(src, n), d = ft_host_buf(dst, n);
-    T_EQ(ft_write(f, &b, 0, &(ft_io_opts){.engine = FT_ENGINE_POSIX}), n); /* cached */
-    ft__sel_key key = {.write = 0, .mem = FT_MEM_HOST, .bucket = 20, .cache = 2,
-                       .cpu = (uint8_t)ft__probe_cpu()};
+    cached_file x;
+    T_EQ(cached_open(&x, "first.bin", 8), 0);
+    ft_file *f = x.f;
+    size_t n = x.n;
+    uint8_t *src = x.src, *dst = x.dst;
+    ft_buf d = ft_host_buf(dst, n);
+    ft__sel_key key = x.key;
     uint32_t samples[2];
     for (unsigned i = 0; i < 2; i++) { /* (a third call explores another arm) */
         T_EQ(ft_read(f, &d, 0, NULL), n); /* a cached read: posix */
@@ -424,11 +450,7 @@ static void case_first_use(void)
     printf("  posix samples after 1, 2 calls: %u %u\n", samples[0], samples[1]);
     T_EQ(samples[0], 0u);
     T_EQ(samples[1], 1u);
-    ft_file_close(f);
-    ft_ctx_destroy(ctx);
-    unsetenv("FASTENSOR_PROFILE");
-    free(src);
-    free(dst);
+    cached_close(&x);
 }
 
 /* AUTO end to end: real files, every arm correct, decisions recorded and persisted. */
