@@ -80,12 +80,13 @@ const char *ft__cufile_mode(void)
 }
 
 /*
- * For AUTO, which must not make a transfer wait for cuFile's driver to open. Inferred from
- * the pattern, not timed: on the H200 machine every bench process's first device-memory
- * measurement (16 MiB calls) ran at 0.5-0.6x of the same engines fixed under AUTO, and at
+ * For AUTO, which must not make a transfer wait for cuFile's driver to open. On the H200
+ * machine every bench process's first device-memory measurement (16 MiB calls) ran at
+ * 0.46-0.62x of the best fixed engine under AUTO while the open happened inside it (and at
  * 1.0 GB/s against 1.6 in later rows for cuFile itself, while O_DIRECT and staged engines,
- * which never open it, did not lose. The first call that asks starts the open as a task on
- * the context's pool and hears "not yet"; calls after it finished get the answer.
+ * which never open it, did not lose); with the open moved here, 0.89-1.06x. The first call
+ * that asks starts the open as a task on the context's pool and hears "not yet"; calls
+ * after it finished get the answer.
  */
 static _Atomic int cf_async; /* 0: nobody asked, 1: opening, 2: open (or failed: cf_reason) */
 

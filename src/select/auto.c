@@ -99,6 +99,12 @@ static void profile_path(dev_t dev, char *out, size_t len)
     snprintf(out, len, "%s/profile-%u-%u.txt", dir, major(dev), minor(dev));
 }
 
+/* Whether the arm goes through the page cache (the others are O_DIRECT). */
+static bool buffered_arm(unsigned arm)
+{
+    return ft__arms[arm].engine == FT_ENGINE_POSIX || ft__arms[arm].engine == FT_ENGINE_MMAP;
+}
+
 /* The selector of the filesystem on device @p dev (created, with its profile, on first use). */
 static ft__selector *selector_of_dev(ft__auto *a, dev_t dev)
 {
@@ -109,9 +115,8 @@ static ft__selector *selector_of_dev(ft__auto *a, dev_t dev)
             sel = a->dev[i].sel;
     if (!sel && a->n < MAX_DEVICES &&
         ft__sel_create(&sel, ft__narms, now_ns, (uint64_t)dev ^ now_ns()) == 0) {
-        for (unsigned k = 0; k < ft__narms; k++) /* O_DIRECT: the page cache is not theirs */
-            if (ft__arms[k].engine == FT_ENGINE_DIRECT || ft__arms[k].engine == FT_ENGINE_URING ||
-                ft__arms[k].engine == FT_ENGINE_CUFILE)
+        for (unsigned k = 0; k < ft__narms; k++)
+            if (!buffered_arm(k))
                 sel->cache_blind |= 1u << k;
         unsigned i = a->n++;
         a->dev[i].dev = dev;
@@ -374,11 +379,6 @@ void ft__auto_done(ft_file *f, const ft__decision *d, int64_t result)
         ft__sel_pending(d->sel, &key, d->arm, +1);
     else
         ft__sel_record(d->sel, &key, d->arm, (uint64_t)result, ns);
-}
-
-static bool buffered_arm(unsigned arm)
-{
-    return ft__arms[arm].engine == FT_ENGINE_POSIX || ft__arms[arm].engine == FT_ENGINE_MMAP;
 }
 
 /* Record the pending writes, the sync's time shared (by bytes) among the buffered ones:
