@@ -25,7 +25,7 @@ static uint64_t noise_state = 12345;
 /* One simulated call: choose, "run" for bytes / tput (+-10% noise) on the fake clock, record. */
 static unsigned step(ft__selector *s, const ft__sel_key *k, uint64_t bytes)
 {
-    unsigned arm = ft__sel_choose(s, k, (1u << ARMS) - 1, 0);
+    unsigned arm = ft__sel_choose(s, k, (1u << ARMS) - 1, 0, NULL);
     noise_state = noise_state * 6364136223846793005ull + 1442695040888963407ull;
     double noise = 0.9 + 0.2 * (double)(noise_state >> 40) / (double)(1ull << 24);
     uint64_t t0 = fake_clock();
@@ -135,11 +135,11 @@ static void case_unseen_keys(void)
     set_costs(5);
     ft__sel_key far = key20;
     far.bucket = 27;
-    T_EQ(ft__sel_choose(s, &far, (1u << ARMS) - 1, 6), 6); /* nothing known: the default */
+    T_EQ(ft__sel_choose(s, &far, (1u << ARMS) - 1, 6, NULL), 6); /* nothing known: the default */
     optimal_share(s, &key20, 200);
-    T_EQ(ft__sel_choose(s, &far, (1u << ARMS) - 1, 6), best_of()); /* nearest bucket */
+    T_EQ(ft__sel_choose(s, &far, (1u << ARMS) - 1, 6, NULL), best_of()); /* nearest bucket */
     uint32_t without_best = ((1u << ARMS) - 1) & ~(1u << best_of());
-    unsigned a = ft__sel_choose(s, &far, without_best, 6);
+    unsigned a = ft__sel_choose(s, &far, without_best, 6, NULL);
     T_TRUE(a != best_of()); /* never an ineligible arm */
     ft__sel_destroy(s);
     /* sizes from 256 MiB up share one bucket: what tune learns at 256M serves a 5 GB shard */
@@ -160,7 +160,7 @@ static void case_profile(void)
     T_EQ(ft__sel_save(s, path, "dev=1:2 test"), 0);
     T_EQ(ft__sel_create(&t, ARMS, fake_clock, 6), 0);
     T_EQ(ft__sel_load(t, path, "dev=1:2 test"), 0);
-    T_EQ(ft__sel_choose(t, &key20, (1u << ARMS) - 1, 7), best_of()); /* starts warm */
+    T_EQ(ft__sel_choose(t, &key20, (1u << ARMS) - 1, 7, NULL), best_of()); /* starts warm */
     unsigned idx = ft__sel_key_index(&key20);
     for (unsigned a = 0; a < ARMS; a++) {
         float m1 = ft__sel_median(&ft__sel_entry_at(s, idx, true)->arm[a]);
@@ -177,7 +177,7 @@ static void case_profile(void)
     fclose(f);
     T_EQ(ft__sel_load(t, path, "dev=1:2 test"), -EINVAL);
     T_TRUE(strstr(ft_last_error(), "profile.txt:") != NULL);
-    T_EQ(ft__sel_choose(t, &key20, (1u << ARMS) - 1, 7), 7); /* nothing was loaded */
+    T_EQ(ft__sel_choose(t, &key20, (1u << ARMS) - 1, 7, NULL), 7); /* nothing was loaded */
     f = fopen(path, "w");
     fputs("something else\n", f);
     fclose(f);
@@ -196,10 +196,10 @@ static void case_profile(void)
     T_EQ(ft__sel_load(t, path, "dev=1:2 test"), 0);
     uint64_t mib = 1 << 20, slow = mib * 1000000000ull / 300000000ull; /* 0.3 GB/s */
     for (unsigned i = 0; i < 2; i++) {
-        T_EQ(ft__sel_choose(t, &key20, 3, 7), 0);
+        T_EQ(ft__sel_choose(t, &key20, 3, 7, NULL), 0);
         ft__sel_record(t, &key20, 0, mib, slow);
     }
-    T_EQ(ft__sel_choose(t, &key20, 3, 7), 1);
+    T_EQ(ft__sel_choose(t, &key20, 3, 7, NULL), 1);
     ft__sel_destroy(t);
 }
 
@@ -212,7 +212,7 @@ static void *hammer(void *arg)
         r = r * 6364136223846793005ull + 1;
         ft__sel_key k = {.write = r >> 63, .bucket = (uint8_t)(10 + (r >> 40) % 12),
                          .cache = (uint8_t)((r >> 20) % 3)};
-        unsigned arm = ft__sel_choose(shared, &k, (1u << ARMS) - 1, 0);
+        unsigned arm = ft__sel_choose(shared, &k, (1u << ARMS) - 1, 0, NULL);
         ft__sel_record(shared, &k, arm, 1 << 20, (uint64_t)(1e6 / (1 + arm)));
     }
     return NULL;
@@ -228,8 +228,8 @@ static void case_concurrent(void)
         pthread_join(th[i], NULL);
     /* arm 7 is the fastest everywhere in the hammer: every busy key found it */
     ft__sel_key k = {.bucket = 15, .cache = 1};
-    T_EQ(ft__sel_choose(shared, &k, (1u << ARMS) - 1, 0) == 7 ||
-             ft__sel_choose(shared, &k, (1u << ARMS) - 1, 0) == 7, 1);
+    T_EQ(ft__sel_choose(shared, &k, (1u << ARMS) - 1, 0, NULL) == 7 ||
+             ft__sel_choose(shared, &k, (1u << ARMS) - 1, 0, NULL) == 7, 1);
     ft__sel_destroy(shared);
 }
 
@@ -276,7 +276,7 @@ static void case_busy_blind(void)
         tput[a] = a == 7 ? 8e9 : a >= 5 ? 2e9 : 0.5e9;
     unsigned share = optimal_share(s, &busy, 400), others = 0;
     for (unsigned i = 0; i < 400; i++)
-        others += ft__sel_choose(s, &busy, (1u << ARMS) - 1, 0) < 5;
+        others += ft__sel_choose(s, &busy, (1u << ARMS) - 1, 0, NULL) < 5;
     printf("  in flight: %u of 400 on the deep-queue arm, %u of 400 on buffered arms\n", share,
            others);
     T_TRUE(share >= 380);
@@ -335,8 +335,8 @@ static void case_busy(void)
     ft__sel_key busy = key20;
     busy.busy = 1;
     uint32_t all = (1u << ARMS) - 1;
-    T_EQ(ft__sel_choose(s, &busy, all, 7), best);
-    T_EQ(ft__sel_choose(s, &busy, all & ~(1u << best), 7), second);
+    T_EQ(ft__sel_choose(s, &busy, all, 7, NULL), best);
+    T_EQ(ft__sel_choose(s, &busy, all & ~(1u << best), 7, NULL), second);
     ft__sel_destroy(s);
 }
 
@@ -414,7 +414,7 @@ static void case_company_arrived(void)
         atomic_fetch_sub(&ctx->inflight, 1); /* this call ends */
         dec.arm = 0; /* (whatever was decided: posix moved the bytes) */
         dec.engine = FT_ENGINE_POSIX;
-        ft__auto_done(f, &dec, r);
+        ft__auto_done(f, &dec, r, false);
         if (joined)
             atomic_fetch_sub(&ctx->inflight, 1);
         after[0] = ea->arm[0].n, after[1] = eb->arm[0].n;
@@ -503,6 +503,68 @@ static void case_auto_end_to_end(void)
     free(dst);
 }
 
+/* Decisions made so far for @p key of @p f's selector, whatever the CPU load class. */
+static uint32_t decisions(ft_file *f, const ft__sel_key *key)
+{
+    ft__selector *sel = atomic_load(&f->sel);
+    uint32_t n = 0;
+    for (unsigned cpu = 0; sel && cpu < FT__SEL_CPU; cpu++) {
+        ft__sel_key k = *key;
+        k.cpu = (uint8_t)cpu;
+        ft__sel_entry *e = ft__sel_entry_at(sel, ft__sel_key_index(&k), false);
+        n += e ? e->calls : 0;
+    }
+    return n;
+}
+
+/* A large AUTO transfer whose arm is on trial moves only a 256 MiB slice with it and decides
+ * again for the rest (each slice at its own offset and address: the bytes must come out
+ * whole); a synchronous write is never cut (it is measured with its fdatasync). */
+static void case_trial_slices(void)
+{
+    setenv("FASTENSOR_PROFILE", "off", 1);
+    ft_ctx *ctx = t_ctx(4);
+    ft_file *f;
+    T_EQ(ft_file_open(ctx, &f, t_path("slices.bin"),
+                      FT_OPEN_READ | FT_OPEN_WRITE | FT_OPEN_CREATE, 0644), 0);
+    size_t n = (512u << 20) + 4097; /* two slices, then an odd tail */
+    uint8_t *src = malloc(n), *dst = malloc(n);
+    T_TRUE(src && dst);
+    if (!src || !dst)
+        return;
+    t_fill_random(src, n, 31);
+    ft_buf b = ft_host_buf(src, n), d = ft_host_buf(dst, n);
+    T_EQ(ft_write(f, &b, 4096, &(ft_io_opts){.engine = FT_ENGINE_POSIX}), n); /* cached */
+    ft__sel_key key = {.write = 0, .mem = FT_MEM_HOST, .bucket = FT__SEL_BUCKET_TOP, .cache = 2};
+    uint32_t most = 0;
+    for (unsigned i = 0; i < 4; i++) { /* the 1st two calls are unseen-key answers, not trials */
+        uint32_t before = decisions(f, &key);
+        memset(dst, 0, n);
+        T_EQ(ft_read(f, &d, 4096, NULL), n);
+        T_MEMEQ(src, dst, n);
+        uint32_t made = decisions(f, &key) - before;
+        most = made > most ? made : most;
+    }
+    printf("  most decisions in one 512 MiB read: %u\n", most);
+    T_TRUE(most >= 2);
+    ft__sel_key wkey = {.write = 1, .mem = FT_MEM_HOST, .bucket = FT__SEL_BUCKET_TOP, .cache = 1};
+    for (unsigned i = 0; i < 3; i++) { /* trials from the 2nd call on */
+        uint32_t before = decisions(f, &wkey);
+        T_EQ(ft_write(f, &b, 0, &(ft_io_opts){.flags = FT_IO_SYNC}), n);
+        uint32_t after = decisions(f, &wkey);
+        printf("  synchronous 512 MiB write %u: %u decisions\n", i + 1, after - before);
+        T_EQ(after - before, 1u);
+    }
+    memset(dst, 0, n);
+    T_EQ(ft_read(f, &d, 0, &(ft_io_opts){.engine = FT_ENGINE_POSIX}), n);
+    T_MEMEQ(src, dst, n);
+    ft_file_close(f);
+    ft_ctx_destroy(ctx);
+    unsetenv("FASTENSOR_PROFILE");
+    free(src);
+    free(dst);
+}
+
 /* With nothing known: a cached read starts on posix (an O_DIRECT engine would read it from
  * the disk again), a cold one on an O_DIRECT engine; reads that go on from the previous one
  * form the stream class. */
@@ -558,6 +620,7 @@ int main(void)
         {"a new key explores what its neighbour found good or never measured", case_prior},
         {"calls in flight: the best eligible arm learned alone", case_busy},
         {"cached reads skip O_DIRECT arms measured slow cold", case_cache_blind},
+        {"large transfers are tried a slice at a time", case_trial_slices},
         {"calls in flight: O_DIRECT arms compete when one was best alone", case_busy_blind},
         {"profile round trip; foreign and corrupt profiles ignored", case_profile},
         {"8 threads choosing and recording at once", case_concurrent},

@@ -181,12 +181,15 @@ typedef struct ft__decision {
     uint64_t piece;
     uint64_t t0;        /* when the decision started */
     unsigned inflight;  /* transfers of the context in flight then, this one included */
+    bool trial;         /* the arm is being tried (the key is explored or re-checked) */
     ft__sel_key key;
 } ft__decision;
 
 void ft__auto_decide(ft_file *f, uint64_t off, uint64_t len, bool write, bool sync,
                      int device, ft__decision *d);
-void ft__auto_done(ft_file *f, const ft__decision *d, int64_t result);
+/** Record what the decision @p d did: @p result bytes (or -errno), in the time since it was
+ * made. @p counted: its transfer is still counted in the context's transfers in flight. */
+void ft__auto_done(ft_file *f, const ft__decision *d, int64_t result, bool counted);
 /** The file was just fdatasync'ed in @p ns: charge that to its buffered writes since the last
  * sync and record them (a buffered write is only cheap until it must become durable). */
 void ft__auto_synced(ft_file *f, uint64_t ns);

@@ -67,6 +67,52 @@ static int64_t dispatch(const ft__io *io, ft_engine engine, bool write, void *re
     return write ? ops->write(io) : ops->read(io);
 }
 
+/* A trial of an arm on a large transfer covers this much of it. */
+#define TRIAL_SLICE (256ull << 20)
+
+/*
+ * AUTO: the whole transfer goes through the arm the selector picks, unless that arm is on
+ * trial (its key is still explored, or re-checked) and at least two slices are left: then
+ * only a slice does, and the rest is decided again (the size bucket stays the top one). A
+ * checkpoint shard is one multi-GB call; whole, each trial of a slow arm cost a whole load
+ * (a cached 2.5 GB load by O_DIRECT: 0.4 against 16 GB/s on the development machine), and a
+ * key took a few dozen loads to explore. Synchronous writes are not cut: they are measured
+ * with their fdatasync. cuFile's failure to register the file (remembered, so AUTO stops
+ * offering cuFile for it) sends the part through another arm.
+ * The last decision is left in @p d, the bytes of its part in @p last, for ft__auto_done.
+ */
+static int64_t auto_transfer(ft_file *f, const ft__io *io, bool write, bool durable, bool sync,
+                             void *ready, ft__decision *d, int64_t *last)
+{
+    ft__io part = *io;
+    uint64_t left = io->len;
+    int64_t total = 0;
+    for (;;) {
+        part.len = left;
+        ft__auto_decide(f, part.off, part.len, write, durable, part.device, d);
+        bool slice = d->trial && !sync && left >= 2 * TRIAL_SLICE;
+        if (slice)
+            part.len = TRIAL_SLICE;
+        part.piece = d->piece;
+        int64_t r = dispatch(&part, d->engine, write, ready);
+        if (r < 0 && d->engine == FT_ENGINE_CUFILE && f->cufile_err) {
+            ft__auto_decide(f, part.off, part.len, write, durable, part.device, d);
+            part.piece = d->piece;
+            r = dispatch(&part, d->engine, write, ready);
+        }
+        *last = r;
+        if (r < 0)
+            return r;
+        total += r;
+        if (!slice || (uint64_t)r < part.len) /* done, or the end of the file */
+            return total;
+        ft__auto_done(f, d, r, true);
+        part.ptr += r;
+        part.off += (uint64_t)r;
+        left -= (uint64_t)r;
+    }
+}
+
 int64_t ft__transfer(ft_file *f, const ft_buf *buf, uint64_t offset, const ft_io_opts *opts,
                      bool write)
 {
@@ -97,28 +143,18 @@ int64_t ft__transfer_after(ft_file *f, const ft_buf *buf, uint64_t offset,
             return rc;
         ready = own;
     }
+    int64_t last = 0; /* AUTO: bytes of the last decision's part */
     if (io.len > 0) {
         atomic_fetch_add_explicit(&f->ctx->inflight, 1, memory_order_relaxed);
-        if (e == FT_ENGINE_AUTO) { /* the selector picks an arm and learns from the result */
-            ft__auto_decide(f, offset, io.len, write, durable, io.device, &d);
-            io.piece = d.piece;
-        }
-        ft_engine chosen = e == FT_ENGINE_AUTO ? d.engine : e;
-        r = dispatch(&io, chosen, write, ready);
-        if (r < 0 && e == FT_ENGINE_AUTO && chosen == FT_ENGINE_CUFILE && f->cufile_err) {
-            /* cuFile cannot register this file (the failure is cached, so AUTO will not
-             * offer cuFile for it again): this transfer goes through another engine. */
-            ft__auto_decide(f, offset, io.len, write, durable, io.device, &d);
-            io.piece = d.piece;
-            r = dispatch(&io, d.engine, write, ready);
-        }
+        r = e == FT_ENGINE_AUTO ? auto_transfer(f, &io, write, durable, sync, ready, &d, &last)
+                                : dispatch(&io, e, write, ready);
         atomic_fetch_sub_explicit(&f->ctx->inflight, 1, memory_order_relaxed);
     }
     ft__cuda_event_free(io.device, own);
     if (r >= 0 && sync && (rc = ft_file_sync(f)) < 0)
         return rc;
     if (io.len > 0 && e == FT_ENGINE_AUTO) /* durable writes are measured with their sync */
-        ft__auto_done(f, &d, r);
+        ft__auto_done(f, &d, r < 0 ? r : last, false);
     return r;
 }
 

@@ -266,7 +266,8 @@ void ft__auto_decide(ft_file *f, uint64_t off, uint64_t len, bool write, bool sy
     };
     uint32_t eligible = eligible_arms(f, len, device, write && sync);
     unsigned fallback = static_default(eligible, len, &d->key);
-    unsigned arm = sel ? ft__sel_choose(sel, &d->key, eligible, fallback) : fallback;
+    unsigned arm = sel ? ft__sel_choose(sel, &d->key, eligible, fallback, &d->trial)
+                         : fallback;
     d->sel = sel;
     d->arm = arm;
     d->engine = ft__arms[arm].engine;
@@ -335,13 +336,13 @@ static void trace(const ft__decision *d, const ft__sel_key *key, int64_t result,
                 what);
 }
 
-void ft__auto_done(ft_file *f, const ft__decision *d, int64_t result)
+void ft__auto_done(ft_file *f, const ft__decision *d, int64_t result, bool counted)
 {
     if (!d->sel || result <= 0)
         return;
     uint64_t ns = now_ns() - d->t0;
-    /* Transfers in flight at the call's end, this one counted (it has left the count). */
-    unsigned end = atomic_load_explicit(&f->ctx->inflight, memory_order_relaxed) + 1;
+    /* Transfers in flight at the call's end, this one included. */
+    unsigned end = atomic_load_explicit(&f->ctx->inflight, memory_order_relaxed) + !counted;
     /* A call that began alone but ends beside others did not run alone: its sample is one of
      * calls in flight. In the alone key it would say what the arm does when it shares the
      * CPUs and the disk with calls that arrived after it (2-core development VM: cached 1 MiB

@@ -268,8 +268,12 @@ static bool hopeless_elsewhere(const ft__sel_stats *st, float est, float best_m)
 }
 
 unsigned ft__sel_choose(ft__selector *s, const ft__sel_key *key, uint32_t eligible,
-                        unsigned fallback)
+                        unsigned fallback, bool *trial)
 {
+    bool dummy;
+    if (!trial)
+        trial = &dummy;
+    *trial = false;
     bool use_prior = true; /* the neighbours' verdicts narrow a new key's exploration */
     if (key->busy) {
         /* Beside other transfers of this context a call's time is mostly theirs (they share
@@ -361,6 +365,7 @@ unsigned ft__sel_choose(ft__selector *s, const ft__sel_key *key, uint32_t eligib
     unsigned pick;
     if (explore >= 0) {
         pick = (unsigned)explore; /* round robin over the least-sampled arms */
+        *trial = true;
     } else {
         if (e->best < 0 || !(eligible >> e->best & 1)) {
             int b = best_arm(e, eligible, s->narms);
@@ -413,8 +418,10 @@ unsigned ft__sel_choose(ft__selector *s, const ft__sel_key *key, uint32_t eligib
                     pthread_mutex_lock(&e->lock);
                 }
                 double cost = m > 0 ? (double)bm / m - 1 : 0;
-                if (cost <= 0.5 || draw(s) < 0.5 / cost)
+                if (cost <= 0.5 || draw(s) < 0.5 / cost) {
                     pick = (unsigned)drawn;
+                    *trial = true;
+                }
             }
         }
     }

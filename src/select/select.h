@@ -72,10 +72,11 @@ unsigned ft__sel_bucket(uint64_t len);
 
 /**
  * Choose an arm for @p key among the arms set in @p eligible (a bit mask, non-zero).
- * @p fallback is the static default when nothing at all is known.
+ * @p fallback is the static default when nothing at all is known. @p trial (may be NULL) is
+ * set when the arm is tried (exploring the key, or a re-check), not the key's best.
  */
 unsigned ft__sel_choose(ft__selector *sel, const ft__sel_key *key, uint32_t eligible,
-                        unsigned fallback);
+                        unsigned fallback, bool *trial);
 
 /** Record that @p arm moved @p bytes in @p ns nanoseconds for @p key. */
 void ft__sel_record(ft__selector *sel, const ft__sel_key *key, unsigned arm, uint64_t bytes,
