@@ -471,6 +471,45 @@ static bool cufile_usable(void)
     return r == 4096;
 }
 
+/* AUTO on device memory past two trial slices (512 MiB + an odd tail, 1 byte off alignment):
+ * from the third call on a fresh context's arms are on trial, so each call moves a 256 MiB
+ * slice with the arm on trial and decides again for the rest (test_select counts the
+ * decisions on host memory); every slice must land at its own device address. */
+static void case_auto_slices(void)
+{
+    setenv("FASTENSOR_PROFILE", "off", 1);
+    ft_ctx *own = t_ctx(0);
+    size_t size = (512u << 20) + 4097, mis = 1;
+    uint8_t *host = malloc(size), *back = malloc(size), *dev = NULL;
+    T_TRUE(host && back && own);
+    T_EQ(ft_cuda_alloc(0, size + mis, (void **)&dev), 0);
+    t_fill_random(host, size, 77);
+    T_EQ(ft_cuda_copy(dev + mis, host, size), 0);
+    ft_file *f;
+    T_EQ(ft_file_open(own, &f, t_path("gpu-slices.bin"),
+                      FT_OPEN_READ | FT_OPEN_WRITE | FT_OPEN_CREATE | FT_OPEN_TRUNC, 0644), 0);
+    ft_buf b = {dev + mis, size, FT_MEM_CUDA, 0};
+    for (unsigned i = 0; i < 4; i++) {
+        T_EQ(ft_write(f, &b, 4096, NULL), (int64_t)size);
+        T_EQ(ft_file_sync(f), 0);
+    }
+    for (unsigned i = 0; i < 5; i++) {
+        memset(back, 0x5A, size); /* clear the device buffer, then read into it */
+        T_EQ(ft_cuda_copy(dev + mis, back, size), 0);
+        T_EQ(ft_read(f, &b, 4096, NULL), (int64_t)size);
+        T_EQ(ft_cuda_copy(back, dev + mis, size), 0);
+        size_t at = t_first_diff(host, back, size);
+        if (at != (size_t)-1)
+            T_FAIL("AUTO read %u into device memory differs at byte %zu", i + 1, at);
+    }
+    ft_file_close(f);
+    ft_cuda_free(dev);
+    ft_ctx_destroy(own);
+    unsetenv("FASTENSOR_PROFILE");
+    free(host);
+    free(back);
+}
+
 int main(void)
 {
     setenv("FASTENSOR_CUFILE_BATCH", "1", 0); /* exercise cuFile's batch API even without GDS */
@@ -493,6 +532,7 @@ int main(void)
         {"spill store: device puts and gets, stream ordering", case_store_on_device},
         {"batches of small device ops, every engine pair, registered memory", case_batches},
         {"buffer registration", case_registration},
+        {"AUTO in trial slices into device memory", case_auto_slices},
     };
     int rc = t_run(cases, sizeof cases / sizeof *cases);
     ft_ctx_destroy(ctx);
