@@ -475,6 +475,14 @@ const char *ft_ckpt_shard_path(const ft_ckpt *ckpt, unsigned shard);
 /** @return 1 when the checkpoint carries fastensor checksums (for every shard), else 0. */
 int ft_ckpt_has_checksums(const ft_ckpt *ckpt);
 
+/**
+ * Whether shard @p shard's data section is in the page cache, sampled at its start, middle
+ * and end (cachestat(2) where the kernel has it, else mincore). A cached shard can be mapped
+ * instead of read: the Python loaders map it (no copy, no fresh memory) unless told not to.
+ * @return 1 cached (at least 90% of the sampled pages), 0 not, or -ERANGE.
+ */
+int ft_ckpt_shard_cached(const ft_ckpt *ckpt, unsigned shard);
+
 enum {
     FT_LOAD_VERIFY = 1u << 0, /**< check xxh3 block checksums while loading (when present) */
 };

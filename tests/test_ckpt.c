@@ -145,6 +145,34 @@ static void case_many_small(void)
     free_tensors(o, n);
 }
 
+/* ft_ckpt_shard_cached: 0 once the file is evicted, 1 once it was read through the page
+ * cache, -ERANGE past the last shard. */
+static void case_shard_cached(void)
+{
+    size_t n = 64;
+    owned_tensor *o = make_tensors(n, FT_DTYPE_F32, 1, 1 << 15);
+    ft_tensor *list = list_of(o, n);
+    const char *path = t_path("cached.safetensors");
+    T_EQ(ft_ckpt_save(ctx, path, list, n, NULL), 0);
+    int fd = open(path, O_RDONLY);
+    T_TRUE(fd >= 0);
+    T_EQ(fsync(fd), 0);
+    T_EQ(posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);
+    ft_ckpt *c;
+    T_EQ(ft_ckpt_open(ctx, &c, path), 0);
+    T_EQ(ft_ckpt_shard_cached(c, 0), 0);
+    char buf[1 << 16];
+    while (read(fd, buf, sizeof buf) > 0)
+        ;
+    T_EQ(ft_ckpt_shard_cached(c, 0), 1);
+    T_EQ(ft_ckpt_shard_cached(c, 1), -ERANGE);
+    T_EQ(ft_ckpt_shard_cached(NULL, 0), -ERANGE);
+    ft_ckpt_close(c);
+    close(fd);
+    free(list);
+    free_tensors(o, n);
+}
+
 /* The recorded checksums are plain XXH3-64 of each block of the data section, whichever
  * SIMD path computed them (libxxhash's run-time dispatcher where it has one): any tool with
  * xxhash can check them. */
@@ -553,6 +581,7 @@ int main(void)
     const t_case cases[] = {
         {"every dtype, scalars, empty tensors, metadata", case_every_dtype},
         {"5000 small tensors, 4K checksum blocks", case_many_small},
+        {"whether a shard is in the page cache", case_shard_cached},
         {"checksums are plain XXH3-64 of each block", case_checksums_are_xxh3},
         {"sharded save, load by index and directory", case_sharded},
         {"hand-built files: unaligned data, no metadata, > 4 GiB offsets", case_foreign_files},

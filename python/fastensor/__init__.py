@@ -212,7 +212,8 @@ def inspect(path) -> dict:
     tensors, meta, shards, has_csum = _C.ckpt_describe(ck)
     return {"tensors": {t[0]: {"dtype": t[1], "shape": t[2], "bytes": t[3], "shard": t[4],
                                "data_offset": t[5]} for t in tensors},
-            "metadata": meta, "shards": [{"path": p, "data_size": s} for p, s in shards],
+            "metadata": meta,
+            "shards": [{"path": p, "data_size": s, "data_start": d} for p, s, d in shards],
             "checksums": bool(has_csum)}
 
 

@@ -2,9 +2,12 @@
 shard-at-a-time load (one allocation and one large read per shard)."""
 from __future__ import annotations
 
+import mmap as _mmap
 import os
 
 from . import _C, context, engine_id
+
+_MADV_POPULATE_READ = getattr(_mmap, "MADV_POPULATE_READ", 22)  # Linux 5.14
 
 
 def save(path, items, metadata, *, engine="auto", shard_size=None, checksums=True,
@@ -34,3 +37,33 @@ def load_shard(ck, shard, address, nbytes, *, engine="auto", verify=False, devic
     kind, dev = (0, 0) if device is None else (1, device)
     return _C.ckpt_load_shard(ck, shard, address, nbytes, engine_id(engine), bool(verify),
                               kind, dev, stream)
+
+
+def mapped_shard(ck, shard, info, *, engine="auto", verify=False, mmap=None):
+    """A private mapping of the file of shard ``shard`` (``info``: its (path, data size, data
+    start)) for host tensors to view, or None where the shard is to be read instead.
+
+    A mapping serves a cached shard without a copy and without fresh memory: its pages are the
+    page cache's until a tensor writes to one (copy on write; the file never changes). ``mmap``
+    True maps whenever it can; False never; None (the default) maps shards found in the page
+    cache under engine "auto" (an uncached shard is read faster with O_DIRECT than faulted in
+    through a mapping). Never mapped: ``verify`` (checksums are checked while reading), empty
+    shards, data sections not 8-byte aligned in the file (tensor views need aligned
+    addresses), and files shorter than their header says (the read reports those)."""
+    path, size, start = info
+    if mmap is False or verify or size == 0 or start % 8:
+        return None
+    if mmap is None and (engine != "auto" or not _C.ckpt_shard_cached(ck, shard)):
+        return None
+    with open(path, "rb") as f:
+        if os.fstat(f.fileno()).st_size < start + size:
+            return None
+        m = _mmap.mmap(f.fileno(), start + size, flags=_mmap.MAP_PRIVATE,
+                       prot=_mmap.PROT_READ | _mmap.PROT_WRITE)
+    # Map the cached pages in now, read-only (MAP_POPULATE on a writable private mapping
+    # would copy every page up front); kernels before 5.14 fault them in on first use.
+    try:
+        m.madvise(_MADV_POPULATE_READ)
+    except OSError:
+        pass
+    return m

@@ -443,8 +443,9 @@ static PyObject *py_ckpt_describe(PyObject *self, PyObject *args)
         Py_DECREF(pv);
     }
     for (unsigned k = 0; k < ft_ckpt_shard_count(c); k++) {
-        PyObject *item = Py_BuildValue("(sL)", ft_ckpt_shard_path(c, k),
-                                       (long long)ft_ckpt_shard_size(c, k));
+        PyObject *item = Py_BuildValue("(sLL)", ft_ckpt_shard_path(c, k),
+                                       (long long)ft_ckpt_shard_size(c, k),
+                                       (long long)ft_ckpt_shard_data_start(c, k));
         if (!item)
             goto fail;
         PyList_SetItem(shards, k, item);
@@ -499,6 +500,24 @@ static PyObject *py_ckpt_verify(PyObject *self, PyObject *args)
     return rc < 0 ? raise_ft(rc, NULL) : (Py_INCREF(Py_None), Py_None);
 }
 
+/* (ckpt, shard) -> whether the shard's data section is in the page cache */
+static PyObject *py_ckpt_shard_cached(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *cap;
+    unsigned shard;
+    if (!PyArg_ParseTuple(args, "OI", &cap, &shard))
+        return NULL;
+    ft_ckpt *c = cap_get(cap, CAP_CKPT);
+    if (!c)
+        return NULL;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = ft_ckpt_shard_cached(c, shard);
+    Py_END_ALLOW_THREADS
+    return rc < 0 ? raise_ft(rc, NULL) : PyBool_FromLong(rc);
+}
+
 static PyMethodDef methods[] = {
     {"ctx_create", py_ctx_create, METH_VARARGS, "ctx_create(threads, chunk, qd, bounce, engine)"},
     {"engine_id", py_engine_id, METH_VARARGS, "engine_id(name) -> int"},
@@ -515,6 +534,8 @@ static PyMethodDef methods[] = {
     {"ckpt_describe", py_ckpt_describe, METH_VARARGS, "ckpt_describe(ckpt) -> (...)"},
     {"ckpt_load_shard", py_ckpt_load_shard, METH_VARARGS, "ckpt_load_shard(...) -> int"},
     {"ckpt_verify", py_ckpt_verify, METH_VARARGS, "ckpt_verify(ckpt, engine)"},
+    {"ckpt_shard_cached", py_ckpt_shard_cached, METH_VARARGS,
+     "ckpt_shard_cached(ckpt, shard) -> bool"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -44,12 +44,18 @@ def save_file(tensors: dict, filename, metadata: dict | None = None, *, engine: 
     del keep
 
 
-def load_file(filename, *, engine: str = "auto", verify: bool = False) -> dict:
+def load_file(filename, *, engine: str = "auto", verify: bool = False, mmap=None) -> dict:
     """Load a safetensors file, index or directory into numpy arrays (views into one buffer
-    per shard)."""
+    per shard; a shard in the page cache is mapped instead of read, as in
+    :func:`fastensor.torch.load_file`, whose ``mmap`` this ``mmap`` is)."""
     ck, tensors, _, shards = _ckpt.open_checkpoint(filename)
     bufs = []
-    for k, (_, size) in enumerate(shards):
+    for k, info in enumerate(shards):
+        size = info[1]
+        mapped = _ckpt.mapped_shard(ck, k, info, engine=engine, verify=verify, mmap=mmap)
+        if mapped is not None:
+            bufs.append(np.frombuffer(mapped, dtype=np.uint8, count=size, offset=info[2]))
+            continue
         buf = np.empty(max(size, 1), dtype=np.uint8)
         _ckpt.load_shard(ck, k, buf.ctypes.data, size, engine=engine, verify=verify)
         bufs.append(buf)

@@ -90,14 +90,21 @@ def _tensor_from(buf, dtype_name, shape, nbytes, off):
     return raw.view(dt).reshape(shape)
 
 
-def _load(filename, device, engine, verify):
+def _load(filename, device, engine, verify, mmap=None):
     device = torch.device(device)
     ck, tensors, meta, shards = _ckpt.open_checkpoint(filename)
     bufs = []
     cuda = device.type == "cuda"
     if cuda and device.index is None:
         device = torch.device("cuda", torch.cuda.current_device())
-    for k, (_, size) in enumerate(shards):
+    for k, info in enumerate(shards):
+        size = info[1]
+        mapped = None if cuda else _ckpt.mapped_shard(ck, k, info, engine=engine, verify=verify,
+                                                      mmap=mmap)
+        if mapped is not None:  # the tensors view the page cache (the buffer keeps it mapped)
+            buf = torch.frombuffer(mapped, dtype=torch.uint8, count=size, offset=info[2])
+            bufs.append(buf if device.type == "cpu" else buf.to(device))
+            continue
         buf = torch.empty(max(size, 1), dtype=torch.uint8, device=device if cuda else "cpu")
         # straight into device memory (pinned staging or cuFile), ordered on the current stream
         stream = torch.cuda.current_stream(device).cuda_stream if cuda else 0
@@ -111,14 +118,22 @@ def _load(filename, device, engine, verify):
     return out, meta
 
 
-def load_file(filename, device="cpu", *, engine: str = "auto", verify: bool = False) -> dict:
+def load_file(filename, device="cpu", *, engine: str = "auto", verify: bool = False,
+              mmap=None) -> dict:
     """Load a safetensors file, index or directory into tensors on ``device``.
 
     Each shard is read with one large parallel read into one buffer; tensors are views of it
     (so the buffer lives while any of them does). ``verify`` checks the xxh3 block checksums
     while reading (ValueError naming the block and tensor on a mismatch).
+    On the host, a shard already in the page cache is mapped instead (``mmap=None``, with
+    engine "auto"): the tensors view a private mapping of the file, no copy is made, and
+    writing to a tensor copies only that page (the file never changes). Such tensors see the
+    file's bytes as long as they live: a file changed in place by another program changes
+    them, and one truncated under them faults; fastensor's own saves replace files, which
+    leaves mappings of the old file intact. ``mmap=False`` always reads; ``mmap=True`` maps
+    cached and uncached shards alike.
     """
-    return _load(filename, device, engine, verify)[0]
+    return _load(filename, device, engine, verify, mmap)[0]
 
 
 class AsyncSave:
@@ -200,13 +215,13 @@ def save_model(model, filename, metadata: dict | None = None, *, engine: str = "
 
 
 def load_model(model, filename, strict: bool = True, *, device=None, engine: str = "auto",
-               verify: bool = False):
+               verify: bool = False, mmap=None):
     """Load a checkpoint made by :func:`save_model` (or any safetensors state dict) into
     ``model``; returns ``model.load_state_dict``'s (missing_keys, unexpected_keys)."""
     if device is None:
         p = next(iter(model.parameters()), None)
         device = p.device if p is not None else "cpu"
-    state, meta = _load(filename, device, engine, verify)
+    state, meta = _load(filename, device, engine, verify, mmap)
     try:
         aliases = json.loads(meta.get(_ALIASES_KEY, "{}"))
     except ValueError as e:

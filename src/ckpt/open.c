@@ -1,5 +1,6 @@
 /* Opening checkpoints: a safetensors file, an index of shards, or a directory of either. */
 #include "ckpt.h"
+#include "../select/select.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -413,6 +414,14 @@ int64_t ft_ckpt_shard_data_start(const ft_ckpt *c, unsigned k)
 const char *ft_ckpt_shard_path(const ft_ckpt *c, unsigned k)
 {
     return c && k < c->nshards ? c->shards[k].path : NULL;
+}
+
+int ft_ckpt_shard_cached(const ft_ckpt *c, unsigned k)
+{
+    if (!c || k >= c->nshards)
+        return -ERANGE;
+    const ft__shard *s = &c->shards[k];
+    return s->data_size && ft__probe_cache(s->file->fd, s->data_start, s->data_size) == 2;
 }
 
 int ft_ckpt_has_checksums(const ft_ckpt *c)

@@ -63,3 +63,22 @@ def test_sharded_round_trip(tmp):
         for k, a in arrays.items():
             assert np.array_equal(back[k], a)
     fastensor.verify(idx)
+
+
+def test_cached_shards_are_mapped_copy_on_write(tmp):
+    rng = np.random.default_rng(3)
+    arrays = {"a": rng.standard_normal((256, 1000)).astype(np.float32),
+              "b": rng.integers(0, 1 << 30, size=17, dtype=np.int64)}
+    p = os.path.join(tmp, "m.safetensors")
+    fnp.save_file(arrays, p)
+    with open(p, "rb") as f:  # into the page cache
+        while f.read(1 << 20):
+            pass
+    back = fnp.load_file(p)
+    with open("/proc/self/maps") as f:
+        assert os.path.realpath(p) in f.read()
+    assert all(np.array_equal(back[k], v) for k, v in arrays.items())
+    assert back["a"].flags.writeable
+    back["a"][:] = 0  # copy on write: the file keeps its bytes
+    again = fnp.load_file(p, mmap=False)
+    assert all(np.array_equal(again[k], v) for k, v in arrays.items())

@@ -62,8 +62,64 @@ def test_reads_foreign_unaligned_files(tmp):
     p = os.path.join(tmp, "foreign.safetensors")
     st_reader.write(p, {"a": ("F16", (3,), a.view(torch.uint8).numpy().tobytes()),
                         "b": ("F32", (5,), b.view(torch.uint8).numpy().tobytes())}, pad=3)
-    back = ft.load_file(p)
-    assert torch.equal(back["a"], a) and torch.equal(back["b"], b)
+    for mmap in (None, True, False):  # (data at an odd offset: never mapped, always read)
+        back = ft.load_file(p, mmap=mmap)
+        assert torch.equal(back["a"], a) and torch.equal(back["b"], b)
+
+
+def mapped(path):
+    """Whether this process maps the file at path."""
+    with open("/proc/self/maps") as f:
+        return os.path.realpath(path) in f.read()
+
+
+def evict(path):
+    fd = os.open(path, os.O_RDONLY)
+    os.fsync(fd)
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    os.close(fd)
+
+
+def cache(path):
+    with open(path, "rb") as f:
+        while f.read(1 << 20):
+            pass
+
+
+def test_cached_shards_are_mapped_copy_on_write(tmp):
+    t = {"a": rand(torch.float32, (512, 1024), 1), "b": rand(torch.int16, (3, 5), 2)}
+    p = os.path.join(tmp, "m.safetensors")
+    ft.save_file(t, p)
+    evict(p)
+    back = ft.load_file(p)  # not in the page cache: read
+    assert not mapped(p) and all(same(back[k], v) for k, v in t.items())
+    cache(p)
+    back = ft.load_file(p)  # in the page cache: mapped
+    assert mapped(p) and all(same(back[k], v) for k, v in t.items())
+    back["a"][0, 0] = 12345.0  # copy on write: the file keeps its bytes
+    back["b"] += 1
+    del back
+    gc.collect()
+    assert not mapped(p)  # the mapping lives as long as the tensors
+    for opts in ({"mmap": False}, {"verify": True}, {"engine": "posix"}, {"mmap": None}):
+        back = ft.load_file(p, **opts)
+        assert mapped(p) == (opts == {"mmap": None}), opts
+        assert all(same(back[k], v) for k, v in t.items()), opts
+        del back
+        gc.collect()
+    evict(p)
+    back = ft.load_file(p, mmap=True)  # mapped whether cached or not
+    assert mapped(p) and all(same(back[k], v) for k, v in t.items())
+    del back
+    gc.collect()
+    model = torch.nn.Linear(1024, 512)
+    ft.save_model(model, p)
+    cache(p)
+    fresh = torch.nn.Linear(1024, 512)
+    ft.load_model(fresh, p)  # copies out of the mapping, keeps none of it
+    gc.collect()
+    assert not mapped(p)
+    assert torch.equal(fresh.weight, model.weight) and torch.equal(fresh.bias, model.bias)
 
 
 def test_async_snapshot(tmp):
