@@ -270,9 +270,9 @@ static bool hopeless_elsewhere(const ft__sel_stats *st, float est, float best_m)
 unsigned ft__sel_choose(ft__selector *s, const ft__sel_key *key, uint32_t eligible,
                         unsigned fallback, bool *trial)
 {
-    bool dummy;
+    bool caller_ignores;
     if (!trial)
-        trial = &dummy;
+        trial = &caller_ignores;
     *trial = false;
     bool use_prior = true; /* the neighbours' verdicts narrow a new key's exploration */
     if (key->busy) {
