@@ -128,6 +128,40 @@ static void case_swap(void)
     ft__sel_destroy(s);
 }
 
+/* Plain writes are measured at their sync: until then a key's arms are all pending. Once
+ * each has had its trials, the rest of the pass goes where an unseen key would, not round
+ * robin over every arm. */
+static void case_writes_awaiting_sync(void)
+{
+    ft__selector *s;
+    T_EQ(ft__sel_create(&s, ARMS, fake_clock, 6), 0);
+    set_costs(2);
+    const ft__sel_key w = {.write = 1, .bucket = 24, .cache = 0};
+    const uint32_t all = (1u << ARMS) - 1;
+    unsigned tries[ARMS] = {0};
+    for (unsigned i = 0; i < ARMS * FT__SEL_EXPLORE; i++) {
+        unsigned a = ft__sel_choose(s, &w, all, 5, NULL);
+        tries[a]++;
+        ft__sel_pending(s, &w, a, +1);
+    }
+    for (unsigned a = 0; a < ARMS; a++)
+        T_EQ(tries[a], FT__SEL_EXPLORE);
+    unsigned on_default = 0;
+    for (unsigned i = 0; i < 100; i++) {
+        unsigned a = ft__sel_choose(s, &w, all, 5, NULL);
+        on_default += a == 5;
+        ft__sel_pending(s, &w, a, +1);
+    }
+    printf("  while waiting for the sync: %u of 100 writes on the default arm\n", on_default);
+    T_EQ(on_default, 100);
+    /* a neighbouring size measured: its best arm */
+    ft__sel_key near = w;
+    near.bucket = 23;
+    optimal_share(s, &near, 200);
+    T_EQ(ft__sel_choose(s, &w, all, 5, NULL), best_of());
+    ft__sel_destroy(s);
+}
+
 static void case_unseen_keys(void)
 {
     ft__selector *s;
@@ -617,6 +651,7 @@ int main(void)
         {"re-checks cost under 2% of the time once converged", case_recheck_cost},
         {"re-converges after the costs swap", case_swap},
         {"unseen keys: nearest bucket, then the default", case_unseen_keys},
+        {"writes awaiting their sync: the default after the trials", case_writes_awaiting_sync},
         {"a new key explores what its neighbour found good or never measured", case_prior},
         {"calls in flight: the best eligible arm learned alone", case_busy},
         {"cached reads skip O_DIRECT arms measured slow cold", case_cache_blind},
