@@ -9,7 +9,8 @@
 # development machine and carried along: `make BUILD=gpubuild all tests python` there, then
 # carry gpubuild and python/fastensor/_C.abi3.so (the extension is on the stable ABI).
 # --auto: AUTO against every fixed engine (bench/auto-vs-fixed.py: tune, then interleaved
-#         rounds; CUDA and host memory), the mixed workload and AUTO's decision overhead.
+#         rounds; CUDA and host memory, or those in FT_AUTO_MEMS), the mixed workload and
+#         AUTO's decision overhead.
 # --offload: the activation-offload benchmark (bench/offload.py: ViT- and BERT-style models
 #         under a GPU memory cap, step times against save_on_cpu and torch.save hooks), then
 #         step times at batch $FT_OFFLOAD_BIG_BATCH (24).
@@ -145,7 +146,7 @@ elif [ $BENCH = 1 ]; then
 fi
 if [ $AUTO = 1 ]; then
     F="$WORK/auto.bin"
-    for mem in cuda host; do
+    for mem in ${FT_AUTO_MEMS:-cuda host}; do
         log "AUTO vs every fixed engine, $mem memory: tune, then interleaved rounds of fastensor bench"
         python3 bench/auto-vs-fixed.py --fastensor "$BUILD/fastensor" --file "$F" \
             --memory $mem --sizes 16M,256M,1G --total 1G --rounds ${FT_AUTO_ROUNDS:-3} \

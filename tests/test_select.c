@@ -354,6 +354,35 @@ static void case_cache_blind(void)
     T_TRUE(later <= 5);
 }
 
+/* A cached key new to its context (the CPU-load class flipped) explores from its neighbour
+ * in the other context, which never measured the O_DIRECT arms cached: their cold figures
+ * price them, there as here, so none is tried. */
+static void case_cache_blind_new_context(void)
+{
+    ft__selector *s;
+    T_EQ(ft__sel_create(&s, ARMS, fake_clock, 13), 0);
+    s->cache_blind = 0xE0;
+    ft__sel_key cold = key20;
+    cold.cache = 0;
+    for (unsigned a = 5; a < ARMS; a++) /* measured cold: 1 GB/s */
+        for (unsigned i = 0; i < FT__SEL_EXPLORE; i++)
+            ft__sel_record(s, &cold, a, 1 << 20, 1000000);
+    for (unsigned a = 0; a < ARMS; a++)
+        tput[a] = a < 5 ? 20e9 - 1e9 * a : 1e9;
+    unsigned before = 0, after = 0;
+    for (unsigned i = 0; i < 200; i++)
+        before += step(s, &key20, 1 << 20) >= 5;
+    ft__sel_key loaded = key20;
+    loaded.cpu = 1;
+    for (unsigned i = 0; i < 5 * FT__SEL_EXPLORE + 5; i++)
+        after += step(s, &loaded, 1 << 20) >= 5;
+    printf("  O_DIRECT arms tried for cached reads: %u in the first context, %u in the next\n",
+           before, after);
+    T_EQ(before, 0u);
+    T_EQ(after, 0u);
+    ft__sel_destroy(s);
+}
+
 /* A call beside others takes the decision learned alone: the best arm eligible for it (one
  * the file cannot use, such as cuFile after its registration failed, is not). */
 static void case_busy(void)
@@ -655,6 +684,7 @@ int main(void)
         {"a new key explores what its neighbour found good or never measured", case_prior},
         {"calls in flight: the best eligible arm learned alone", case_busy},
         {"cached reads skip O_DIRECT arms measured slow cold", case_cache_blind},
+        {"... and so does a cached key new to its CPU-load context", case_cache_blind_new_context},
         {"large transfers are tried a slice at a time", case_trial_slices},
         {"calls in flight: O_DIRECT arms compete when one was best alone", case_busy_blind},
         {"profile round trip; foreign and corrupt profiles ignored", case_profile},

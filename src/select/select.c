@@ -180,6 +180,8 @@ static int nearest_known_in(ft__selector *s, const ft__sel_key *key, uint32_t el
  * The same size in another context (load, transfers in flight) is the closest evidence
  * there is: from it only arms within 80% of its best are worth trying.
  */
+static void estimates(ft__selector *s, const ft__sel_key *key, uint32_t eligible, float *est);
+
 static uint32_t prior_mask(ft__selector *s, const ft__sel_key *key, uint32_t eligible)
 {
     for (int d = 0; d < FT__SEL_BUCKETS; d++) {
@@ -209,7 +211,14 @@ static uint32_t prior_mask(ft__selector *s, const ft__sel_key *key, uint32_t eli
                 if (sampled < 2)
                     continue;
                 /* An arm the neighbour never measured is unknown there, not hopeless: left
-                 * out, it would be left out of every key explored from this one in turn. */
+                 * out, it would be left out of every key explored from this one in turn.
+                 * Unless it is an O_DIRECT arm the neighbour left out for its figures in
+                 * another cache class: those figures price it here too. */
+                float est[FT__SEL_MAX_ARMS];
+                estimates(s, &k, eligible, est);
+                for (unsigned a = 0; a < s->narms; a++)
+                    if (med[a] == 0)
+                        med[a] = est[a];
                 uint32_t mask = 0;
                 float keep = d == 0 ? 0.8f : 0.5f;
                 for (unsigned a = 0; a < s->narms; a++)
@@ -243,21 +252,27 @@ static void estimates(ft__selector *s, const ft__sel_key *key, uint32_t eligible
     if (key->write || !want)
         return;
     static const uint8_t order[] = {0, 3, 1, 2}; /* cold, stream, partial, cached */
-    for (unsigned i = 0; i < sizeof order && want; i++) {
-        if (order[i] == key->cache)
-            continue;
-        ft__sel_key k = *key;
-        k.cache = order[i];
-        ft__sel_entry *e = ft__sel_entry_at(s, ft__sel_key_index(&k), false);
-        if (!e)
-            continue;
-        pthread_mutex_lock(&e->lock);
-        for (unsigned a = 0; a < s->narms; a++)
-            if ((want >> a & 1) && e->arm[a].n >= FT__SEL_EXPLORE) {
-                est[a] = ft__sel_median(&e->arm[a]);
-                want &= ~(1u << a);
-            }
-        pthread_mutex_unlock(&e->lock);
+    /* this context first, then the others (CPU load, calls in flight): a key new to its
+     * context is where an O_DIRECT call of cached data is likeliest to be tried */
+    for (unsigned flip = 0; flip < 4 && want; flip++) {
+        for (unsigned i = 0; i < sizeof order && want; i++) {
+            if (order[i] == key->cache)
+                continue;
+            ft__sel_key k = *key;
+            k.cache = order[i];
+            k.cpu = (uint8_t)(k.cpu ^ (flip & 1));
+            k.busy = (uint8_t)(k.busy ^ (flip >> 1));
+            ft__sel_entry *e = ft__sel_entry_at(s, ft__sel_key_index(&k), false);
+            if (!e)
+                continue;
+            pthread_mutex_lock(&e->lock);
+            for (unsigned a = 0; a < s->narms; a++)
+                if ((want >> a & 1) && e->arm[a].n >= FT__SEL_EXPLORE) {
+                    est[a] = ft__sel_median(&e->arm[a]);
+                    want &= ~(1u << a);
+                }
+            pthread_mutex_unlock(&e->lock);
+        }
     }
 }
 
