@@ -152,6 +152,7 @@ int ft__sel_load(ft__selector *sel, const char *path, const char *tag)
          * calls at 0.34 GB/s outvoted it. */
         memcpy(st->tput, rows[i].tput, rows[i].n * sizeof(float));
         st->n = rows[i].n;
+        ft__sel_stats_changed(st);
         pthread_mutex_unlock(&e->lock);
     }
     free(rows);

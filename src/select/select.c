@@ -90,9 +90,15 @@ void ft__sel_key_decode(unsigned index, ft__sel_key *k)
 
 float ft__sel_median(const ft__sel_stats *st)
 {
+    return st->n ? st->med : 0;
+}
+
+void ft__sel_stats_changed(ft__sel_stats *st)
+{
     unsigned n = FT__MIN(st->n, (uint32_t)FT__SEL_WINDOW);
+    st->med = 0;
     if (n == 0)
-        return 0;
+        return;
     float v[FT__SEL_WINDOW];
     memcpy(v, st->tput, n * sizeof *v);
     for (unsigned i = 1; i < n; i++) /* insertion sort: at most 8 values */
@@ -101,7 +107,7 @@ float ft__sel_median(const ft__sel_stats *st)
             v[j] = v[j - 1];
             v[j - 1] = t;
         }
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+    st->med = n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 /* A uniform draw in [0, 1) (splitmix64 over an atomic counter: lock-free, thread-safe). */
@@ -449,8 +455,8 @@ void ft__sel_pending(ft__selector *s, const ft__sel_key *key, unsigned arm, int 
     if (!e)
         return;
     pthread_mutex_lock(&e->lock);
-    if (delta > 0 || e->arm[arm].pending > 0)
-        e->arm[arm].pending = (uint32_t)((int)e->arm[arm].pending + delta);
+    int64_t now = (int64_t)e->arm[arm].pending + delta;
+    e->arm[arm].pending = now > 0 ? (uint32_t)now : 0;
     pthread_mutex_unlock(&e->lock);
 }
 
@@ -467,6 +473,7 @@ void ft__sel_record(ft__selector *s, const ft__sel_key *key, unsigned arm, uint6
     ft__sel_stats *st = &e->arm[arm];
     st->tput[st->n % FT__SEL_WINDOW] = tput;
     st->n++;
+    ft__sel_stats_changed(st);
     if (e->best >= 0) {
         float bm = ft__sel_median(&e->arm[e->best]);
         if ((int)arm == e->best) {
@@ -506,6 +513,7 @@ void ft__sel_record(ft__selector *s, const ft__sel_key *key, unsigned arm, uint6
                         float last = e->arm[a].tput[(e->arm[a].n - 1) % FT__SEL_WINDOW];
                         e->arm[a].tput[0] = last;
                         e->arm[a].n = (int)a == e->best ? 1 : 0;
+                        ft__sel_stats_changed(&e->arm[a]);
                     }
                 e->best = -1;
                 e->low_streak = 0;

@@ -31,6 +31,7 @@ typedef struct ft__sel_stats {
     float tput[FT__SEL_WINDOW]; /* bytes per second, ring */
     uint32_t n;                 /* samples ever recorded (ring index = n % WINDOW) */
     uint32_t pending;           /* calls made whose measurement is not in yet */
+    float med;                  /* median of the window (ft__sel_stats_changed) */
 } ft__sel_stats;
 
 typedef struct ft__sel_entry {
@@ -82,11 +83,14 @@ unsigned ft__sel_choose(ft__selector *sel, const ft__sel_key *key, uint32_t elig
 void ft__sel_record(ft__selector *sel, const ft__sel_key *key, unsigned arm, uint64_t bytes,
                     uint64_t ns);
 
-/** Count (+1) or uncount (-1) a call of @p arm whose measurement will come later. */
+/** Count (+n) or uncount (-n) calls of @p arm whose measurement will come later. */
 void ft__sel_pending(ft__selector *sel, const ft__sel_key *key, unsigned arm, int delta);
 
-/** Median throughput (bytes/s) of an arm for a key, 0 when unsampled; and its sample count. */
+/** Median throughput (bytes/s) of an arm for a key, 0 when unsampled. */
 float ft__sel_median(const ft__sel_stats *s);
+/** Work the median out again after the window or the count changed (it is read on every
+ * decision: sorting each arm's window per call was a quarter of AUTO's cost per call). */
+void ft__sel_stats_changed(ft__sel_stats *s);
 
 /* ---- persistence (profile.c) ---- */
 
