@@ -630,6 +630,68 @@ static void case_trial_slices(void)
     free(dst);
 }
 
+/* The arm statistics of @p d's key (whatever it is now). */
+static ft__sel_stats arm_stats(const ft__decision *d, unsigned arm)
+{
+    ft__sel_entry *e = ft__sel_entry_at(d->sel, ft__sel_key_index(&d->key), false);
+    ft__sel_stats st = {0};
+    if (e) {
+        pthread_mutex_lock(&e->lock);
+        st = e->arm[arm];
+        pthread_mutex_unlock(&e->lock);
+    }
+    return st;
+}
+
+/* Report @p n plain writes of @p bytes each on @p arm (of engine @p engine) as done. */
+static void fake_writes(ft_file *f, ft__decision d, unsigned arm, ft_engine engine,
+                        unsigned n, uint64_t bytes)
+{
+    d.arm = arm;
+    d.engine = engine;
+    for (unsigned i = 0; i < n; i++)
+        ft__auto_done(f, &d, (int64_t)bytes, false);
+}
+
+/* Plain writes: one sample per (key, arm) run at the sync, not one per write; a run of a few
+ * buffered KiB is no sample (the sync's time is then its own fixed cost, not theirs). */
+static void case_write_runs(void)
+{
+    setenv("FASTENSOR_PROFILE", "off", 1);
+    ft_ctx *ctx = t_ctx(2);
+    ft_file *f;
+    T_EQ(ft_file_open(ctx, &f, t_path("runs.bin"), FT_OPEN_READ | FT_OPEN_WRITE | FT_OPEN_CREATE,
+                      0644), 0);
+    ft__decision d;
+    ft__auto_decide(f, 0, 65536, true, false, -1, &d);
+    T_TRUE(d.sel != NULL);
+    const unsigned posix = 0, direct = 2; /* ft__arms[] */
+    fake_writes(f, d, posix, FT_ENGINE_POSIX, 1, 65536); /* each engine's first use */
+    fake_writes(f, d, direct, FT_ENGINE_DIRECT, 1, 65536);
+    fake_writes(f, d, posix, FT_ENGINE_POSIX, 100, 65536);
+    fake_writes(f, d, direct, FT_ENGINE_DIRECT, 50, 65536);
+    T_EQ(arm_stats(&d, posix).pending, 100u);
+    T_EQ(arm_stats(&d, direct).pending, 50u);
+    T_EQ(ft_file_sync(f), 0);
+    ft__sel_stats p = arm_stats(&d, posix), q = arm_stats(&d, direct);
+    printf("  after a run of 100 + 50 writes and its sync: %u + %u samples\n", p.n, q.n);
+    T_EQ(p.n, 1u);
+    T_EQ(q.n, 1u);
+    T_EQ(p.pending + q.pending, 0u);
+    fake_writes(f, d, posix, FT_ENGINE_POSIX, 3, 4096);
+    fake_writes(f, d, direct, FT_ENGINE_DIRECT, 100, 65536);
+    T_EQ(ft_file_sync(f), 0);
+    p = arm_stats(&d, posix);
+    q = arm_stats(&d, direct);
+    printf("  after 12 KiB buffered among 100 O_DIRECT writes: %u + %u samples\n", p.n, q.n);
+    T_EQ(p.n, 1u);
+    T_EQ(q.n, 2u);
+    T_EQ(p.pending, 0u);
+    ft_file_close(f);
+    ft_ctx_destroy(ctx);
+    unsetenv("FASTENSOR_PROFILE");
+}
+
 /* With nothing known: a cached read starts on posix (an O_DIRECT engine would read it from
  * the disk again), a cold one on an O_DIRECT engine; reads that go on from the previous one
  * form the stream class. */
@@ -683,6 +745,7 @@ int main(void)
         {"re-converges after the costs swap", case_swap},
         {"unseen keys: nearest bucket, then the default", case_unseen_keys},
         {"writes awaiting their sync: the default after the trials", case_writes_awaiting_sync},
+        {"plain writes: a sample per arm and run at the sync", case_write_runs},
         {"a new key explores what its neighbour found good or never measured", case_prior},
         {"calls in flight: the best eligible arm learned alone", case_busy},
         {"cached reads skip O_DIRECT arms measured slow cold", case_cache_blind},

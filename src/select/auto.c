@@ -277,12 +277,17 @@ void ft__auto_decide(ft_file *f, uint64_t off, uint64_t len, bool write, bool sy
     d->t0 = now_ns();
 }
 
-#define MAX_PENDING 256
+/* (key, arm) runs of plain writes awaiting their sync, per file */
+#define MAX_PENDING 64
 
+/* Plain writes of one key and arm since the file's last sync: one sample when it comes. A
+ * sample per write would fill the arm's window with one run's figures (a 64 MiB pass of
+ * 4 KiB writes is 16384 of them); a run is one measurement of the arm, as a job saving a
+ * file and syncing it is one use of it. */
 struct ft__pending_write {
     ft__selector *sel;
     ft__sel_key key;
-    unsigned arm;
+    unsigned arm, calls;
     uint64_t bytes, ns;
 };
 
@@ -371,10 +376,22 @@ void ft__auto_done(ft_file *f, const ft__decision *d, int64_t result, bool count
     pthread_mutex_lock(&f->lock);
     if (!f->pending)
         f->pending = calloc(MAX_PENDING, sizeof *f->pending);
-    bool queued = f->pending && f->npending < MAX_PENDING;
-    if (queued)
-        f->pending[f->npending++] = (struct ft__pending_write){
-            .sel = d->sel, .key = key, .arm = d->arm, .bytes = (uint64_t)result, .ns = ns};
+    struct ft__pending_write *run = NULL;
+    unsigned index = ft__sel_key_index(&key);
+    for (unsigned i = 0; f->pending && i < f->npending && !run; i++)
+        if (f->pending[i].sel == d->sel && f->pending[i].arm == d->arm &&
+            ft__sel_key_index(&f->pending[i].key) == index)
+            run = &f->pending[i];
+    if (!run && f->pending && f->npending < MAX_PENDING) {
+        run = &f->pending[f->npending++];
+        *run = (struct ft__pending_write){.sel = d->sel, .key = key, .arm = d->arm};
+    }
+    bool queued = run != NULL;
+    if (run) {
+        run->calls++;
+        run->bytes += (uint64_t)result;
+        run->ns += ns;
+    }
     pthread_mutex_unlock(&f->lock);
     if (queued)
         ft__sel_pending(d->sel, &key, d->arm, +1);
@@ -382,8 +399,15 @@ void ft__auto_done(ft_file *f, const ft__decision *d, int64_t result, bool count
         ft__sel_record(d->sel, &key, d->arm, (uint64_t)result, ns);
 }
 
-/* Record the pending writes, the sync's time shared (by bytes) among the buffered ones:
- * O_DIRECT writes left nothing in the page cache for it to flush. */
+/* Below this many bytes of buffered writes a sync's time is mostly its own fixed cost
+ * (journal commit, disk cache flush: 1-5 ms on the machines measured), not the writeback of
+ * those bytes: shared among them, it made a few 4 KiB buffered trial writes among O_DIRECT
+ * ones look 100 times slower than a run of them synced once. */
+#define SYNC_SHARE_MIN (1u << 20)
+
+/* Record the pending runs of writes, the sync's time shared (by bytes) among the buffered
+ * ones: O_DIRECT writes left nothing in the page cache for it to flush. Buffered runs too
+ * small to be told from the sync's fixed cost are no sample (their arm is tried again). */
 static void flush_pending(ft_file *f, uint64_t sync_ns)
 {
     pthread_mutex_lock(&f->lock);
@@ -398,11 +422,15 @@ static void flush_pending(ft_file *f, uint64_t sync_ns)
     uint64_t buffered = 0;
     for (unsigned i = 0; i < n; i++)
         buffered += buffered_arm(copy[i].arm) ? copy[i].bytes : 0;
+    bool too_few = sync_ns && buffered < SYNC_SHARE_MIN;
     for (unsigned i = 0; i < n; i++) {
-        uint64_t share = buffered && buffered_arm(copy[i].arm)
+        bool mine = buffered_arm(copy[i].arm);
+        ft__sel_pending(copy[i].sel, &copy[i].key, copy[i].arm, -(int)copy[i].calls);
+        if (mine && too_few)
+            continue;
+        uint64_t share = mine && buffered
                              ? (uint64_t)((double)sync_ns * (double)copy[i].bytes / (double)buffered)
                              : 0;
-        ft__sel_pending(copy[i].sel, &copy[i].key, copy[i].arm, -1);
         ft__sel_record(copy[i].sel, &copy[i].key, copy[i].arm, copy[i].bytes,
                        copy[i].ns + share);
     }
