@@ -78,9 +78,11 @@ def main():
             json.dump(runs, f, indent=1)
 
     table = collections.defaultdict(lambda: collections.defaultdict(list))
+    by_round = collections.defaultdict(dict)  # (op, block, cache, round) -> engine -> GB/s
     for m in runs:
         cache = "sync" if m["op"] == "write" else m["cache"]
         table[(m["op"], m["block"], cache)][m["engine"]].append(m["gbps"])
+        by_round[(m["op"], m["block"], cache, m["round"])][m["engine"]] = m["gbps"]
     fixed = [e for e in engines if e != "auto"]
 
     def size(b):
@@ -91,9 +93,13 @@ def main():
 
     print("AUTO vs fixed engines, %s memory, median GB/s of %d interleaved rounds"
           % (a.memory, a.rounds))
+    print("(auto / best: AUTO's median over the best fixed engine's; paired: the median over "
+          "rounds of\nAUTO's figure over that engine's in the same round, which the disk's "
+          "drift between rounds moves less)")
     print()
-    print("| op | block | cache | " + " | ".join(fixed) + " | auto | best fixed | auto / best |")
-    print("|---|---|---|" + "---|" * (len(fixed) + 3))
+    print("| op | block | cache | " + " | ".join(fixed) +
+          " | auto | best fixed | auto / best | paired |")
+    print("|---|---|---|" + "---|" * (len(fixed) + 4))
     within = total = 0
     for (op, block, cache), per in sorted(table.items()):
         med = {e: statistics.median(v) for e, v in per.items()}
@@ -101,9 +107,12 @@ def main():
         ratio = med.get("auto", 0) / med[best] if med.get(best) else 0
         total += 1
         within += ratio >= 0.95
+        pairs = [by_round[(op, block, cache, r)] for r in range(a.rounds)]
+        pairs = [p["auto"] / p[best] for p in pairs if p.get("auto") and p.get(best)]
+        paired = "%.2f" % statistics.median(pairs) if pairs else "-"
         cells = ["%.2f" % med[e] if e in med else "-" for e in fixed]
-        print("| %s | %s | %s | %s | %.2f | %s | %.2f |" % (op, size(block), cache, " | ".join(cells),
-                                                           med.get("auto", 0), best, ratio))
+        print("| %s | %s | %s | %s | %.2f | %s | %.2f | %s |"
+              % (op, size(block), cache, " | ".join(cells), med.get("auto", 0), best, ratio, paired))
     print()
     print("auto within 5%% of the best fixed engine in %d of %d cases" % (within, total))
 

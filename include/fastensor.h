@@ -210,6 +210,11 @@ static inline ft_buf ft_host_buf(void *ptr, size_t len)
 
 enum {
     FT_IO_SYNC = 1u << 0, /**< fdatasync the file once a write completes (durable on return) */
+    /** The caller makes this write durable later, with ft_file_sync (a checkpoint's or a
+     *  bench pass's writes, synced once at the end). Moves no data itself; it tells engine
+     *  AUTO to weigh each engine with its share of that sync and to keep writes of 64 KiB and
+     *  more off the page cache, where they would only move their cost into the sync. */
+    FT_IO_SYNC_LATER = 1u << 1,
 };
 
 /** Per-call options; NULL means engine AUTO and no flags. */

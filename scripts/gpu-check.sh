@@ -21,7 +21,9 @@
 # --ckpt: only the checkpoint comparison (compare.py, CUDA, ViT-H/14; engines
 #         FT_COMPARE_ENGINES, default auto,uring,cufile; FT_COMPARE_REPEAT rounds, default 3),
 #         after `fastensor tune --memory cuda --seconds $FT_TUNE_SECONDS` when that is set
-#         (--auto tunes for $FT_TUNE_SECONDS too, default 60, and traces AUTO's calls).
+#         (--auto tunes for $FT_TUNE_SECONDS too, default 60, and traces AUTO's calls;
+#         FT_AUTO_MEMS: memory kinds, default "cuda host"; FT_AUTO_ROUNDS, default 3;
+#         FT_AUTO_MIXED=0 skips the mixed workload).
 #         (--no-bench runs neither.)
 # --pack: leave one archive, $OUT/results.tgz, instead of the separate logs.
 # --udev: ONLY on a throwaway test VM: create the udev entry cuFile needs for the block
@@ -155,9 +157,11 @@ if [ $AUTO = 1 ]; then
             | tee -a "$OUT/summary.txt"
     done
     rm -f "$F"
-    log "AUTO: the seeded mixed workload (host memory)"
-    (cd "$WORK" && "$here/$BUILD/fastensor" bench --mixed --engine posix,direct,uring,auto) \
-        | tee -a "$OUT/summary.txt"
+    if [ "${FT_AUTO_MIXED:-1}" = 1 ]; then
+        log "AUTO: the seeded mixed workload (host memory)"
+        (cd "$WORK" && "$here/$BUILD/fastensor" bench --mixed --engine posix,direct,uring,auto) \
+            | tee -a "$OUT/summary.txt"
+    fi
     (cd "$WORK" && "$here/$BUILD/fastensor" bench --overhead) | tee -a "$OUT/summary.txt"
 fi
 if [ $OFFLOAD = 1 ]; then

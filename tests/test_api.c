@@ -191,6 +191,9 @@ static void case_size_sync_allocate(void)
     ft_io_opts o = {.flags = FT_IO_SYNC};
     T_EQ(ft_write(f, &b, 20000, &o), 100);
     T_EQ(ft_file_size(f), 20100);
+    o.flags = FT_IO_SYNC_LATER; /* the caller syncs */
+    T_EQ(ft_write(f, &b, 20100, &o), 100);
+    T_EQ(ft_file_size(f), 20200);
     T_EQ(ft_file_sync(f), 0);
     T_EQ(ft_file_size(NULL), -EINVAL);
     T_EQ(ft_file_sync(NULL), -EINVAL);

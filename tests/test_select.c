@@ -692,6 +692,60 @@ static void case_write_runs(void)
     unsetenv("FASTENSOR_PROFILE");
 }
 
+/* Writes the caller syncs later (FT_IO_SYNC_LATER, as a checkpoint save's): a key class of
+ * their own, no page-cache arm from 64 KiB up, measured at the sync; the bytes land whole. */
+static void case_sync_later(void)
+{
+    setenv("FASTENSOR_PROFILE", "off", 1);
+    ft_ctx *ctx = t_ctx(2);
+    ft_file *f;
+    T_EQ(ft_file_open(ctx, &f, t_path("later.bin"), FT_OPEN_READ | FT_OPEN_WRITE | FT_OPEN_CREATE,
+                      0644), 0);
+    ft__decision d;
+    ft__auto_decide(f, 0, 1u << 20, true, 2, -1, &d);
+    T_EQ(d.key.cache, 2);
+    T_TRUE(d.engine == FT_ENGINE_DIRECT || d.engine == FT_ENGINE_URING);
+    ft__auto_decide(f, 0, 4096, true, 2, -1, &d); /* small: the page cache is allowed */
+    T_EQ(d.engine, FT_ENGINE_POSIX);
+    size_t piece = 1u << 20, n = 12 * piece;
+    uint8_t *src = malloc(n), *dst = malloc(n);
+    T_TRUE(src && dst);
+    if (!src || !dst)
+        return;
+    t_fill_random(src, n, 41);
+    ft_io_opts later = {.flags = FT_IO_SYNC_LATER};
+    for (size_t off = 0; off < n; off += piece) {
+        ft_buf b = ft_host_buf(src + off, piece);
+        T_EQ(ft_write(f, &b, off, &later), (int64_t)piece);
+    }
+    ft__auto_decide(f, 0, piece, true, 2, -1, &d);
+    uint32_t pending = 0, samples = 0, buffered = 0;
+    for (unsigned a = 0; a < ft__narms; a++) {
+        pending += arm_stats(&d, a).pending;
+        buffered += ft__arms[a].engine == FT_ENGINE_POSIX || ft__arms[a].engine == FT_ENGINE_MMAP
+                        ? arm_stats(&d, a).pending + arm_stats(&d, a).n : 0;
+    }
+    printf("  12 writes of 1 MiB synced later: %u awaiting the sync\n", pending);
+    T_TRUE(pending >= 1);
+    T_EQ(buffered, 0u);
+    T_EQ(ft_file_sync(f), 0);
+    pending = 0;
+    for (unsigned a = 0; a < ft__narms; a++) {
+        pending += arm_stats(&d, a).pending;
+        samples += arm_stats(&d, a).n;
+    }
+    T_EQ(pending, 0u);
+    T_TRUE(samples >= 1);
+    ft_buf back = ft_host_buf(dst, n);
+    T_EQ(ft_read(f, &back, 0, &(ft_io_opts){.engine = FT_ENGINE_POSIX}), (int64_t)n);
+    T_MEMEQ(src, dst, n);
+    ft_file_close(f);
+    ft_ctx_destroy(ctx);
+    unsetenv("FASTENSOR_PROFILE");
+    free(src);
+    free(dst);
+}
+
 /* With nothing known: a cached read starts on posix (an O_DIRECT engine would read it from
  * the disk again), a cold one on an O_DIRECT engine; reads that go on from the previous one
  * form the stream class. */
@@ -746,6 +800,7 @@ int main(void)
         {"unseen keys: nearest bucket, then the default", case_unseen_keys},
         {"writes awaiting their sync: the default after the trials", case_writes_awaiting_sync},
         {"plain writes: a sample per arm and run at the sync", case_write_runs},
+        {"writes synced later: their own class, O_DIRECT from 64 KiB", case_sync_later},
         {"a new key explores what its neighbour found good or never measured", case_prior},
         {"calls in flight: the best eligible arm learned alone", case_busy},
         {"cached reads skip O_DIRECT arms measured slow cold", case_cache_blind},

@@ -93,15 +93,16 @@ static int part_of(const op *o)
 static int run_ops(ft_file **files, const op *ops, ft_engine e, uint8_t *buf, uint64_t *bytes,
                    double part[PARTS])
 {
-    ft_io_opts o = {.engine = e};
+    ft_io_opts r = {.engine = e};
+    ft_io_opts w = {.engine = e, .flags = FT_IO_SYNC_LATER}; /* synced at the end */
     *bytes = 0;
     for (int p = 0; p < PARTS; p++)
         part[p] = 0;
     for (int i = 0; i < OPS; i++) {
         ft_buf b = ft_host_buf(buf, (size_t)ops[i].len);
         double t0 = cli_now();
-        int64_t n = ops[i].write ? ft_write(files[ops[i].file], &b, ops[i].off, &o)
-                                 : ft_read(files[ops[i].file], &b, ops[i].off, &o);
+        int64_t n = ops[i].write ? ft_write(files[ops[i].file], &b, ops[i].off, &w)
+                                 : ft_read(files[ops[i].file], &b, ops[i].off, &r);
         part[part_of(&ops[i])] += cli_now() - t0;
         if (n < 0)
             return (int)n;

@@ -25,8 +25,9 @@ static void tune_usage(FILE *out)
                  "Builds the AUTO profile for the filesystem holding PATH (default: a temporary "
                  "file here):\ntransfers of 4K..max-size (256M; larger sizes are one key with "
                  "256M and only spread the\ncold reads wider), reads cold (scattered and "
-                 "streaming) and cached, writes plain and\ndurable, each repeated until every "
-                 "engine setting is measured, within N seconds (60).\nThen saves the profile and "
+                 "streaming) and cached, writes plain, synced\nlater (FT_IO_SYNC_LATER) and "
+                 "synced per call, each repeated until every engine setting\nis measured, within "
+                 "N seconds (60). Then saves the profile and "
                  "prints it.\n");
 }
 
@@ -106,10 +107,10 @@ int cmd_tune(int argc, char **argv)
     /* cached (first: page-cache copies cost little, and a budget that runs out in a large
      * size's disk-bound kinds would leave its cached key to be explored in use, one whole
      * call per sample); cold: random places, each evicted first; stream: through the file in
-     * order from an evicted start (readahead at work); plain writes (through the file in
-     * order, synced once per run of SYNC_RUN bytes, as a job saves a file and syncs it);
-     * durable writes */
-    enum { CACHED, COLD, STREAM, WRITE, SYNC, KINDS };
+     * order from an evicted start (readahead at work); plain writes and writes flagged
+     * FT_IO_SYNC_LATER (through the file in order, synced once per run of SYNC_RUN bytes, as
+     * a job saves a file and syncs it); writes synced one by one (FT_IO_SYNC) */
+    enum { CACHED, COLD, STREAM, WRITE, LATER, SYNC, KINDS };
     /* The selector keys every size from 256 MiB up alike (one bucket): larger calls here would
      * only repeat what 256 MiB ones measure at several times the cost (and run the budget out
      * before they were done); a larger --max-size still spreads the cold reads wider. */
@@ -118,7 +119,9 @@ int cmd_tune(int argc, char **argv)
         for (int kind = 0; kind < KINDS && !out_of_time; kind++) {
             ft_buf part = {buf, (size_t)size, device >= 0 ? FT_MEM_CUDA : FT_MEM_HOST,
                            device >= 0 ? device : 0};
-            ft_io_opts o = {.engine = FT_ENGINE_AUTO, .flags = kind == SYNC ? FT_IO_SYNC : 0};
+            ft_io_opts o = {.engine = FT_ENGINE_AUTO,
+                            .flags = kind == SYNC ? FT_IO_SYNC : kind == LATER ? FT_IO_SYNC_LATER : 0};
+            bool runs = kind == WRITE || kind == LATER;
             if (kind == CACHED) /* make it cached */
                 ft_read(f, &part, 0, &(ft_io_opts){.engine = FT_ENGINE_POSIX});
             uint64_t places = max_size / size;
@@ -129,7 +132,7 @@ int cmd_tune(int argc, char **argv)
              * sent small writes to O_DIRECT at half the speed. */
             uint64_t run = 1;
             unsigned calls_here = rounds;
-            if (kind == WRITE) {
+            if (runs) {
                 run = (SYNC_RUN < max_size ? SYNC_RUN : max_size) / size;
                 run = run ? run : 1;
                 calls_here = 4 * run > rounds ? (unsigned)(4 * run) : rounds;
@@ -150,13 +153,13 @@ int cmd_tune(int argc, char **argv)
                 }
                 if (kind == COLD)
                     evict(fd, off, size);
-                if (kind == WRITE)
+                if (runs)
                     off = r % places * size;
-                bool write = kind == WRITE || kind == SYNC;
+                bool write = runs || kind == SYNC;
                 int64_t n = write ? ft_write(f, &part, off, &o) : ft_read(f, &part, off, &o);
                 /* a plain write is measured once durable (its share of the sync): without
                  * the sync a buffered write would look as fast as a memory copy */
-                if (n >= 0 && kind == WRITE && ((r + 1) % run == 0 || r + 1 == calls_here))
+                if (n >= 0 && runs && ((r + 1) % run == 0 || r + 1 == calls_here))
                     n = ft_file_sync(f);
                 if (n < 0) {
                     cli_ft_error("tune", path, (int)n);

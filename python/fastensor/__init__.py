@@ -132,11 +132,22 @@ class File:
     def _eng(self, engine):
         return self._engine if engine is None else engine_id(engine)
 
+    @staticmethod
+    def _sync_flags(sync):
+        """True: durable on return; "later": the caller will call sync() (engine auto then
+        weighs each engine with its share of that sync); False: neither."""
+        if sync == "later":
+            return _C.IO_SYNC_LATER
+        if isinstance(sync, bool):
+            return _C.IO_SYNC if sync else 0
+        raise ValueError(f"sync must be True, False or 'later', not {sync!r}")
+
     def write(self, tensor, offset: int = 0, *, engine: str | None = None,
-              sync: bool = False) -> int:
-        """Write the tensor's bytes at ``offset``; with ``sync`` they are durable on return."""
+              sync: bool | str = False) -> int:
+        """Write the tensor's bytes at ``offset``; with ``sync`` they are durable on return
+        (``sync="later"``: you will call ``sync()`` before counting them durable)."""
+        flags = self._sync_flags(sync)
         addr, n, keep, kind, dev, stream = _memory(tensor, writable=False)
-        flags = _C.IO_SYNC if sync else 0
         r = _C.file_io(self._handle, addr, n, offset, self._eng(engine), flags, True, kind, dev,
                        stream)
         del keep
@@ -151,9 +162,9 @@ class File:
         return r
 
     def write_async(self, tensor, offset: int = 0, *, engine: str | None = None,
-                    sync: bool = False) -> Request:
+                    sync: bool | str = False) -> Request:
+        flags = self._sync_flags(sync)
         addr, n, keep, kind, dev, stream = _memory(tensor, writable=False)
-        flags = _C.IO_SYNC if sync else 0
         return Request(_C.file_submit(self._handle, addr, n, offset, self._eng(engine), flags,
                                       True, kind, dev, stream), keep, self)
 

@@ -556,6 +556,7 @@ PyMODINIT_FUNC PyInit__C(void)
     PyModule_AddIntConstant(m, "OPEN_TRUNC", FT_OPEN_TRUNC);
     PyModule_AddIntConstant(m, "OPEN_EXCL", FT_OPEN_EXCL);
     PyModule_AddIntConstant(m, "IO_SYNC", FT_IO_SYNC);
+    PyModule_AddIntConstant(m, "IO_SYNC_LATER", FT_IO_SYNC_LATER);
     PyModule_AddIntConstant(m, "SAVE_NO_CHECKSUM", FT_SAVE_NO_CHECKSUM);
     PyModule_AddIntConstant(m, "SAVE_NO_SYNC", FT_SAVE_NO_SYNC);
     PyModule_AddStringConstant(m, "LIB_VERSION", ft_version());

@@ -179,7 +179,7 @@ static int64_t write_piece(void *arg, unsigned i)
     ft_buf fb = ft_host_buf(buf, (size_t)len);
     ft_io_opts o = {.engine = pj->job->opts ? pj->job->opts->engine : FT_ENGINE_AUTO,
                     .flags = pj->job->opts && (pj->job->opts->flags & FT_SAVE_NO_SYNC)
-                                 ? 0 : FT__IO_DURABLE_LATER};
+                                 ? 0 : FT_IO_SYNC_LATER};
     int64_t r = ft__transfer(pj->f, &fb, s->header_size + at, &o, true);
     ft__bufpool_put(pj->staging, buf);
     return r;

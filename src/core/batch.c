@@ -89,7 +89,8 @@ static int batch(ft_file *f, ft_batch_op *ops, size_t n, const ft_io_opts *opts,
     batch_job job = {.file = f, .ops = ops, .write = write};
     if (opts)
         job.opts = *opts;
-    job.opts.flags &= ~(unsigned)FT_IO_SYNC;
+    if (write && (job.opts.flags & FT_IO_SYNC)) /* one sync at the end, for all of them */
+        job.opts.flags = (job.opts.flags & ~(unsigned)FT_IO_SYNC) | FT_IO_SYNC_LATER;
     int rc = 1, device;
     ft_engine e = job.opts.engine == FT_ENGINE_AUTO ? f->ctx->cfg.engine : job.opts.engine;
     if (e == FT_ENGINE_CUFILE && (device = batch_device(ops, n)) >= 0)

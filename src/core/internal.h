@@ -130,11 +130,6 @@ int64_t ft__file_size(ft_file *file);
 
 /* ---- transfers (io.c) ---- */
 
-/* Internal ft_io_opts flag: the caller will fdatasync this data later (a checkpoint save):
- * AUTO keys it as a durable write and keeps to engines that bypass the page cache, since a
- * buffered write only defers its cost to the sync. */
-#define FT__IO_DURABLE_LATER (1u << 31)
-
 /** Check a transfer's arguments. @return 0 or -errno with a detail. */
 int ft__io_check(ft_file *f, const ft_buf *buf, uint64_t offset, const ft_io_opts *opts,
                  bool write);
@@ -157,7 +152,8 @@ typedef struct ft__sel_key {
     uint8_t write;  /* 0 read, 1 write */
     uint8_t mem;    /* ft_mem_kind */
     uint8_t bucket; /* floor(log2(len)) */
-    uint8_t cache;  /* reads: 0 cold, 1 partly cached, 2 cached; writes: 1 when synced */
+    uint8_t cache;  /* reads: 0 cold, 1 partly cached, 2 cached, 3 stream; writes: 0 plain,
+                       1 synced by the call, 2 synced later by the caller */
     uint8_t busy;   /* other transfers in flight in the context */
     uint8_t cpu;    /* CPU load above the CPU count */
 } ft__sel_key;
@@ -185,7 +181,9 @@ typedef struct ft__decision {
     ft__sel_key key;
 } ft__decision;
 
-void ft__auto_decide(ft_file *f, uint64_t off, uint64_t len, bool write, bool sync,
+/* @p durable (writes): 0 plain, 1 synced by the call itself (FT_IO_SYNC), 2 synced later by
+ * the caller (FT_IO_SYNC_LATER): the write key's class. */
+void ft__auto_decide(ft_file *f, uint64_t off, uint64_t len, bool write, unsigned durable,
                      int device, ft__decision *d);
 /** Record what the decision @p d did: @p result bytes (or -errno), in the time since it was
  * made. @p counted: its transfer is still counted in the context's transfers in flight. */

@@ -22,7 +22,7 @@ int ft__io_check(ft_file *f, const ft_buf *buf, uint64_t offset, const ft_io_opt
     if (offset > INT64_MAX || buf->len > INT64_MAX - offset)
         return ft__err(-EFBIG, "%s: range at %llu of %zu bytes is beyond the largest offset",
                        f->path, (unsigned long long)offset, buf->len);
-    if (opts && ((unsigned)opts->engine >= FT_ENGINE_COUNT || (opts->flags & ~FT_IO_SYNC)))
+    if (opts && ((unsigned)opts->engine >= FT_ENGINE_COUNT || (opts->flags & ~(unsigned)(FT_IO_SYNC | FT_IO_SYNC_LATER))))
         return ft__err(-EINVAL, "%s: bad options (engine %d, flags 0x%x)", f->path,
                        (int)opts->engine, opts->flags);
     if (write && !f->writable)
@@ -81,7 +81,7 @@ static int64_t dispatch(const ft__io *io, ft_engine engine, bool write, void *re
  * offering cuFile for it) sends the part through another arm.
  * The last decision is left in @p d, the bytes of its part in @p last, for ft__auto_done.
  */
-static int64_t auto_transfer(ft_file *f, const ft__io *io, bool write, bool durable, bool sync,
+static int64_t auto_transfer(ft_file *f, const ft__io *io, bool write, unsigned durable, bool sync,
                              void *ready, ft__decision *d, int64_t *last)
 {
     ft__io part = *io;
@@ -134,7 +134,8 @@ int64_t ft__transfer_after(ft_file *f, const ft_buf *buf, uint64_t offset,
     }
     int64_t r = 0;
     bool sync = write && opts && (opts->flags & FT_IO_SYNC);
-    bool durable = sync || (write && opts && (opts->flags & FT__IO_DURABLE_LATER));
+    /* AUTO's write class: 0 plain, 1 synced by this call, 2 synced later by the caller */
+    unsigned durable = sync ? 1 : write && opts && (opts->flags & FT_IO_SYNC_LATER) ? 2 : 0;
     ft_engine e = requested_engine(f, opts);
     ft__decision d;
     void *own = NULL;

@@ -249,7 +249,7 @@ static unsigned static_default(uint32_t eligible, uint64_t len, const ft__sel_ke
     return 0; /* posix */
 }
 
-void ft__auto_decide(ft_file *f, uint64_t off, uint64_t len, bool write, bool sync,
+void ft__auto_decide(ft_file *f, uint64_t off, uint64_t len, bool write, unsigned durable,
                      int device, ft__decision *d)
 {
     memset(d, 0, sizeof *d);
@@ -260,11 +260,11 @@ void ft__auto_decide(ft_file *f, uint64_t off, uint64_t len, bool write, bool sy
         .write = write,
         .mem = device >= 0 ? FT_MEM_CUDA : FT_MEM_HOST,
         .bucket = (uint8_t)ft__sel_bucket(len),
-        .cache = write ? (uint8_t)sync : (uint8_t)read_class(f, off, len, now),
+        .cache = write ? (uint8_t)durable : (uint8_t)read_class(f, off, len, now),
         .busy = d->inflight > 1,
         .cpu = (uint8_t)ft__probe_cpu(),
     };
-    uint32_t eligible = eligible_arms(f, len, device, write && sync);
+    uint32_t eligible = eligible_arms(f, len, device, write && durable);
     unsigned fallback = static_default(eligible, len, &d->key);
     unsigned arm = sel ? ft__sel_choose(sel, &d->key, eligible, fallback, &d->trial)
                          : fallback;
@@ -360,19 +360,23 @@ void ft__auto_done(ft_file *f, const ft__decision *d, int64_t result, bool count
         trace(d, &key, result, ns, "first-use");
         return;
     }
-    trace(d, &key, result, ns, key.write && !key.cache ? "pending-sync" : "sample");
+    /* writes made durable by a later sync (plain ones, if ever) wait for it; those synced
+     * by the call itself were timed with their sync */
+    bool later = key.write && key.cache != 1;
+    trace(d, &key, result, ns, later ? "pending-sync" : "sample");
     /* Transfers running at once share the threads and the disk: a call that ran beside k
      * others took about k+1 times its own time. Counting its share (transfers in flight at
      * its start and end, averaged) keeps samples taken under load comparable with the rest. */
     unsigned conc = (d->inflight + end) / 2;
     if (conc > 1)
         ns /= conc;
-    if (!key.write || key.cache) { /* reads, and writes already durable */
+    if (!later) { /* reads, and writes already durable */
         ft__sel_record(d->sel, &key, d->arm, (uint64_t)result, ns);
         return;
     }
-    /* A plain write is measured once it is durable (ft__auto_synced), or at close: a
-     * buffered write is cheap only until its pages must reach the disk. */
+    /* A plain write (or one the caller syncs later) is measured once it is durable
+     * (ft__auto_synced), or at close: a buffered write is cheap only until its pages must
+     * reach the disk. */
     pthread_mutex_lock(&f->lock);
     if (!f->pending)
         f->pending = calloc(MAX_PENDING, sizeof *f->pending);
@@ -508,10 +512,12 @@ int ft_profile_show(ft_ctx *ctx, const char *path, FILE *out)
     if (!sel)
         return ft__err(-ENOMEM, "selector");
     static const char *cache_name[] = {"cold", "partial", "cached", "stream"};
+    static const char *write_name[] = {"-", "sync", "later", "?"};
     fprintf(out, "profile %s\n\n%-5s %-4s %7s %-7s %-4s %-4s  %-14s  %s\n", ppath, "op", "mem",
             "size", "cache", "busy", "cpu", "chosen", "GB/s (samples) per arm");
     fprintf(out, "(cache: page-cache residency for reads, \"stream\" for uncached reads "
-                 "continuing the previous one; \"sync\" for durable writes)\n");
+                 "continuing the previous one; writes: \"sync\" synced by the call itself, "
+                 "\"later\" synced by the caller later)\n");
     unsigned shown = 0;
     for (unsigned i = 0; i < FT__SEL_KEYS; i++) {
         ft__sel_entry *e = ft__sel_entry_at(sel, i, false);
@@ -545,7 +551,7 @@ int ft_profile_show(ft_ctx *ctx, const char *path, FILE *out)
                 snprintf(size, sizeof size, "%llu", (unsigned long long)b);
             fprintf(out, "%-5s %-4s %7s %-7s %-4s %-4s  %-14s ",
                     key.write ? "write" : "read", key.mem ? "cuda" : "host", size,
-                    key.write ? (key.cache ? "sync" : "-") : cache_name[key.cache],
+                    key.write ? write_name[key.cache] : cache_name[key.cache],
                     key.busy ? "yes" : "no", key.cpu ? "high" : "low",
                     best >= 0 ? ft__arms[best].label : "-");
             for (unsigned k = 0; k < ft__narms; k++)

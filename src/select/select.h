@@ -19,7 +19,8 @@
  * 2.5 GB load found no data for its own size after `fastensor tune` and explored the
  * slower engines in use. */
 #define FT__SEL_BUCKET_TOP 28
-#define FT__SEL_CACHE 4        /* reads: cold, partly cached, cached, stream; writes: plain, sync */
+#define FT__SEL_CACHE 4        /* reads: cold, partly cached, cached, stream; writes: plain,
+                                  synced by the call, synced later by the caller */
 #define FT__SEL_BUSY 2         /* no other transfer in flight / some */
 #define FT__SEL_CPU 2          /* CPU load low / high */
 #define FT__SEL_KEYS (2 * 2 * FT__SEL_BUCKETS * FT__SEL_CACHE * FT__SEL_BUSY * FT__SEL_CPU)

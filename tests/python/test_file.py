@@ -25,6 +25,11 @@ def test_raw_write_read_any_offset(tmp, engine):
         assert f.read_into_async(out, 123).wait() == data.nbytes
         assert np.array_equal(out, data)
         assert f.read_into(out, f.size() - 10) == 10  # short at end of file
+        # synced later by the caller: the same bytes, durable at sync()
+        assert f.write(data[::-1].copy(), 9, sync="later") == data.nbytes
+        f.sync()
+        assert f.read_into(out, 9) == data.nbytes
+        assert np.array_equal(out, data[::-1])
 
 
 @pytest.mark.parametrize("engine", fastensor.ENGINES)
@@ -78,6 +83,11 @@ def test_modes_and_errors(tmp):
             f.read_into(np.ones(10, dtype=np.uint8)[::2])
     with pytest.raises(IsADirectoryError):
         fastensor.File(tmp, "r")
+    with fastensor.File(p, "r+") as f:
+        with pytest.raises(ValueError):
+            f.write(np.ones(10, dtype=np.uint8), sync="soon")
+        back = np.zeros(10, dtype=np.uint8)
+        assert f.read_into(back) == 10 and np.all(back == 1)  # nothing was written
 
 
 def test_permission_denied(tmp):
