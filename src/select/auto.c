@@ -182,9 +182,12 @@ static unsigned cache_class(ft_file *f, uint64_t off, uint64_t len, uint64_t now
 }
 
 /*
- * Reads that go on from the file's previous one (within 8 lengths and 64 MiB either way:
- * requests in flight start a little out of order; the same range again, or a jump of more
- * than 64 MiB such as back to the file's start, is no stream) and began uncached form the
+ * Reads that go on from the file's previous one (within 32 lengths and 64 MiB either way:
+ * requests in flight start out of order, up to twice the queue's depth apart (16 in flight
+ * on 2 cores: 8 lengths broke a cold 1 MiB stream every few hundred calls, and with
+ * readahead ahead of it, it went on as "cached" and filled the cached keys with disk-speed
+ * samples); the same range again, or a jump of more than 64 MiB such as back to the file's
+ * start, is no stream) and began uncached form the
  * stream class: the kernel's readahead serves buffered engines ahead of
  * them, which makes most of their later reads find their pages cached. Those reads are
  * still the stream's (the cache is the buffered engine's own doing), so a run that started
@@ -196,7 +199,7 @@ static unsigned read_class(ft_file *f, uint64_t off, uint64_t len, uint64_t now)
     unsigned cls = cache_class(f, off, len, now);
     uint64_t prev = atomic_exchange_explicit(&f->read_end, off + len, memory_order_relaxed);
     uint64_t gap = prev > off ? prev - off : off - prev;
-    bool seq = prev != 0 && gap / 8 <= len && gap <= (64u << 20) && off + len != prev;
+    bool seq = prev != 0 && gap / 32 <= len && gap <= (64u << 20) && off + len != prev;
     if (!seq) {
         atomic_store_explicit(&f->stream_cold, cls != 2, memory_order_relaxed);
         return cls;
