@@ -311,8 +311,10 @@ unsigned ft__sel_choose(ft__selector *s, const ft__sel_key *key, uint32_t eligib
         ft__sel_key alone = *key;
         alone.busy = 0;
         ft__sel_entry *q = ft__sel_entry_at(s, ft__sel_key_index(&alone), false);
-        int b = -1;
-        if (q) {
+        int b = q ? atomic_load_explicit(&q->best, memory_order_relaxed) : -1;
+        if (b >= 0 && !(eligible >> b & 1))
+            b = -1;
+        if (q && b < 0) {
             pthread_mutex_lock(&q->lock);
             b = q->best >= 0 && (eligible >> q->best & 1) ? q->best
                                                            : best_arm(q, eligible, s->narms);
@@ -330,8 +332,16 @@ unsigned ft__sel_choose(ft__selector *s, const ft__sel_key *key, uint32_t eligib
     ft__sel_entry *e = ft__sel_entry_at(s, ft__sel_key_index(key), true);
     if (!e)
         return fallback;
+    bool check = draw(s) < s->recheck; /* keep checking the others now and then */
+    atomic_fetch_add_explicit(&e->calls, 1, memory_order_relaxed);
+    /* A settled key (explored, exploited since under these eligible arms): its best, read
+     * without the lock. A drift or a new arm to explore unsettles it. */
+    if (!check && atomic_load_explicit(&e->settled, memory_order_acquire) == eligible) {
+        int b = atomic_load_explicit(&e->best, memory_order_relaxed);
+        if (b >= 0 && (eligible >> b & 1))
+            return (unsigned)b;
+    }
     pthread_mutex_lock(&e->lock);
-    e->calls++;
     /* Successive elimination (the re-checks still try eliminated arms now and then). */
     float best_m = 0;
     for (unsigned a = 0; a < s->narms; a++)
@@ -405,7 +415,8 @@ unsigned ft__sel_choose(ft__selector *s, const ft__sel_key *key, uint32_t eligib
             e->low_streak = 0;
         }
         pick = (unsigned)e->best;
-        if (draw(s) < s->recheck) { /* keep checking the others now and then */
+        atomic_store_explicit(&e->settled, eligible, memory_order_release);
+        if (check) {
             /* A re-check of an arm at a fraction f of the best arm's speed costs 1/f - 1
              * calls' worth of extra time: a 16 MiB O_DIRECT read of cached data beside
              * 36 GB/s page-cache copies costs twenty. A drawn arm is taken with probability
@@ -457,6 +468,8 @@ void ft__sel_pending(ft__selector *s, const ft__sel_key *key, unsigned arm, int 
     pthread_mutex_lock(&e->lock);
     int64_t now = (int64_t)e->arm[arm].pending + delta;
     e->arm[arm].pending = now > 0 ? (uint32_t)now : 0;
+    if (delta < 0) /* calls on trial may now be one sample: the arm may need more */
+        atomic_store_explicit(&e->settled, 0, memory_order_release);
     pthread_mutex_unlock(&e->lock);
 }
 
@@ -517,6 +530,7 @@ void ft__sel_record(ft__selector *s, const ft__sel_key *key, unsigned arm, uint6
                     }
                 e->best = -1;
                 e->low_streak = 0;
+                atomic_store_explicit(&e->settled, 0, memory_order_release);
             }
         } else if (st->n >= FT__SEL_EXPLORE && ft__sel_median(st) > bm) {
             e->best = (int8_t)arm; /* a re-check found a better arm */

@@ -37,8 +37,11 @@ typedef struct ft__sel_stats {
 
 typedef struct ft__sel_entry {
     pthread_mutex_t lock;
-    uint32_t calls;             /* decisions taken for this key */
-    int8_t best;                /* arm exploited, -1 while exploring */
+    _Atomic uint32_t calls;     /* decisions taken for this key */
+    _Atomic int8_t best;        /* arm exploited, -1 while exploring */
+    /* The eligible arms under which the key was last exploited with nothing left to explore
+     * (0: not so): then a decision reads best without taking the lock. */
+    _Atomic uint32_t settled;
     float record;               /* best arm's median when it was chosen */
     uint8_t low_streak;         /* consecutive samples of best far below record */
     ft__sel_stats arm[FT__SEL_MAX_ARMS];
