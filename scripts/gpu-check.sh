@@ -21,7 +21,8 @@
 # --ckpt: only the checkpoint comparison (compare.py, CUDA, ViT-H/14; engines
 #         FT_COMPARE_ENGINES, default auto,uring,cufile; FT_COMPARE_REPEAT rounds, default 3),
 #         after `fastensor tune --memory cuda --seconds $FT_TUNE_SECONDS` when that is set
-#         (--auto tunes for $FT_TUNE_SECONDS too, default 60, and traces AUTO's calls;
+#         (--auto tunes for $FT_TUNE_SECONDS too, default 60; FT_AUTO_TRACE=1 traces AUTO's
+#         calls, which costs its rows a few percent: a line written per call;
 #         FT_AUTO_MEMS: memory kinds, default "cuda host"; FT_AUTO_ROUNDS, default 3;
 #         FT_AUTO_MIXED=0 skips the mixed workload).
 #         (--no-bench runs neither.)
@@ -153,7 +154,8 @@ if [ $AUTO = 1 ]; then
         python3 bench/auto-vs-fixed.py --fastensor "$BUILD/fastensor" --file "$F" \
             --memory $mem --sizes 16M,256M,1G --total 1G --rounds ${FT_AUTO_ROUNDS:-3} \
             --engines posix,direct,uring,mmap$([ $mem = cuda ] && echo ,cufile) \
-            --tune-seconds ${FT_TUNE_SECONDS:-60} --trace "$OUT/trace-$mem.txt" --json "$OUT/auto-$mem.json" 2>"$OUT/auto-$mem.err" \
+            --tune-seconds ${FT_TUNE_SECONDS:-60} --json "$OUT/auto-$mem.json" \
+            $([ "${FT_AUTO_TRACE:-0}" = 1 ] && echo --trace "$OUT/trace-$mem.txt") 2>"$OUT/auto-$mem.err" \
             | tee -a "$OUT/summary.txt"
     done
     rm -f "$F"
