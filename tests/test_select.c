@@ -653,15 +653,32 @@ static void fake_writes(ft_file *f, ft__decision d, unsigned arm, ft_engine engi
         ft__auto_done(f, &d, (int64_t)bytes, false);
 }
 
+/* A context without a profile (FASTENSOR_PROFILE=off) and @p name opened in it for reading
+ * and writing (NULL when that fails); undone by close_unprofiled. */
+static ft_file *open_unprofiled(ft_ctx **ctx, const char *name)
+{
+    setenv("FASTENSOR_PROFILE", "off", 1);
+    *ctx = t_ctx(2);
+    ft_file *f = NULL;
+    int rc = ft_file_open(*ctx, &f, t_path(name), FT_OPEN_READ | FT_OPEN_WRITE | FT_OPEN_CREATE,
+                          0644);
+    return rc == 0 ? f : NULL;
+}
+
+static void close_unprofiled(ft_ctx *ctx, ft_file *f)
+{
+    ft_file_close(f);
+    ft_ctx_destroy(ctx);
+    unsetenv("FASTENSOR_PROFILE");
+}
+
 /* Plain writes: one sample per (key, arm) run at the sync, not one per write; a run of a few
  * buffered KiB is no sample (the sync's time is then its own fixed cost, not theirs). */
 static void case_write_runs(void)
 {
-    setenv("FASTENSOR_PROFILE", "off", 1);
-    ft_ctx *ctx = t_ctx(2);
-    ft_file *f;
-    T_EQ(ft_file_open(ctx, &f, t_path("runs.bin"), FT_OPEN_READ | FT_OPEN_WRITE | FT_OPEN_CREATE,
-                      0644), 0);
+    ft_ctx *ctx;
+    ft_file *f = open_unprofiled(&ctx, "runs.bin");
+    T_TRUE(f != NULL);
     ft__decision d;
     ft__auto_decide(f, 0, 65536, true, false, -1, &d);
     T_TRUE(d.sel != NULL);
@@ -687,20 +704,16 @@ static void case_write_runs(void)
     T_EQ(p.n, 1u);
     T_EQ(q.n, 2u);
     T_EQ(p.pending, 0u);
-    ft_file_close(f);
-    ft_ctx_destroy(ctx);
-    unsetenv("FASTENSOR_PROFILE");
+    close_unprofiled(ctx, f);
 }
 
 /* Writes the caller syncs later (FT_IO_SYNC_LATER, as a checkpoint save's): a key class of
  * their own, no page-cache arm from 64 KiB up, measured at the sync; the bytes land whole. */
 static void case_sync_later(void)
 {
-    setenv("FASTENSOR_PROFILE", "off", 1);
-    ft_ctx *ctx = t_ctx(2);
-    ft_file *f;
-    T_EQ(ft_file_open(ctx, &f, t_path("later.bin"), FT_OPEN_READ | FT_OPEN_WRITE | FT_OPEN_CREATE,
-                      0644), 0);
+    ft_ctx *ctx;
+    ft_file *f = open_unprofiled(&ctx, "later.bin");
+    T_TRUE(f != NULL);
     ft__decision d;
     ft__auto_decide(f, 0, 1u << 20, true, 2, -1, &d);
     T_EQ(d.key.cache, 2);
@@ -739,9 +752,7 @@ static void case_sync_later(void)
     ft_buf back = ft_host_buf(dst, n);
     T_EQ(ft_read(f, &back, 0, &(ft_io_opts){.engine = FT_ENGINE_POSIX}), (int64_t)n);
     T_MEMEQ(src, dst, n);
-    ft_file_close(f);
-    ft_ctx_destroy(ctx);
-    unsetenv("FASTENSOR_PROFILE");
+    close_unprofiled(ctx, f);
     free(src);
     free(dst);
 }
