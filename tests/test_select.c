@@ -791,6 +791,9 @@ static void case_static_defaults(void)
     T_EQ(d.key.cache, 3);
     ft__auto_decide(f, n + n / 4, n / 4, false, false, -1, &d);
     T_EQ(d.key.cache, 3);
+    /* requests in flight start out of order: 20 lengths ahead still continues the stream */
+    ft__auto_decide(f, n + n / 2 + 20 * (n / 4), n / 4, false, false, -1, &d);
+    T_EQ(d.key.cache, 3);
     ft__auto_decide(f, 64 * n, n / 4, false, false, -1, &d);
     T_EQ(d.key.cache, 0);
     ft_file_close(f);

@@ -22,7 +22,8 @@ int ft__io_check(ft_file *f, const ft_buf *buf, uint64_t offset, const ft_io_opt
     if (offset > INT64_MAX || buf->len > INT64_MAX - offset)
         return ft__err(-EFBIG, "%s: range at %llu of %zu bytes is beyond the largest offset",
                        f->path, (unsigned long long)offset, buf->len);
-    if (opts && ((unsigned)opts->engine >= FT_ENGINE_COUNT || (opts->flags & ~(unsigned)(FT_IO_SYNC | FT_IO_SYNC_LATER))))
+    const unsigned known_flags = FT_IO_SYNC | FT_IO_SYNC_LATER;
+    if (opts && ((unsigned)opts->engine >= FT_ENGINE_COUNT || (opts->flags & ~known_flags)))
         return ft__err(-EINVAL, "%s: bad options (engine %d, flags 0x%x)", f->path,
                        (int)opts->engine, opts->flags);
     if (write && !f->writable)
