@@ -290,7 +290,7 @@ void ft__auto_decide(ft_file *f, uint64_t off, uint64_t len, bool write, unsigne
 struct ft__pending_write {
     ft__selector *sel;
     ft__sel_key key;
-    unsigned arm, calls;
+    unsigned index, arm, calls; /* index: the key's (ft__sel_key_index) */
     uint64_t bytes, ns;
 };
 
@@ -387,11 +387,12 @@ void ft__auto_done(ft_file *f, const ft__decision *d, int64_t result, bool count
     unsigned index = ft__sel_key_index(&key);
     for (unsigned i = 0; f->pending && i < f->npending && !run; i++)
         if (f->pending[i].sel == d->sel && f->pending[i].arm == d->arm &&
-            ft__sel_key_index(&f->pending[i].key) == index)
+            f->pending[i].index == index)
             run = &f->pending[i];
     if (!run && f->pending && f->npending < MAX_PENDING) {
         run = &f->pending[f->npending++];
-        *run = (struct ft__pending_write){.sel = d->sel, .key = key, .arm = d->arm};
+        *run = (struct ft__pending_write){.sel = d->sel, .key = key, .index = index,
+                                          .arm = d->arm};
     }
     bool queued = run != NULL;
     if (run) {
