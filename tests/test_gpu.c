@@ -471,9 +471,9 @@ static bool cufile_usable(void)
     return r == 4096;
 }
 
-/* AUTO on device memory in trial slices (512 MiB + an odd tail, 1 byte off alignment):
- * from the third call on a fresh context's arms are on trial, so each call moves 64 MiB
- * slices with arms on trial and decides again for the rest (test_select counts the
+/* AUTO on device memory past two trial slices (512 MiB + an odd tail, 1 byte off alignment):
+ * from the third call on a fresh context's arms are on trial, so each call moves a 256 MiB
+ * slice with the arm on trial and decides again for the rest (test_select counts the
  * decisions on host memory); every slice must land at its own device address. */
 static void case_auto_slices(void)
 {

@@ -181,12 +181,10 @@ typedef struct ft__decision {
     ft__sel_key key;
 } ft__decision;
 
-/* The arm for [@p off, @p off + @p len), a part of a call of @p whole bytes (the key's size
- * and the arms eligible are the whole call's; the page-cache probe is the part's).
- * @p durable (writes): 0 plain, 1 synced by the call itself (FT_IO_SYNC), 2 synced later by
+/* @p durable (writes): 0 plain, 1 synced by the call itself (FT_IO_SYNC), 2 synced later by
  * the caller (FT_IO_SYNC_LATER): the write key's class. */
-void ft__auto_decide(ft_file *f, uint64_t off, uint64_t len, uint64_t whole, bool write,
-                     unsigned durable, int device, ft__decision *d);
+void ft__auto_decide(ft_file *f, uint64_t off, uint64_t len, bool write, unsigned durable,
+                     int device, ft__decision *d);
 /** Record what the decision @p d did: @p result bytes (or -errno), in the time since it was
  * made. @p counted: its transfer is still counted in the context's transfers in flight. */
 void ft__auto_done(ft_file *f, const ft__decision *d, int64_t result, bool counted);

@@ -68,22 +68,22 @@ static int64_t dispatch(const ft__io *io, ft_engine engine, bool write, void *re
     return write ? ops->write(io) : ops->read(io);
 }
 
-/* A trial of an arm on a large transfer covers this much of it: enough for a fair figure
- * (64 MiB is 32 ms at the 2 GB/s of these disks, 2 ms at 35 GB/s of page-cache copies) and
- * a quarter of what a 256 MiB slice costs when the arm is slow (H200 machine: one warm 1 GiB
- * read in twenty came out at 13 GB/s against 31-43, what a 256 MiB slice at the 4.6 GB/s
- * measured for posix/1thread there gives). */
-#define TRIAL_SLICE (64ull << 20)
+/* A trial of an arm on a large transfer covers this much of it. Not less: a slice pays the
+ * call's fixed costs (staging pipeline fill and drain for device memory), and the arms pay
+ * them unequally. H200 machine, warm reads into device memory: 64 MiB slices ran at 67%
+ * (posix) and 75% (mmap) of those arms' speed on whole 1 GiB calls, which ranked mmap first
+ * where posix was faster on whole calls. */
+#define TRIAL_SLICE (256ull << 20)
 
 /*
  * AUTO: the whole transfer goes through the arm the selector picks, unless that arm is on
  * trial (its key is still explored, or re-checked) and at least two slices are left: then
- * only a slice does, and the rest is decided again, in the whole call's key. A checkpoint
- * shard is one multi-GB call; whole, each trial of a slow arm cost a whole load (a cached
- * 2.5 GB load by O_DIRECT: 0.4 against 16 GB/s on the development machine), and a key took
- * a few dozen loads to explore. Synchronous writes are not cut: they are measured with their
- * fdatasync. cuFile's failure to register the file (remembered, so AUTO stops offering cuFile
- * for it) sends the part through another arm.
+ * only a slice does, and the rest is decided again (the size bucket stays the top one). A
+ * checkpoint shard is one multi-GB call; whole, each trial of a slow arm cost a whole load
+ * (a cached 2.5 GB load by O_DIRECT: 0.4 against 16 GB/s on the development machine), and a
+ * key took a few dozen loads to explore. Synchronous writes are not cut: they are measured
+ * with their fdatasync. cuFile's failure to register the file (remembered, so AUTO stops
+ * offering cuFile for it) sends the part through another arm.
  * The last decision is left in @p d, the bytes of its part in @p last, for ft__auto_done.
  */
 static int64_t auto_transfer(ft_file *f, const ft__io *io, bool write, unsigned durable, bool sync,
@@ -94,14 +94,14 @@ static int64_t auto_transfer(ft_file *f, const ft__io *io, bool write, unsigned 
     int64_t total = 0;
     for (;;) {
         part.len = left;
-        ft__auto_decide(f, part.off, part.len, io->len, write, durable, part.device, d);
+        ft__auto_decide(f, part.off, part.len, write, durable, part.device, d);
         bool slice = d->trial && !sync && left >= 2 * TRIAL_SLICE;
         if (slice)
             part.len = TRIAL_SLICE;
         part.piece = d->piece;
         int64_t r = dispatch(&part, d->engine, write, ready);
         if (r < 0 && d->engine == FT_ENGINE_CUFILE && f->cufile_err) {
-            ft__auto_decide(f, part.off, part.len, io->len, write, durable, part.device, d);
+            ft__auto_decide(f, part.off, part.len, write, durable, part.device, d);
             part.piece = d->piece;
             r = dispatch(&part, d->engine, write, ready);
         }

@@ -252,8 +252,8 @@ static unsigned static_default(uint32_t eligible, uint64_t len, const ft__sel_ke
     return 0; /* posix */
 }
 
-void ft__auto_decide(ft_file *f, uint64_t off, uint64_t len, uint64_t whole, bool write,
-                     unsigned durable, int device, ft__decision *d)
+void ft__auto_decide(ft_file *f, uint64_t off, uint64_t len, bool write, unsigned durable,
+                     int device, ft__decision *d)
 {
     memset(d, 0, sizeof *d);
     uint64_t now = now_ns();
@@ -262,13 +262,13 @@ void ft__auto_decide(ft_file *f, uint64_t off, uint64_t len, uint64_t whole, boo
     d->key = (ft__sel_key){
         .write = write,
         .mem = device >= 0 ? FT_MEM_CUDA : FT_MEM_HOST,
-        .bucket = (uint8_t)ft__sel_bucket(whole),
+        .bucket = (uint8_t)ft__sel_bucket(len),
         .cache = write ? (uint8_t)durable : (uint8_t)read_class(f, off, len, now),
         .busy = d->inflight > 1,
         .cpu = (uint8_t)ft__probe_cpu(),
     };
-    uint32_t eligible = eligible_arms(f, whole, device, write && durable);
-    unsigned fallback = static_default(eligible, whole, &d->key);
+    uint32_t eligible = eligible_arms(f, len, device, write && durable);
+    unsigned fallback = static_default(eligible, len, &d->key);
     unsigned arm = sel ? ft__sel_choose(sel, &d->key, eligible, fallback, &d->trial)
                          : fallback;
     d->sel = sel;
