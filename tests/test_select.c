@@ -413,6 +413,30 @@ static void case_cache_blind_new_context(void)
     ft__sel_destroy(s);
 }
 
+/* A cached key of the other memory kind (host reads on a profile built for device memory)
+ * prices the O_DIRECT arms by their cold figures there: the disk is the same. */
+static void case_cache_blind_other_memory(void)
+{
+    ft__selector *s;
+    T_EQ(ft__sel_create(&s, ARMS, fake_clock, 14), 0);
+    s->cache_blind = 0xE0;
+    ft__sel_key cold = key20;
+    cold.cache = 0;
+    cold.mem = FT_MEM_CUDA;
+    for (unsigned a = 5; a < ARMS; a++)
+        for (unsigned i = 0; i < FT__SEL_EXPLORE; i++)
+            ft__sel_record(s, &cold, a, 1 << 20, 1000000);
+    for (unsigned a = 0; a < ARMS; a++)
+        tput[a] = a < 5 ? 20e9 - 1e9 * a : 1e9;
+    unsigned picks = 0;
+    for (unsigned i = 0; i < 5 * FT__SEL_EXPLORE + 5; i++)
+        picks += step(s, &key20, 1 << 20) >= 5;
+    printf("  O_DIRECT arms tried for cached host reads, cold figures from device memory: %u\n",
+           picks);
+    T_EQ(picks, 0u);
+    ft__sel_destroy(s);
+}
+
 /* A call beside others takes the decision learned alone: the best arm eligible for it (one
  * the file cannot use, such as cuFile after its registration failed, is not). */
 static void case_busy(void)
@@ -848,6 +872,7 @@ int main(void)
         {"calls in flight: the best eligible arm learned alone", case_busy},
         {"cached reads skip O_DIRECT arms measured slow cold", case_cache_blind},
         {"... and so does a cached key new to its CPU-load context", case_cache_blind_new_context},
+        {"... and one of the other memory kind", case_cache_blind_other_memory},
         {"large transfers are tried a slice at a time", case_trial_slices},
         {"calls in flight: O_DIRECT arms compete when one was best alone", case_busy_blind},
         {"profile round trip; foreign and corrupt profiles ignored", case_profile},

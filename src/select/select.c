@@ -246,10 +246,13 @@ static bool eliminated(const ft__sel_stats *st, float best_m)
 
 /*
  * Estimates (bytes/s, 0: none) of the cache-blind arms for a read key from the same size and
- * context in the other cache classes, cold first. An O_DIRECT read of cached data reads it
- * from the disk again: measured cold, it need not be explored cached, where one call of it
- * costs twenty page-cache copies (H200 machine: 1.7 against 36 GB/s). Call without holding
- * the key's lock (this takes the other keys' locks).
+ * context in the other cache classes, cold first, in this memory kind, then in the other
+ * (what an O_DIRECT read costs is the disk's, wherever the bytes go). An O_DIRECT read of
+ * cached data reads it from the disk again: measured cold, it need not be explored cached,
+ * where one call of it costs twenty page-cache copies (H200 machine: 1.7 against 36 GB/s;
+ * a job's first warm 1 GiB reads into host memory, on a profile tuned for device memory,
+ * explored them at 2.3 GB/s). Call without holding the key's lock (this takes the other
+ * keys' locks).
  */
 static void estimates(ft__selector *s, const ft__sel_key *key, uint32_t eligible, float *est)
 {
@@ -258,16 +261,17 @@ static void estimates(ft__selector *s, const ft__sel_key *key, uint32_t eligible
     if (key->write || !want)
         return;
     static const uint8_t order[] = {0, 3, 1, 2}; /* cold, stream, partial, cached */
-    /* this context first, then the others (CPU load, calls in flight): a key new to its
-     * context is where an O_DIRECT call of cached data is likeliest to be tried */
-    for (unsigned flip = 0; flip < 4 && want; flip++) {
+    /* this context first, then the others (CPU load, calls in flight, memory kind): a key
+     * new to its context is where an O_DIRECT call of cached data is likeliest to be tried */
+    for (unsigned flip = 0; flip < 8 && want; flip++) {
         for (unsigned i = 0; i < sizeof order && want; i++) {
             if (order[i] == key->cache)
                 continue;
             ft__sel_key k = *key;
             k.cache = order[i];
             k.cpu = (uint8_t)(k.cpu ^ (flip & 1));
-            k.busy = (uint8_t)(k.busy ^ (flip >> 1));
+            k.busy = (uint8_t)(k.busy ^ (flip >> 1 & 1));
+            k.mem = (uint8_t)(k.mem ^ (flip >> 2));
             ft__sel_entry *e = ft__sel_entry_at(s, ft__sel_key_index(&k), false);
             if (!e)
                 continue;
