@@ -44,6 +44,7 @@ typedef struct ft__sel_entry {
     _Atomic uint32_t settled;
     float record;               /* best arm's median when it was chosen */
     uint8_t low_streak;         /* consecutive samples of best far below record */
+    uint8_t behind_streak;      /* consecutive samples of best below the runner-up's median */
     ft__sel_stats arm[FT__SEL_MAX_ARMS];
 } ft__sel_entry;
 
