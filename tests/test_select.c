@@ -89,15 +89,27 @@ static void case_stationary(void)
 
 /* Once converged, re-checks of the other arms cost little time even where most arms are
  * hopeless (O_DIRECT arms beside page-cache copies of cached data: 20x slower). */
-static void case_recheck_cost(void)
+/* A selector (seeded with @p seed) converged on key20 with arm 0 at @p first bytes/s, arm 1
+ * at @p second and the others at @p rest; NULL when it cannot be made. */
+static ft__selector *converged(uint64_t seed, double first, double second, double rest)
 {
     ft__selector *s;
-    T_EQ(ft__sel_create(&s, ARMS, fake_clock, 10), 0);
-    tput[0] = 36e9;
-    tput[1] = 20e9;
+    if (ft__sel_create(&s, ARMS, fake_clock, seed) < 0)
+        return NULL;
+    tput[0] = first;
+    tput[1] = second;
     for (unsigned a = 2; a < ARMS; a++)
-        tput[a] = 1.7e9;
+        tput[a] = rest;
     optimal_share(s, &key20, 200);
+    return s;
+}
+
+static void case_recheck_cost(void)
+{
+    ft__selector *s = converged(10, 36e9, 20e9, 1.7e9);
+    T_TRUE(s != NULL);
+    if (!s)
+        return;
     uint64_t t0 = fake_now;
     unsigned calls = 20000;
     optimal_share(s, &key20, calls);
@@ -133,13 +145,10 @@ static void case_swap(void)
  * on the CPUs) makes the 30 GB/s runner-up worth a look, not the 2 GB/s O_DIRECT arms. */
 static void case_drift_spares_hopeless(void)
 {
-    ft__selector *s;
-    T_EQ(ft__sel_create(&s, ARMS, fake_clock, 11), 0);
-    tput[0] = 36e9;
-    tput[1] = 30e9;
-    for (unsigned a = 2; a < ARMS; a++)
-        tput[a] = 2e9;
-    optimal_share(s, &key20, 200);
+    ft__selector *s = converged(11, 36e9, 30e9, 2e9);
+    T_TRUE(s != NULL);
+    if (!s)
+        return;
     tput[0] = 15e9;
     unsigned slow = 0, calls = 300;
     uint64_t t0 = fake_now;
