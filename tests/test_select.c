@@ -468,6 +468,33 @@ static void case_cache_blind_other_memory(void)
     ft__sel_destroy(s);
 }
 
+/* Calls in flight in a CPU-load class where no call ran alone take the decision learned
+ * alone in the other class, not their own samples (where O_DIRECT scores best per call). */
+static void case_busy_other_cpu(void)
+{
+    ft__selector *s;
+    T_EQ(ft__sel_create(&s, ARMS, fake_clock, 16), 0);
+    s->cache_blind = 0xE0;
+    ft__sel_key stream = key20;
+    stream.cache = 3;
+    for (unsigned a = 0; a < ARMS; a++) /* alone: buffered arm 0 best */
+        tput[a] = a == 0 ? 2.5e9 : a < 5 ? 2e9 : 1.2e9;
+    optimal_share(s, &stream, 200);
+    ft__sel_key busy = stream;
+    busy.busy = 1;
+    busy.cpu = 1;
+    for (unsigned a = 0; a < ARMS; a++) /* in flight, per call: arm 5 looks best */
+        for (unsigned i = 0; i < FT__SEL_EXPLORE; i++)
+            ft__sel_record(s, &busy, a, 1 << 20, a == 5 ? 800000 : 1000000);
+    unsigned blind = 0;
+    for (unsigned i = 0; i < 400; i++)
+        blind += ft__sel_choose(s, &busy, (1u << ARMS) - 1, 0, NULL) >= 5;
+    printf("  in flight, high CPU load, nothing alone there: %u of 400 on O_DIRECT arms\n",
+           blind);
+    T_EQ(blind, 0u);
+    ft__sel_destroy(s);
+}
+
 /* A call beside others takes the decision learned alone: the best arm eligible for it (one
  * the file cannot use, such as cuFile after its registration failed, is not). */
 static void case_busy(void)
@@ -902,6 +929,7 @@ int main(void)
         {"writes synced later: their own class, O_DIRECT from 64 KiB", case_sync_later},
         {"a new key explores what its neighbour found good or never measured", case_prior},
         {"calls in flight: the best eligible arm learned alone", case_busy},
+        {"... learned alone in the other CPU-load class", case_busy_other_cpu},
         {"cached reads skip O_DIRECT arms measured slow cold", case_cache_blind},
         {"... and so does a cached key new to its CPU-load context", case_cache_blind_new_context},
         {"... and one of the other memory kind", case_cache_blind_other_memory},
