@@ -346,10 +346,13 @@ unsigned ft__sel_choose(ft__selector *s, const ft__sel_key *key, uint32_t eligib
     if (!e)
         return fallback;
     bool check = draw(s) < s->recheck; /* keep checking the others now and then */
-    atomic_fetch_add_explicit(&e->calls, 1, memory_order_relaxed);
+    /* the call after which a young key's prior no longer narrows its exploration: the arms
+     * the prior left out are explored from here on (the locked path finds them) */
+    bool matured = atomic_fetch_add_explicit(&e->calls, 1, memory_order_relaxed) ==
+                   2 * FT__SEL_EXPLORE * s->narms;
     /* A settled key (explored, exploited since under these eligible arms): its best, read
      * without the lock. A drift or a new arm to explore unsettles it. */
-    if (!check && atomic_load_explicit(&e->settled, memory_order_acquire) == eligible) {
+    if (!check && !matured && atomic_load_explicit(&e->settled, memory_order_acquire) == eligible) {
         int b = atomic_load_explicit(&e->best, memory_order_relaxed);
         if (b >= 0 && (eligible >> b & 1))
             return (unsigned)b;
@@ -410,6 +413,7 @@ unsigned ft__sel_choose(ft__selector *s, const ft__sel_key *key, uint32_t eligib
     if (explore >= 0) {
         pick = (unsigned)explore; /* round robin over the least-sampled arms */
         *trial = true;
+        atomic_store_explicit(&e->settled, 0, memory_order_release);
     } else {
         if (e->best < 0 || !(eligible >> e->best & 1)) {
             int b = best_arm(e, eligible, s->narms);
