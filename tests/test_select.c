@@ -384,11 +384,13 @@ static void case_busy_blind(void)
     ft__sel_destroy(s);
 }
 
-/* Arms 5..7 (the cache-blind ones of these tests) measured on key20's cold reads: 1 GB/s. */
-static void record_blind_cold(ft__selector *s)
+/* Arms 5..7 (the cache-blind ones of these tests) measured on key20's cold reads into
+ * memory of kind @p mem: 1 GB/s. */
+static void record_blind_cold(ft__selector *s, ft_mem_kind mem)
 {
     ft__sel_key cold = key20;
     cold.cache = 0;
+    cold.mem = (uint8_t)mem;
     for (unsigned a = 5; a < ARMS; a++)
         for (unsigned i = 0; i < FT__SEL_EXPLORE; i++)
             ft__sel_record(s, &cold, a, 1 << 20, 1000000);
@@ -402,7 +404,7 @@ static unsigned blind_picks(uint32_t cache_blind, unsigned calls)
     if (ft__sel_create(&s, ARMS, fake_clock, 11) < 0)
         return UINT32_MAX;
     s->cache_blind = cache_blind;
-    record_blind_cold(s);
+    record_blind_cold(s, FT_MEM_HOST);
     for (unsigned a = 0; a < ARMS; a++)
         tput[a] = a < 5 ? 20e9 : 1e9;
     unsigned picks = 0;
@@ -434,7 +436,7 @@ static void case_cache_blind_new_context(void)
     ft__selector *s;
     T_EQ(ft__sel_create(&s, ARMS, fake_clock, 13), 0);
     s->cache_blind = 0xE0;
-    record_blind_cold(s);
+    record_blind_cold(s, FT_MEM_HOST);
     for (unsigned a = 0; a < ARMS; a++)
         tput[a] = a < 5 ? 20e9 - 1e9 * a : 1e9;
     unsigned before = 0, after = 0;
@@ -458,12 +460,7 @@ static void case_cache_blind_other_memory(void)
     ft__selector *s;
     T_EQ(ft__sel_create(&s, ARMS, fake_clock, 14), 0);
     s->cache_blind = 0xE0;
-    ft__sel_key cold = key20;
-    cold.cache = 0;
-    cold.mem = FT_MEM_CUDA;
-    for (unsigned a = 5; a < ARMS; a++)
-        for (unsigned i = 0; i < FT__SEL_EXPLORE; i++)
-            ft__sel_record(s, &cold, a, 1 << 20, 1000000);
+    record_blind_cold(s, FT_MEM_CUDA);
     for (unsigned a = 0; a < ARMS; a++)
         tput[a] = a < 5 ? 20e9 - 1e9 * a : 1e9;
     unsigned picks = 0;
