@@ -136,6 +136,16 @@ static int best_arm(const ft__sel_entry *e, uint32_t eligible, unsigned narms)
     return best;
 }
 
+/* Make @p arm the key's chosen arm, its median the record, and start its streaks anew.
+ * Call with the key's lock held. */
+static void lead(ft__sel_entry *e, int arm)
+{
+    e->best = (int8_t)arm;
+    e->record = ft__sel_median(&e->arm[arm]);
+    e->low_streak = 0;
+    e->behind_streak = 0;
+}
+
 /* The best arm of the nearest size bucket with data in the same context, else in the
  * nearest other context (CPU load, then transfers in flight), or -1. */
 static int nearest_known_in(ft__selector *s, const ft__sel_key *key, uint32_t eligible);
@@ -427,10 +437,7 @@ unsigned ft__sel_choose(ft__selector *s, const ft__sel_key *key, uint32_t eligib
                 int a = nearest_known(s, key, eligible);
                 return a >= 0 ? (unsigned)a : fallback;
             }
-            e->best = (int8_t)b;
-            e->record = ft__sel_median(&e->arm[e->best]);
-            e->low_streak = 0;
-            e->behind_streak = 0;
+            lead(e, b);
         }
         pick = (unsigned)e->best;
         atomic_store_explicit(&e->settled, eligible, memory_order_release);
@@ -537,12 +544,8 @@ void ft__sel_record(ft__selector *s, const ft__sel_key *key, unsigned arm, uint6
              * another file: the development machine's tune measured cold 1 GiB reads by
              * mmap/1thread at 2.2 GB/s, the bench's file gave 1.3 where direct gave 2.3,
              * and five new samples of eight were needed before its median fell behind). */
-            if (second >= 0 && (second_m > bm || e->behind_streak >= 3)) {
-                e->best = (int8_t)second;
-                e->record = second_m;
-                e->low_streak = 0;
-                e->behind_streak = 0;
-            }
+            if (second >= 0 && (second_m > bm || e->behind_streak >= 3))
+                lead(e, second);
             if (e->low_streak >= 3) {
                 /* Drift: the chosen arm fell well below its record three times running:
                  * the context changed, so every arm's old figures are suspect. Explore
@@ -564,10 +567,7 @@ void ft__sel_record(ft__selector *s, const ft__sel_key *key, unsigned arm, uint6
                 atomic_store_explicit(&e->settled, 0, memory_order_release);
             }
         } else if (st->n >= FT__SEL_EXPLORE && ft__sel_median(st) > bm) {
-            e->best = (int8_t)arm; /* a re-check found a better arm */
-            e->record = ft__sel_median(st);
-            e->low_streak = 0;
-            e->behind_streak = 0;
+            lead(e, (int)arm); /* a re-check found a better arm */
         }
     }
     pthread_mutex_unlock(&e->lock);
