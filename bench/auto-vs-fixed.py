@@ -45,6 +45,10 @@ def main():
     ap.add_argument("--tune-max", default="1G")
     ap.add_argument("--json", help="write every measurement here")
     ap.add_argument("--trace", help="AUTO's calls, one line each (FASTENSOR_TRACE), to this file")
+    ap.add_argument("--twins", action="store_true",
+                    help="run every fixed engine twice per round (the second as ENGINE#2) and "
+                         "report how the best engine's twin compares with the best: what the "
+                         "same measure gives an oracle that always ran the best engine")
     a = ap.parse_args()
 
     if a.tune_seconds > 0:
@@ -57,7 +61,9 @@ def main():
     subprocess.run([a.fastensor, "bench", "--engine", "direct", "--op", "write", "--size", "64M",
                     "--total", a.total or "1G", "--file", rfile], check=True,
                    stdout=subprocess.DEVNULL)
-    engines = a.engines.split(",") + ["auto"]
+    engines = a.engines.split(",")
+    engines += [e + "#2" for e in engines] if a.twins else []
+    engines += ["auto"]
     runs = []
     try:
         for r in range(a.rounds):
@@ -66,7 +72,9 @@ def main():
                 print("round %d/%d: %s" % (r + 1, a.rounds, e), file=sys.stderr)
                 for op, f in (("write", wfile), ("read", rfile)):
                     trace = a.trace if e == "auto" else None
-                    for m in bench(a.fastensor, common + ["--op", op, "--file", f], e, trace):
+                    args = common + ["--op", op, "--file", f]
+                    for m in bench(a.fastensor, args, e.split("#")[0], trace):
+                        m["engine"] = e
                         m["round"] = r
                         runs.append(m)
     finally:
@@ -83,7 +91,7 @@ def main():
         cache = "sync" if m["op"] == "write" else m["cache"]
         table[(m["op"], m["block"], cache)][m["engine"]].append(m["gbps"])
         by_round[(m["op"], m["block"], cache, m["round"])][m["engine"]] = m["gbps"]
-    fixed = [e for e in engines if e != "auto"]
+    fixed = [e for e in engines if e != "auto" and "#" not in e]
 
     def size(b):
         for unit, shift in (("G", 30), ("M", 20), ("K", 10)):
@@ -96,25 +104,44 @@ def main():
     print("(auto / best: AUTO's median over the best fixed engine's; paired: the median over "
           "rounds of\nAUTO's figure over that engine's in the same round, which the disk's "
           "drift between rounds moves less)")
+    if a.twins:
+        print("(twin: the best fixed engine's second run in the same rounds, by the same two "
+              "measures: how close an\noracle that always ran the best engine comes; the best of "
+              "several close, noisy medians is biased up)")
     print()
+    twin_head = " twin / best | twin paired |" if a.twins else ""
     print("| op | block | cache | " + " | ".join(fixed) +
-          " | auto | best fixed | auto / best | paired |")
-    print("|---|---|---|" + "---|" * (len(fixed) + 4))
-    within = total = 0
+          " | auto | best fixed | auto / best | paired |" + twin_head)
+    print("|---|---|---|" + "---|" * (len(fixed) + 4 + 2 * a.twins))
+    within = total = twin_within = 0
+
+    def paired_median(op, block, cache, e, best):
+        pairs = [by_round[(op, block, cache, r)] for r in range(a.rounds)]
+        pairs = [p[e] / p[best] for p in pairs if p.get(e) and p.get(best)]
+        return statistics.median(pairs) if pairs else None
     for (op, block, cache), per in sorted(table.items()):
         med = {e: statistics.median(v) for e, v in per.items()}
         best = max(fixed, key=lambda e: med.get(e, 0))
         ratio = med.get("auto", 0) / med[best] if med.get(best) else 0
         total += 1
         within += ratio >= 0.95
-        pairs = [by_round[(op, block, cache, r)] for r in range(a.rounds)]
-        pairs = [p["auto"] / p[best] for p in pairs if p.get("auto") and p.get(best)]
-        paired = "%.2f" % statistics.median(pairs) if pairs else "-"
+        pm = paired_median(op, block, cache, "auto", best)
+        paired = "%.2f" % pm if pm is not None else "-"
         cells = ["%.2f" % med[e] if e in med else "-" for e in fixed]
-        print("| %s | %s | %s | %s | %.2f | %s | %.2f | %s |"
-              % (op, size(block), cache, " | ".join(cells), med.get("auto", 0), best, ratio, paired))
+        twin = ""
+        if a.twins:
+            t = med.get(best + "#2", 0) / med[best] if med.get(best) else 0
+            twin_within += t >= 0.95
+            tp = paired_median(op, block, cache, best + "#2", best)
+            twin = " %.2f | %s |" % (t, "%.2f" % tp if tp is not None else "-")
+        print("| %s | %s | %s | %s | %.2f | %s | %.2f | %s |%s"
+              % (op, size(block), cache, " | ".join(cells), med.get("auto", 0), best, ratio,
+                 paired, twin))
     print()
     print("auto within 5%% of the best fixed engine in %d of %d cases" % (within, total))
+    if a.twins:
+        print("the best engine's twin (a second run of it in every round: an oracle) within 5%% "
+              "of the best fixed engine in %d of %d cases" % (twin_within, total))
 
 
 if __name__ == "__main__":

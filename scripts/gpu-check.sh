@@ -24,7 +24,8 @@
 #         (--auto tunes for $FT_TUNE_SECONDS too, default 60; FT_AUTO_TRACE=1 traces AUTO's
 #         calls, which costs its rows a few percent: a line written per call;
 #         FT_AUTO_MEMS: memory kinds, default "cuda host"; FT_AUTO_ROUNDS, default 3;
-#         FT_AUTO_MIXED=0 skips the mixed workload).
+#         FT_AUTO_MIXED=0 skips the mixed workload; FT_AUTO_TWINS=1 runs every fixed engine
+#         twice, the noise floor of the comparison).
 #         (--no-bench runs neither.)
 # --pack: leave one archive, $OUT/results.tgz, instead of the separate logs.
 # --udev: ONLY on a throwaway test VM: create the udev entry cuFile needs for the block
@@ -46,7 +47,7 @@ for a in "$@"; do
         --pack) PACK=1 ;;
         --fio) FIO=1 ;;
         --ckpt) CKPT=1 ;;
-        -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
         *) echo "unknown option $a" >&2; exit 2 ;;
     esac
 done
@@ -155,7 +156,8 @@ if [ $AUTO = 1 ]; then
             --memory $mem --sizes 16M,256M,1G --total 1G --rounds ${FT_AUTO_ROUNDS:-3} \
             --engines posix,direct,uring,mmap$([ $mem = cuda ] && echo ,cufile) \
             --tune-seconds ${FT_TUNE_SECONDS:-60} --json "$OUT/auto-$mem.json" \
-            $([ "${FT_AUTO_TRACE:-0}" = 1 ] && echo --trace "$OUT/trace-$mem.txt") 2>"$OUT/auto-$mem.err" \
+            $([ "${FT_AUTO_TRACE:-0}" = 1 ] && echo --trace "$OUT/trace-$mem.txt") \
+            $([ "${FT_AUTO_TWINS:-0}" = 1 ] && echo --twins) 2>"$OUT/auto-$mem.err" \
             | tee -a "$OUT/summary.txt"
     done
     rm -f "$F"
