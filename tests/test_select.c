@@ -916,6 +916,56 @@ static void case_static_defaults(void)
     free(src);
 }
 
+/* Samples recorded so far under @p key (every arm). */
+static uint32_t key_samples(ft__selector *sel, const ft__sel_key *key)
+{
+    ft__sel_entry *e = sel ? ft__sel_entry_at(sel, ft__sel_key_index(key), false) : NULL;
+    uint32_t n = 0;
+    for (unsigned a = 0; e && a < sel->narms; a++)
+        n += e->arm[a].n;
+    return n;
+}
+
+/* Small reads are timed one in eight once their key is explored, drawn at random (calls
+ * alternating between two keys leave neither untimed); every trial is timed. */
+static void case_small_reads_sampled(void)
+{
+    cached_file x;
+    T_EQ(cached_open(&x, "small.bin", 12), 0);
+    ft_file *f = x.f;
+    uint8_t *src = x.src, *dst = x.dst;
+    ft__sel_key key[2] = {x.key, x.key};
+    key[0].bucket = 12; /* 4 KiB reads */
+    key[1].bucket = 13; /* 8 KiB reads */
+    ft_buf d[2] = {ft_host_buf(dst, 4096), ft_host_buf(dst, 8192)};
+    unsigned trials = 0, untimed_trials = 0;
+    for (unsigned i = 0; i < 800; i++) { /* explore both keys: every trial timed */
+        ft__decision dec;
+        ft__auto_decide(f, 0, d[i & 1].len, false, false, -1, &dec);
+        trials += dec.trial;
+        untimed_trials += dec.trial && !dec.timed;
+        T_EQ(ft_read(f, &d[i & 1], 0, NULL), (int64_t)d[i & 1].len);
+    }
+    T_MEMEQ(src, dst, 8192);
+    ft__selector *sel = atomic_load(&f->sel);
+    const unsigned calls = 1600; /* per key, alternating */
+    uint32_t made[2];
+    for (unsigned k = 0; k < 2; k++)
+        made[k] = key_samples(sel, &key[k]);
+    for (unsigned i = 0; i < 2 * calls; i++)
+        T_EQ(ft_read(f, &d[i & 1], 0, NULL), (int64_t)d[i & 1].len);
+    for (unsigned k = 0; k < 2; k++)
+        made[k] = key_samples(sel, &key[k]) - made[k];
+    printf("  trials while exploring: %u, untimed: %u; samples from %u cached 4 KiB and 8 KiB "
+           "reads each, alternating: %u and %u\n", trials, untimed_trials, calls, made[0], made[1]);
+    T_TRUE(trials >= 3);
+    T_EQ(untimed_trials, 0u);
+    /* one in 8 (160 +- 3 standard deviations), plus the re-checks (2%, timed whole) */
+    for (unsigned k = 0; k < 2; k++)
+        T_TRUE(made[k] >= calls / 8 - 40 && made[k] <= calls / 8 + 40 + calls / 20);
+    cached_close(&x);
+}
+
 int main(void)
 {
     if (!t_have_odirect())
@@ -948,6 +998,8 @@ int main(void)
         {"a call that began alone but ended beside others is not an alone sample",
          case_company_arrived},
         {"unseen keys: posix for cached reads, O_DIRECT for cold; streams", case_static_defaults},
+        {"small reads: one in eight timed once explored, every trial timed",
+         case_small_reads_sampled},
     };
     return t_run(cases, sizeof cases / sizeof *cases);
 }

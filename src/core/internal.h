@@ -178,6 +178,7 @@ typedef struct ft__decision {
     uint64_t t0;        /* when the decision started */
     unsigned inflight;  /* transfers of the context in flight then, this one included */
     bool trial;         /* the arm is being tried (the key is explored or re-checked) */
+    bool timed;         /* measured: becomes a sample (t0 is 0 otherwise) */
     ft__sel_key key;
 } ft__decision;
 

@@ -252,6 +252,32 @@ static unsigned static_default(uint32_t eligible, uint64_t len, const ft__sel_ke
     return 0; /* posix */
 }
 
+/*
+ * Small reads are timed one in SMALL_READ_EVERY (per thread), trials always: timing and
+ * recording a call (two clock reads, the key's lock, its window's median) cost about
+ * 100 ns, which beside a 4 KiB read of 1-5 us was most of AUTO's cost per call and a few
+ * percent of the read (development machine, 1-byte cached reads: 215 ns over posix timed
+ * every call, 115 ns timed one in 8). A key of small reads gets thousands of calls, so its
+ * samples still come by the hundred; exploring and re-checks are timed whole. Writes are
+ * always timed: plain ones are measured in runs that share their sync's time by bytes.
+ */
+#define SMALL_READ (256u << 10)
+#define SMALL_READ_EVERY 8
+
+/* Whether to time this small read: drawn (xorshift, per thread), not counted. A counter
+ * shared by all keys aliases with a job's pattern: calls alternating between two keys
+ * timed one key's every fourth call and the other's never. */
+static bool small_read_drawn(uint64_t now)
+{
+    static _Thread_local uint32_t x;
+    if (!x)
+        x = (uint32_t)(now ^ (now >> 32) ^ (uintptr_t)&x) | 1u;
+    x ^= x << 13;
+    x ^= x >> 17;
+    x ^= x << 5;
+    return x % SMALL_READ_EVERY == 0;
+}
+
 void ft__auto_decide(ft_file *f, uint64_t off, uint64_t len, bool write, unsigned durable,
                      int device, ft__decision *d)
 {
@@ -275,9 +301,10 @@ void ft__auto_decide(ft_file *f, uint64_t off, uint64_t len, bool write, unsigne
     d->arm = arm;
     d->engine = ft__arms[arm].engine;
     d->piece = ft__arms[arm].piece;
+    d->timed = write || d->trial || len >= SMALL_READ || small_read_drawn(now);
     /* the clock starts now: the decision's own cost (the first call of a file opens its
      * O_DIRECT descriptor, loads the profile, probes io_uring) is no arm's */
-    d->t0 = now_ns();
+    d->t0 = d->timed ? now_ns() : 0;
 }
 
 /* (key, arm) runs of plain writes awaiting their sync, per file */
@@ -320,7 +347,8 @@ static bool first_use(ft_file *f, const ft__decision *d)
 
 /*
  * FASTENSOR_TRACE=FILE: one line per AUTO call (key, arm, bytes, nanoseconds, transfers in
- * flight at its start, and whether it became a sample), to see what the selector did in a
+ * flight at its start, and whether it became a sample; an untimed small read shows 0 ns
+ * and the key it was decided under), to see what the selector did in a
  * run, where the profile keeps only the last few samples per arm.
  */
 static FILE *trace_file;
@@ -348,6 +376,11 @@ void ft__auto_done(ft_file *f, const ft__decision *d, int64_t result, bool count
 {
     if (!d->sel || result <= 0)
         return;
+    if (!d->timed) {
+        first_use(f, d); /* what the engine sets up once, this call paid */
+        trace(d, &d->key, result, 0, "untimed");
+        return;
+    }
     uint64_t ns = now_ns() - d->t0;
     /* Transfers in flight at the call's end, this one included. */
     unsigned end = atomic_load_explicit(&f->ctx->inflight, memory_order_relaxed) + !counted;
