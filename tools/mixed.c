@@ -230,16 +230,11 @@ int bench_mixed(const ft_engine *engines, int nengines, int rounds, bool json, c
     return status;
 }
 
-/*
- * AUTO's decision cost, measured through the public API: 1-byte reads of a cached file with
- * AUTO minus the same reads with posix (which AUTO picks there); the difference per call is
- * the probe (page-cache residency, CPU load) plus the dictionary lookup and update.
- */
 /* A background transfer kept in flight: a read of a 16 MiB file, submitted again whenever
  * it has finished, so that AUTO's calls meanwhile take its path for calls beside others
  * (the alone key's decision, then the sample in the busy key). O_DIRECT where the filesystem
  * has it: a request that waits on the disk, not one that copies on a CPU the timed loop
- * needs (a posix re-read of the cached file moved the posix loop's figure by 20%). */
+ * needs (a posix re-read of the cached file moved the posix loop's figure by up to 30%). */
 typedef struct background {
     ft_file *f;
     ft_req *req;
@@ -283,6 +278,12 @@ static void time_calls(ft_file *f, background *bg, double best[2])
         }
 }
 
+/*
+ * AUTO's decision cost, measured through the public API: 1-byte reads of a cached file with
+ * AUTO minus the same reads with posix (which AUTO picks there); the difference per call is
+ * the probe (page-cache residency, CPU load) plus the dictionary lookup and update. Once
+ * alone, once beside a background transfer (calls in flight take another path).
+ */
 int bench_overhead(bool json)
 {
     char path[64], bpath[64];

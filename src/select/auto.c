@@ -257,7 +257,7 @@ static unsigned static_default(uint32_t eligible, uint64_t len, const ft__sel_ke
  * recording a call (two clock reads, the key's lock, its window's median) cost about
  * 100 ns, which beside a 4 KiB read of 1-5 us was most of AUTO's cost per call and a few
  * percent of the read (development machine, 1-byte cached reads: 215 ns over posix timed
- * every call, 115 ns timed one in 8). A key of small reads gets thousands of calls, so its
+ * every call, 85-91 ns timed one in 8). A key of small reads gets thousands of calls, so its
  * samples still come by the hundred; exploring and re-checks are timed whole. Writes are
  * always timed: plain ones are measured in runs that share their sync's time by bytes.
  */
