@@ -1,9 +1,11 @@
 /* Every engine: random-data round trips over sizes x offsets x buffer alignments, cross-
  * engine reads, reads past the end, and one transfer above 2 GiB. */
 #include "testlib.h"
+#include "../src/core/syscall.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 static ft_ctx *ctx;
@@ -159,6 +161,60 @@ static void case_above_2gib(void)
     free(dst);
 }
 
+/* The advice the mmap engine gives its read mappings, counted through the syscall table. */
+static unsigned advised_huge, advised_willneed;
+static int counting_madvise(void *addr, size_t len, int advice)
+{
+    if (advice == MADV_HUGEPAGE) /* (given by the calling thread; the workers populate) */
+        advised_huge++;
+    if (advice == MADV_WILLNEED)
+        advised_willneed++;
+    return madvise(addr, len, advice);
+}
+
+/* mmap reads of 1 MiB and more advise MADV_HUGEPAGE (faults read ahead in 2 MiB folios; the
+ * 4 KiB ones WILLNEED's readahead leaves slow every later read), smaller ones MADV_WILLNEED
+ * (a 2 MiB readahead per 4 KiB read), and so do all where THP is off. Bytes exact either way. */
+static void case_mmap_read_advice(void)
+{
+    char text[128] = "";
+    FILE *thp = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
+    if (thp) {
+        if (!fgets(text, sizeof text, thp))
+            text[0] = '\0';
+        fclose(thp);
+    }
+    bool huge = text[0] && !strstr(text, "[never]");
+    ft_file *f;
+    T_EQ(ft_file_open(ctx, &f, t_path("advice.bin"),
+                      FT_OPEN_READ | FT_OPEN_WRITE | FT_OPEN_CREATE | FT_OPEN_TRUNC, 0644), 0);
+    size_t n = (4u << 20) + 3;
+    uint8_t *src = malloc(n), *dst = malloc(n);
+    T_TRUE(src && dst);
+    t_fill_random(src, n, 77);
+    ft_buf b = ft_host_buf(src, n);
+    T_EQ(ft_write(f, &b, 4095, &(ft_io_opts){.engine = FT_ENGINE_POSIX}), (int64_t)n);
+    int (*keep)(void *, size_t, int) = ft__sys.madvise;
+    ft__sys.madvise = counting_madvise;
+    const size_t lens[] = {4096, (1u << 20) - 1, 1u << 20, n};
+    for (unsigned i = 0; i < sizeof lens / sizeof *lens; i++) {
+        advised_huge = advised_willneed = 0;
+        memset(dst, 0, n);
+        ft_buf d = ft_host_buf(dst, lens[i]);
+        T_EQ(ft_read(f, &d, 4095, &(ft_io_opts){.engine = FT_ENGINE_MMAP}), (int64_t)lens[i]);
+        T_MEMEQ(src, dst, lens[i]);
+        bool want_huge = huge && lens[i] >= (1u << 20);
+        printf("  %zu bytes: MADV_HUGEPAGE %u, MADV_WILLNEED %u (THP %s)\n", lens[i],
+               advised_huge, advised_willneed, huge ? "usable" : "off");
+        T_EQ(advised_huge, want_huge ? 1u : 0u);
+        T_EQ(advised_willneed, want_huge ? 0u : 1u);
+    }
+    ft__sys.madvise = keep;
+    ft_file_close(f);
+    free(src);
+    free(dst);
+}
+
 int main(void)
 {
     if (!t_have_odirect())
@@ -170,6 +226,7 @@ int main(void)
         {"cross-engine: write with one, read with every other", case_cross_engine},
         {"reads at and past the end of the file", case_read_past_eof},
         {"one transfer above 2 GiB, every engine", case_above_2gib},
+        {"mmap reads: MADV_HUGEPAGE from 1 MiB, MADV_WILLNEED below", case_mmap_read_advice},
     };
     int rc = t_run(cases, sizeof cases / sizeof *cases);
     ft_ctx_destroy(ctx);
