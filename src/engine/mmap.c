@@ -43,11 +43,12 @@ static void thp_probe(void)
  * copies fault it in, but that readahead fills the page cache with 4 KiB folios, and every
  * later read of those pages pays for the small folios: on the development machine, posix
  * re-reads of a file read cold by this engine ran at 16-17 GB/s (1 MiB calls), against
- * 21-24 after a cold pass by posix or O_DIRECT. With MADV_HUGEPAGE the faults read ahead in
- * 2 MiB folios instead: the re-reads ran at 23-25, and this engine itself at 2.1-2.2 GB/s cold
- * (0.9-1.4 before) and 15-16 warm (8.5-14) on 64 MiB and 1 GiB calls. Such a fault reads the
- * whole 2 MiB-aligned block around it, so reads under 1 MiB (a 4 KiB one would read 512
- * times its size) keep WILLNEED, as do machines with THP off, where the advice does nothing.
+ * 20-24 after a cold pass by posix. With MADV_HUGEPAGE the faults read ahead in 2 MiB folios
+ * instead: the re-reads ran at 23-25, and this engine itself at 2.1-2.7 GB/s cold on 1 GiB
+ * calls (0.9-1.4 with WILLNEED) and 15-16 GB/s warm on 64 MiB calls (8.5-9.6). Such a fault
+ * reads the whole 2 MiB-aligned block around it, so reads under 1 MiB (a 4 KiB one would
+ * read 512 times its size) keep WILLNEED, as do machines with THP off, where the advice does
+ * nothing.
  */
 static int read_advice(uint64_t len)
 {
