@@ -4,7 +4,8 @@
  * at least one block) as block-sized requests in file order, several in flight through the
  * asynchronous API (like fio's iodepth). Writes are timed up to
  * and including fdatasync (durable bytes); cold reads follow a page-cache drop; warm reads
- * follow an untimed buffered read of the file.
+ * follow a drop and two untimed buffered (posix) reads of the range, the same cache for
+ * every engine.
  */
 #include "cli.h"
 
@@ -234,13 +235,15 @@ static int measure(ft_file *f, const char *path, ft_engine e, bool write, const 
 {
     double secs[64], cpus[64], gj[64], cj[64];
     for (int i = 0; i < repeat; i++) {
-        if (!write && !strcmp(cache, "cold"))
+        /* Warm: the page cache emptied, then filled, untimed, by two posix passes, so that
+         * every engine reads the same cache. What filled it decides how fast it reads: the
+         * mmap engine's own cold pass (huge-page advice) left 2 MiB folios, and its warm
+         * 256 MiB and 1 GiB reads ran 10-20% faster than those of the engines reading what
+         * buffered reads had cached (H200 machine, host memory), AUTO included, whose cold
+         * pass was O_DIRECT. Two fills: the kernel activates a cached page on its second
+         * read (LRU work per page); the timed pass is every page's third read. */
+        if (!write)
             cli_evict(path);
-        /* Warm: fill the page cache, untimed, with two passes. The kernel activates a cached
-         * page on its second read (LRU work per page); after two fills the timed pass is at
-         * least every page's third read for every engine, whatever its cold pass did (an
-         * O_DIRECT one, AUTO's choice for cold reads, leaves nothing cached; a buffered one
-         * leaves every page read once). */
         for (int fill = 0; !write && !strcmp(cache, "warm") && fill < 2; fill++) {
             result ignore;
             int rc = run_pass(f, FT_ENGINE_POSIX, false, buf, block, total, depth, &ignore);
