@@ -30,6 +30,25 @@ def bench(exe, args, engine, trace=None):
     return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
 
 
+def trace_bytes(path, memory):
+    """AUTO's bytes per table row and engine, from its trace: (op, block, cache) -> engine ->
+    bytes. A line's call= is the caller's whole call, the bench's block (a trial slice is a
+    part of one); reads decided as cached are the warm pass's, the others the cold one's."""
+    rows = collections.defaultdict(collections.Counter)
+    if not path or not os.path.exists(path):
+        return rows
+    with open(path) as f:
+        for line in f:
+            words = line.split()
+            kv = dict(w.split("=", 1) for w in words if "=" in w)
+            if len(words) < 2 or words[1] != memory or "call" not in kv:
+                continue
+            op = words[0]
+            cache = "sync" if op == "write" else "warm" if kv["cache"] == "2" else "cold"
+            rows[(op, int(kv["call"]), cache)][kv["arm"].split("/")[0]] += int(kv["bytes"])
+    return rows
+
+
 def main():
     here = os.path.dirname(os.path.abspath(__file__))
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -56,6 +75,8 @@ def main():
         subprocess.run([a.fastensor, "tune", "--file", a.file, "--memory", a.memory, "--seconds",
                         str(a.tune_seconds), "--max-size", a.tune_max], check=True,
                        stdout=subprocess.DEVNULL)
+    if a.trace and os.path.exists(a.trace):
+        os.unlink(a.trace)  # the trace is appended to: this run's calls only
     rfile, wfile = a.file + ".r", a.file + ".w"
     common = ["--memory", a.memory, "--size", a.sizes] + (["--total", a.total] if a.total else [])
     subprocess.run([a.fastensor, "bench", "--engine", "direct", "--op", "write", "--size", "64M",
@@ -110,9 +131,12 @@ def main():
               "several close, noisy medians is biased up)")
     print()
     twin_head = " twin / best | twin paired |" if a.twins else ""
+    traced = trace_bytes(a.trace, a.memory)
+    trace_head = " auto on a best engine |" if traced else ""
     print("| op | block | cache | " + " | ".join(fixed) +
-          " | auto | best fixed | auto / best | paired |" + twin_head)
-    print("|---|---|---|" + "---|" * (len(fixed) + 4 + 2 * a.twins))
+          " | auto | best fixed | auto / best | paired |" + twin_head + trace_head)
+    print("|---|---|---|" + "---|" * (len(fixed) + 4 + 2 * a.twins + bool(traced)))
+    on_best = []
     within = total = twin_within = 0
 
     def paired_median(op, block, cache, e, best):
@@ -134,14 +158,30 @@ def main():
             twin_within += t >= 0.95
             tp = paired_median(op, block, cache, best + "#2", best)
             twin = " %.2f | %s |" % (t, "%.2f" % tp if tp is not None else "-")
-        print("| %s | %s | %s | %s | %.2f | %s | %.2f | %s |%s"
+        share = ""
+        if traced:
+            # AUTO's bytes moved by an engine within 5% of the best fixed one: what it chose,
+            # apart from how fast the disk was while it ran
+            good = {e for e in fixed if med.get(e, 0) >= 0.95 * med[best]}
+            by = traced.get((op, block, cache), {})
+            moved = sum(by.values())
+            share = " %s |" % ("%.0f%%" % (100.0 * sum(by[e] for e in good) / moved)
+                               if moved else "-")
+            if moved:
+                on_best.append(sum(by[e] for e in good) / moved)
+        print("| %s | %s | %s | %s | %.2f | %s | %.2f | %s |%s%s"
               % (op, size(block), cache, " | ".join(cells), med.get("auto", 0), best, ratio,
-                 paired, twin))
+                 paired, twin, share))
     print()
     print("auto within 5%% of the best fixed engine in %d of %d cases" % (within, total))
     if a.twins:
         print("the best engine's twin (a second run of it in every round: an oracle) within 5%% "
               "of the best fixed engine in %d of %d cases" % (twin_within, total))
+    if on_best:
+        print("auto on a best engine: the share of AUTO's bytes (from its trace) that an engine "
+              "within 5%% of the best\nfixed engine moved; at least 95%% in %d of %d cases "
+              "(tracing costs AUTO's small calls a line each)"
+              % (sum(x >= 0.95 for x in on_best), len(on_best)))
 
 
 if __name__ == "__main__":

@@ -179,6 +179,7 @@ typedef struct ft__decision {
     unsigned inflight;  /* transfers of the context in flight then, this one included */
     bool trial;         /* the arm is being tried (the key is explored or re-checked) */
     bool timed;         /* measured: becomes a sample (t0 is 0 otherwise) */
+    uint64_t call;      /* bytes the caller asked for (a trial slice is a part of them) */
     ft__sel_key key;
 } ft__decision;
 

@@ -95,6 +95,7 @@ static int64_t auto_transfer(ft_file *f, const ft__io *io, bool write, unsigned 
     for (;;) {
         part.len = left;
         ft__auto_decide(f, part.off, part.len, write, durable, part.device, d);
+        d->call = io->len;
         bool slice = d->trial && !sync && left >= 2 * TRIAL_SLICE;
         if (slice)
             part.len = TRIAL_SLICE;
@@ -102,6 +103,7 @@ static int64_t auto_transfer(ft_file *f, const ft__io *io, bool write, unsigned 
         int64_t r = dispatch(&part, d->engine, write, ready);
         if (r < 0 && d->engine == FT_ENGINE_CUFILE && f->cufile_err) {
             ft__auto_decide(f, part.off, part.len, write, durable, part.device, d);
+            d->call = io->len;
             part.piece = d->piece;
             r = dispatch(&part, d->engine, write, ready);
         }

@@ -347,7 +347,8 @@ static bool first_use(ft_file *f, const ft__decision *d)
 
 /*
  * FASTENSOR_TRACE=FILE: one line per AUTO call (key, arm, bytes, nanoseconds, transfers in
- * flight at its start, and whether it became a sample; an untimed small read shows 0 ns
+ * flight at its start, the bytes of the caller's whole call (a trial slice is one line, the
+ * rest of its call another), and whether it became a sample; an untimed small read shows 0 ns
  * and the key it was decided under), to see what the selector did in a
  * run, where the profile keeps only the last few samples per arm.
  */
@@ -366,10 +367,10 @@ static void trace(const ft__decision *d, const ft__sel_key *key, int64_t result,
     pthread_once(&once, trace_open);
     if (trace_file)
         fprintf(trace_file, "%s %s bucket=%u cache=%u busy=%u cpu=%u arm=%s bytes=%lld ns=%llu "
-                            "inflight=%u %s\n", key->write ? "write" : "read",
+                            "inflight=%u call=%llu %s\n", key->write ? "write" : "read",
                 key->mem ? "cuda" : "host", key->bucket, key->cache, key->busy, key->cpu,
                 ft__arms[d->arm].label, (long long)result, (unsigned long long)ns, d->inflight,
-                what);
+                (unsigned long long)d->call, what);
 }
 
 void ft__auto_done(ft_file *f, const ft__decision *d, int64_t result, bool counted)

@@ -140,3 +140,41 @@ def test_gil_released_during_io(tmp):
     t.join()
     during = [x for x in ticks if begin < x < end]
     assert len(during) > 100, f"only {len(during)} ticks of the other thread in {end - begin:.3f}s"
+
+
+def test_auto_trace_lines(tmp):
+    """FASTENSOR_TRACE: one line per AUTO decision, with the caller's whole call in call=
+    (bench/auto-vs-fixed.py sorts AUTO's bytes into its table's rows by it). The trace file is
+    opened once per process: a child process of its own."""
+    import subprocess
+    import sys
+    import textwrap
+    trace = os.path.join(tmp, "trace.txt")
+    code = textwrap.dedent("""
+        import os, sys, numpy as np, fastensor
+        p = sys.argv[1]
+        data = np.random.default_rng(5).integers(0, 255, size=(1 << 20) + 3, dtype=np.uint8)
+        with fastensor.File(p, "w", engine="auto") as f:
+            f.write(data, 0, sync="later")
+            f.sync()
+            out = np.zeros_like(data)
+            for n in (4096, 65536, 70001):
+                for i in range(20):
+                    assert f.read_into(out[:n], i * 4096) == n
+            assert f.read_into(out, 0) == data.nbytes and np.array_equal(out, data)
+            assert f.read_into(out, data.nbytes - 10) == 10   # at the end: the bytes there
+        """)
+    env = dict(os.environ, FASTENSOR_TRACE=trace, FASTENSOR_PROFILE="off")
+    p = subprocess.run([sys.executable, "-c", code, os.path.join(tmp, "t.bin")], env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    lines = [dict(w.split("=", 1) for w in line.split() if "=" in w)
+             | {"op": line.split()[0]} for line in open(trace)]
+    reads = [ln for ln in lines if ln["op"] == "read"]
+    writes = [ln for ln in lines if ln["op"] == "write"]
+    assert len(writes) == 1 and writes[0]["call"] == writes[0]["bytes"] == str((1 << 20) + 3)
+    calls = [int(ln["call"]) for ln in reads]
+    assert calls == [4096] * 20 + [65536] * 20 + [70001] * 20 + [(1 << 20) + 3, 10]
+    assert [int(ln["bytes"]) for ln in reads] == calls
+    assert all(int(ln["bucket"]) == int(ln["call"]).bit_length() - 1 for ln in reads)
+    assert all(ln["arm"].split("/")[0] in fastensor.ENGINES for ln in lines)
