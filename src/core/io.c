@@ -86,6 +86,14 @@ static int64_t dispatch(const ft__io *io, ft_engine engine, bool write, void *re
  * offering cuFile for it) sends the part through another arm.
  * The last decision is left in @p d, the bytes of its part in @p last, for ft__auto_done.
  */
+/* AUTO's decision for @p part of the call @p io (its bytes go into the trace). */
+static void decide_part(ft_file *f, const ft__io *io, const ft__io *part, bool write,
+                        unsigned durable, ft__decision *d)
+{
+    ft__auto_decide(f, part->off, part->len, write, durable, part->device, d);
+    d->call = io->len;
+}
+
 static int64_t auto_transfer(ft_file *f, const ft__io *io, bool write, unsigned durable, bool sync,
                              void *ready, ft__decision *d, int64_t *last)
 {
@@ -94,16 +102,14 @@ static int64_t auto_transfer(ft_file *f, const ft__io *io, bool write, unsigned 
     int64_t total = 0;
     for (;;) {
         part.len = left;
-        ft__auto_decide(f, part.off, part.len, write, durable, part.device, d);
-        d->call = io->len;
+        decide_part(f, io, &part, write, durable, d);
         bool slice = d->trial && !sync && left >= 2 * TRIAL_SLICE;
         if (slice)
             part.len = TRIAL_SLICE;
         part.piece = d->piece;
         int64_t r = dispatch(&part, d->engine, write, ready);
         if (r < 0 && d->engine == FT_ENGINE_CUFILE && f->cufile_err) {
-            ft__auto_decide(f, part.off, part.len, write, durable, part.device, d);
-            d->call = io->len;
+            decide_part(f, io, &part, write, durable, d);
             part.piece = d->piece;
             r = dispatch(&part, d->engine, write, ready);
         }
