@@ -359,6 +359,48 @@ static void case_prior(void)
     ft__sel_destroy(s);
 }
 
+/* Record @p n samples of @p arm at @p rate bytes/s under @p key. */
+static void record_n(ft__selector *s, const ft__sel_key *key, unsigned arm, unsigned n,
+                     double rate)
+{
+    for (unsigned i = 0; i < n; i++)
+        ft__sel_record(s, key, arm, 1 << 20, (uint64_t)((1 << 20) / rate * 1e9));
+}
+
+/* Many sizes, a few calls each: a new key's exploration leaves out an arm every related key
+ * measured under 80% of its best over three samples among them, and one the other cold class
+ * measured under half its best; an arm any of them found close to its best is explored. */
+static void case_prior_pooled(void)
+{
+    ft__selector *s;
+    T_EQ(ft__sel_create(&s, ARMS, fake_clock, 7), 0);
+    ft__sel_key cold = {.bucket = 24, .cache = 0}, k = cold;
+    for (int b = 23; b <= 25; b += 2) { /* one or two samples of each arm: no full trial */
+        k.bucket = (uint8_t)b;
+        record_n(s, &k, 0, 1, 2e9);                  /* the best */
+        record_n(s, &k, 1, 2, 1.4e9);                /* 70% in both */
+        record_n(s, &k, 2, 1, b == 23 ? 1.4e9 : 1.8e9); /* 70%, then 90% */
+        record_n(s, &k, 5, 1, 1.8e9);
+    }
+    k = cold;
+    k.cache = 3; /* the stream class of the same size */
+    record_n(s, &k, 0, 1, 2e9);
+    record_n(s, &k, 4, 1, 0.8e9); /* 40% */
+    record_n(s, &k, 6, 1, 1.9e9);
+    for (unsigned a = 0; a < ARMS; a++)
+        tput[a] = 1e9; /* here every arm is as good */
+    unsigned picks[ARMS] = {0};
+    for (unsigned i = 0; i < 6 * FT__SEL_EXPLORE; i++)
+        picks[step(s, &cold, 4 << 20)]++;
+    printf("  explored at 16 MiB:");
+    for (unsigned a = 0; a < ARMS; a++)
+        printf(" %u", picks[a]);
+    printf("\n");
+    for (unsigned a = 0; a < ARMS; a++)
+        T_EQ(picks[a], a == 1 || a == 4 ? 0u : (unsigned)FT__SEL_EXPLORE);
+    ft__sel_destroy(s);
+}
+
 /* Beside calls in flight the cache-blind arms compete on their own samples when one of them
  * was best alone (a deep queue can win there what a single call did not); where a buffered
  * arm was best alone, it is the answer as before. */
@@ -984,6 +1026,7 @@ int main(void)
         {"writes synced later: their own class, O_DIRECT from 64 KiB", case_sync_later},
         {"a new key explores what its neighbour found good or never measured, then the rest",
          case_prior},
+        {"... and leaves out what related keys all found well behind", case_prior_pooled},
         {"calls in flight: the best eligible arm learned alone", case_busy},
         {"... learned alone in the other CPU-load class", case_busy_other_cpu},
         {"cached reads skip O_DIRECT arms measured slow cold", case_cache_blind},

@@ -188,63 +188,116 @@ static int nearest_known_in(ft__selector *s, const ft__sel_key *key, uint32_t el
 }
 
 /*
- * What the nearest measured key says: the arms within half of its best arm's throughput
- * and those it has not measured (a mask), from the nearest size bucket, in this context
- * first, then in the others; 0 when nothing near has been measured. Exploring a new key
- * only among these keeps a job from paying for arms already known to be hopeless (O_DIRECT
- * for cached reads, ...).
- * The same size in another context (load, transfers in flight) is the closest evidence
- * there is: from it only arms within 80% of its best are worth trying.
+ * What related keys say of a young key's arms: a mask of the arms worth exploring, 0 when
+ * no related key has measured two arms or more. Exploring a new key only among these keeps
+ * a job from paying for arms already known to be hopeless (O_DIRECT for cached reads, ...).
+ * Related keys, nearest first: the same size in the other contexts (CPU load, transfers in
+ * flight), then the sizes one bucket away in this context and the others, then for reads
+ * the sibling among the cold classes (cold, stream: what an engine does with data the page
+ * cache lacks), then the buckets two away, and so on. Each arm takes its verdict from the
+ * nearest related key that measured it, up to two buckets beyond the first related key
+ * found: a workload of many sizes, a few calls of each, explores every arm of every size
+ * otherwise (development machine, a mixed workload's cold reads of 8 to 256 MiB, one to
+ * three calls per key and pass: still exploring in its sixth pass, `mmap` at 0.4-0.7 GB/s
+ * where `posix` read 2.2, while the next size had measured `mmap` at a quarter of `posix`).
+ * An arm measured at under half the best there is left out; at under 80% of it where that
+ * is strong evidence: the same size in another context, or a size one bucket away in this
+ * context where both it and the best had their full trials. Its exploration costs the key
+ * more than a fifth of a call each time, and with a few calls per key the trials are
+ * most of what the key does.
  */
 static void estimates(ft__selector *s, const ft__sel_key *key, uint32_t eligible, float *est);
 
+/* The related key @p variant (0-3: CPU load and transfers in flight flipped; 4: the read's
+ * other cold class) of @p key at bucket @p bucket; false when there is none. */
+static bool related_key(const ft__sel_key *key, int bucket, unsigned variant, ft__sel_key *k)
+{
+    if (bucket < 0 || bucket >= FT__SEL_BUCKETS)
+        return false;
+    *k = *key;
+    k->bucket = (uint8_t)bucket;
+    if (variant < 4) {
+        k->cpu = (uint8_t)(k->cpu ^ (variant & 1));
+        k->busy = (uint8_t)(k->busy ^ (variant >> 1));
+        return true;
+    }
+    if (key->write || (key->cache != 0 && key->cache != 3))
+        return false;
+    k->cache = key->cache == 0 ? 3 : 0;
+    return true;
+}
+
 static uint32_t prior_mask(ft__selector *s, const ft__sel_key *key, uint32_t eligible)
 {
-    for (int d = 0; d < FT__SEL_BUCKETS; d++) {
-        for (unsigned flip = 0; flip < 4; flip++) {
+    uint32_t mask = eligible, open = eligible; /* open: arms without the nearest verdict yet */
+    uint32_t behind = eligible, samples[FT__SEL_MAX_ARMS] = {0};
+    int first = -1;
+    for (int d = 0; d < FT__SEL_BUCKETS && (first < 0 || d <= first + 2); d++) {
+        for (unsigned variant = 0; variant < 5; variant++) {
             for (int sign = -1; sign <= 1; sign += 2) {
-                if ((d == 0 && (sign > 0 || flip == 0)))
+                /* the other cold class counts as one bucket further away */
+                int dist = variant < 4 ? d : d - 1;
+                if (dist < 0 || (dist == 0 && (sign > 0 || variant == 0)))
                     continue; /* the key itself is not its own prior */
-                int b = (int)key->bucket + sign * d;
-                if (b < 0 || b >= FT__SEL_BUCKETS)
+                ft__sel_key k;
+                if (!related_key(key, (int)key->bucket + sign * dist, variant, &k))
                     continue;
-                ft__sel_key k = *key;
-                k.bucket = (uint8_t)b;
-                k.cpu = (uint8_t)(k.cpu ^ (flip & 1));
-                k.busy = (uint8_t)(k.busy ^ (flip >> 1));
                 ft__sel_entry *e = ft__sel_entry_at(s, ft__sel_key_index(&k), false);
                 if (!e)
                     continue;
                 float med[FT__SEL_MAX_ARMS], best = 0;
+                uint32_t n[FT__SEL_MAX_ARMS], best_n = 0;
                 unsigned sampled = 0;
                 pthread_mutex_lock(&e->lock);
                 for (unsigned a = 0; a < s->narms; a++) {
                     med[a] = (eligible >> a & 1) ? ft__sel_median(&e->arm[a]) : 0;
+                    n[a] = e->arm[a].n;
                     sampled += med[a] > 0;
-                    best = FT__MAX(best, med[a]);
+                    if (med[a] > best) {
+                        best = med[a];
+                        best_n = n[a];
+                    }
                 }
                 pthread_mutex_unlock(&e->lock);
                 if (sampled < 2)
                     continue;
-                /* An arm the neighbour never measured is unknown there, not hopeless: left
-                 * out, it would be left out of every key explored from this one in turn.
-                 * Unless it is an O_DIRECT arm the neighbour left out for its figures in
-                 * another cache class: those figures price it here too. */
-                float est[FT__SEL_MAX_ARMS];
-                estimates(s, &k, eligible, est);
-                for (unsigned a = 0; a < s->narms; a++)
+                if (first < 0) {
+                    first = d;
+                    /* An arm the first related key never measured is unknown there, not
+                     * hopeless. Unless it is an O_DIRECT arm left out there for its figures
+                     * in another cache class: those figures price it here too. */
+                    float est[FT__SEL_MAX_ARMS];
+                    estimates(s, &k, eligible, est);
+                    for (unsigned a = 0; a < s->narms; a++)
+                        if (med[a] == 0 && est[a] > 0) {
+                            med[a] = est[a];
+                            n[a] = 0;
+                        }
+                }
+                bool close = (d == 0 && variant < 4) || (d == 1 && variant == 0);
+                for (unsigned a = 0; a < s->narms; a++) {
                     if (med[a] == 0)
-                        med[a] = est[a];
-                uint32_t mask = 0;
-                float keep = d == 0 ? 0.8f : 0.5f;
-                for (unsigned a = 0; a < s->narms; a++)
-                    if ((eligible >> a & 1) && (med[a] == 0 || med[a] >= keep * best))
-                        mask |= 1u << a;
-                return mask;
+                        continue;
+                    if (med[a] >= 0.8f * best)
+                        behind &= ~(1u << a);
+                    samples[a] += n[a];
+                    if (!(open >> a & 1))
+                        continue;
+                    open &= ~(1u << a); /* the nearest verdict */
+                    bool strong = close && (d == 0 || (n[a] >= FT__SEL_EXPLORE &&
+                                                       best_n >= FT__SEL_EXPLORE));
+                    if (med[a] < (strong ? 0.8f : 0.5f) * best)
+                        mask &= ~(1u << a);
+                }
             }
         }
     }
-    return 0;
+    /* and the arms every related key measured under 80% of its best, over a full trial's
+     * worth of samples among them */
+    for (unsigned a = 0; a < s->narms; a++)
+        if ((behind >> a & 1) && !(open >> a & 1) && samples[a] >= FT__SEL_EXPLORE)
+            mask &= ~(1u << a);
+    return first >= 0 ? mask : 0;
 }
 
 /* Successive elimination: an arm measured at under half of the best arm (under a quarter
