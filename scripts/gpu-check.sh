@@ -22,7 +22,8 @@
 #         FT_COMPARE_ENGINES, default auto,uring,cufile; FT_COMPARE_REPEAT rounds, default 3),
 #         after `fastensor tune --memory cuda --seconds $FT_TUNE_SECONDS` when that is set
 #         (--auto tunes for $FT_TUNE_SECONDS too, default 60; FT_AUTO_TRACE=1 traces AUTO's
-#         calls, which costs its rows a few percent: a line written per call;
+#         calls (and the mixed workload's: trace-mixed.txt), which costs its rows a few
+#         percent: a line written per call;
 #         FT_AUTO_MEMS: memory kinds, default "cuda host"; FT_AUTO_ROUNDS, default 3;
 #         FT_AUTO_MIXED=0 skips the mixed workload; FT_AUTO_TWINS=1 runs every fixed engine
 #         twice, the noise floor of the comparison).
@@ -47,7 +48,7 @@ for a in "$@"; do
         --pack) PACK=1 ;;
         --fio) FIO=1 ;;
         --ckpt) CKPT=1 ;;
-        -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,/^set -u$/{/^set -u$/!p}' "$0"; exit 0 ;;
         *) echo "unknown option $a" >&2; exit 2 ;;
     esac
 done
@@ -163,7 +164,9 @@ if [ $AUTO = 1 ]; then
     rm -f "$F"
     if [ "${FT_AUTO_MIXED:-1}" = 1 ]; then
         log "AUTO: the seeded mixed workload (host memory)"
-        (cd "$WORK" && "$here/$BUILD/fastensor" bench --mixed --engine posix,direct,uring,auto) \
+        (cd "$WORK" && if [ "${FT_AUTO_TRACE:-0}" = 1 ]; then
+            export FASTENSOR_TRACE="$OUT/trace-mixed.txt"; rm -f "$FASTENSOR_TRACE"; fi
+         "$here/$BUILD/fastensor" bench --mixed --engine posix,direct,uring,auto) \
             | tee -a "$OUT/summary.txt"
     fi
     (cd "$WORK" && "$here/$BUILD/fastensor" bench --overhead) | tee -a "$OUT/summary.txt"
