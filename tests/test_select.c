@@ -329,6 +329,20 @@ static void case_concurrent(void)
 /* A new key explores only the arms its measured neighbour finds competitive, and those the
  * neighbour never measured: unknown is not hopeless (left out, an arm missing at one size
  * was missing from every size explored from it). */
+/* @p calls steps of 4 MiB under @p k: how many went to each arm (printed as @p where). */
+static void explore_picks(ft__selector *s, const ft__sel_key *k, unsigned calls,
+                          const char *where, unsigned picks[ARMS])
+{
+    for (unsigned a = 0; a < ARMS; a++)
+        picks[a] = 0;
+    for (unsigned i = 0; i < calls; i++)
+        picks[step(s, k, 4 << 20)]++;
+    printf("  explored at %s:", where);
+    for (unsigned a = 0; a < ARMS; a++)
+        printf(" %u", picks[a]);
+    printf("\n");
+}
+
 static void case_prior(void)
 {
     ft__selector *s;
@@ -340,13 +354,8 @@ static void case_prior(void)
         tput[a] = 1e9; /* at 4 MiB every arm is as good */
     ft__sel_key k22 = key20;
     k22.bucket = 22;
-    unsigned picks[ARMS] = {0};
-    for (unsigned i = 0; i < (ARMS - 1) * FT__SEL_EXPLORE; i++)
-        picks[step(s, &k22, 4 << 20)]++;
-    printf("  explored at 4 MiB:");
-    for (unsigned a = 0; a < ARMS; a++)
-        printf(" %u", picks[a]);
-    printf("\n");
+    unsigned picks[ARMS];
+    explore_picks(s, &k22, (ARMS - 1) * FT__SEL_EXPLORE, "4 MiB", picks);
     for (unsigned a = 0; a < ARMS; a++)
         T_EQ(picks[a], a == 3 ? 0u : (unsigned)FT__SEL_EXPLORE);
     /* once the key is no longer young (2 x 3 x ARMS calls), what the prior left out is
@@ -389,13 +398,8 @@ static void case_prior_pooled(void)
     record_n(s, &k, 6, 1, 1.9e9);
     for (unsigned a = 0; a < ARMS; a++)
         tput[a] = 1e9; /* here every arm is as good */
-    unsigned picks[ARMS] = {0};
-    for (unsigned i = 0; i < 6 * FT__SEL_EXPLORE; i++)
-        picks[step(s, &cold, 4 << 20)]++;
-    printf("  explored at 16 MiB:");
-    for (unsigned a = 0; a < ARMS; a++)
-        printf(" %u", picks[a]);
-    printf("\n");
+    unsigned picks[ARMS];
+    explore_picks(s, &cold, 6 * FT__SEL_EXPLORE, "16 MiB", picks);
     for (unsigned a = 0; a < ARMS; a++)
         T_EQ(picks[a], a == 1 || a == 4 ? 0u : (unsigned)FT__SEL_EXPLORE);
     ft__sel_destroy(s);
