@@ -198,8 +198,9 @@ static int nearest_known_in(ft__selector *s, const ft__sel_key *key, uint32_t el
  * nearest related key that measured it, up to two buckets beyond the first related key
  * found: a workload of many sizes, a few calls of each, explores every arm of every size
  * otherwise (development machine, a mixed workload's cold reads of 8 to 256 MiB, one to
- * three calls per key and pass: still exploring in its sixth pass, `mmap` at 0.4-0.7 GB/s
- * where `posix` read 2.2, while the next size had measured `mmap` at a quarter of `posix`).
+ * three calls per key and pass: still exploring in its fourth pass, `mmap` at 0.6 GB/s
+ * where `posix` read 2.4, while the same size's stream reads had measured `mmap` at under a
+ * third of `posix` two passes before).
  * An arm measured at under half the best there is left out; at under 80% of it where that
  * is strong evidence: the same size in another context, or a size one bucket away in this
  * context where both it and the best had their full trials. Its exploration costs the key
