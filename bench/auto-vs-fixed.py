@@ -165,10 +165,9 @@ def main():
             good = {e for e in fixed if med.get(e, 0) >= 0.95 * med[best]}
             by = traced.get((op, block, cache), {})
             moved = sum(by.values())
-            share = " %s |" % ("%.0f%%" % (100.0 * sum(by[e] for e in good) / moved)
-                               if moved else "-")
             if moved:
                 on_best.append(sum(by[e] for e in good) / moved)
+            share = " %s |" % ("%.0f%%" % (100.0 * on_best[-1]) if moved else "-")
         print("| %s | %s | %s | %s | %.2f | %s | %.2f | %s |%s%s"
               % (op, size(block), cache, " | ".join(cells), med.get("auto", 0), best, ratio,
                  paired, twin, share))

@@ -68,6 +68,14 @@ static int64_t dispatch(const ft__io *io, ft_engine engine, bool write, void *re
     return write ? ops->write(io) : ops->read(io);
 }
 
+/* AUTO's decision for @p part of the call @p io (its bytes go into the trace). */
+static void decide_part(ft_file *f, const ft__io *io, const ft__io *part, bool write,
+                        unsigned durable, ft__decision *d)
+{
+    ft__auto_decide(f, part->off, part->len, write, durable, part->device, d);
+    d->call = io->len;
+}
+
 /* A trial of an arm on a large transfer covers this much of it. Not less: a slice pays the
  * call's fixed costs (staging pipeline fill and drain for device memory), and the arms pay
  * them unequally. H200 machine, warm reads into device memory: 64 MiB slices ran at 67%
@@ -86,14 +94,6 @@ static int64_t dispatch(const ft__io *io, ft_engine engine, bool write, void *re
  * offering cuFile for it) sends the part through another arm.
  * The last decision is left in @p d, the bytes of its part in @p last, for ft__auto_done.
  */
-/* AUTO's decision for @p part of the call @p io (its bytes go into the trace). */
-static void decide_part(ft_file *f, const ft__io *io, const ft__io *part, bool write,
-                        unsigned durable, ft__decision *d)
-{
-    ft__auto_decide(f, part->off, part->len, write, durable, part->device, d);
-    d->call = io->len;
-}
-
 static int64_t auto_transfer(ft_file *f, const ft__io *io, bool write, unsigned durable, bool sync,
                              void *ready, ft__decision *d, int64_t *last)
 {
