@@ -153,6 +153,26 @@ static void case_swap_cold(void)
     swap(&cold);
 }
 
+/* A disk that keeps its speed keeps the pace where it was, whatever the noise of the calls:
+ * the arms' figures stay comparable however long ago they were taken. */
+static void case_pace_steady(void)
+{
+    ft__selector *s;
+    T_EQ(ft__sel_create(&s, ARMS, fake_clock, 17), 0);
+    for (unsigned i = 0; i < ARMS; i++)
+        tput[i] = 2e9 - 0.1e9 * i;
+    float lo = 1, hi = 1;
+    for (unsigned i = 0; i < 3000; i++) {
+        const ft__sel_key k = {.bucket = (uint8_t)(22 + i % 7), .cache = (uint8_t)(i % 2 * 3)};
+        step(s, &k, 64 << 20);
+        lo = FT__MIN(lo, ft__sel_pace(s, &k));
+        hi = FT__MAX(hi, ft__sel_pace(s, &k));
+    }
+    printf("  pace between %.3f and %.3f over 3000 calls of 14 keys\n", (double)lo, (double)hi);
+    T_TRUE(lo == 1.0f && hi == 1.0f);
+    ft__sel_destroy(s);
+}
+
 /*
  * Figures of one key taken while the disk ran at half speed do not lose to another arm's
  * taken at full speed: what the other keys' samples say of the disk's pace now scales them.
@@ -1097,6 +1117,7 @@ int main(void)
         {"re-converges after the costs swap", case_swap},
         {"... in a disk-bound key too", case_swap_cold},
         {"figures taken while the disk ran slow are scaled by its pace now", case_pace},
+        {"... and a disk that keeps its speed keeps its pace", case_pace_steady},
         {"a drift re-explores the arms that may lead, not the hopeless",
          case_drift_spares_hopeless},
         {"the chosen arm gives way after three calls behind the next", case_behind_streak},

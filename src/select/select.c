@@ -137,13 +137,20 @@ float ft__sel_pace(ft__selector *s, const ft__sel_key *k)
  * So the windows of disk-bound keys keep samples divided by the pace at their time. Each
  * sample of a key's chosen arm (of 1 MiB or more) says what the pace is now: the sample over
  * that arm's median. The pace is the median of what the keys active in the last
- * PACE_WINDOW_NS said last, once three keys or more have. A change that one key alone sees
- * is its arm's, which that key must see as drift or a loss of lead (a single key's say
- * would absorb it); a change of the disk shows in every key at once, and then leaves the
- * arms' order as it was.
+ * PACE_WINDOW_NS said last, once three keys or more have, where that is beyond PACE_BAND of
+ * it. A change that one key alone sees is its arm's, which that key must see as drift or a
+ * loss of lead (a single key's say would absorb it); a change of the disk shows in every key
+ * at once, and then leaves the arms' order as it was.
  */
 #define PACE_WINDOW_NS 10000000000ull
 #define PACE_QUORUM 3
+/* The pace moves only when the keys say it is off by more than this factor. Its unit is
+ * whatever it was when the windows filled: with every move, windows and pace settle on each
+ * other anew, so moves on noise alone would walk the unit off at random, and old figures
+ * with it against new ones (the H200 machine's profile after three mixed runs: the chosen
+ * arms' figures 30% above the other arms' of the same keys, where without the pace all
+ * large cold reads were within 5% of each other). */
+#define PACE_BAND 1.25f
 /* Smaller calls are as much the host's cache and the CPU's as the disk's: a 4 KiB cold read
  * runs at 0.04 to 4 GB/s as readahead has or has not reached it. */
 #define PACE_MIN_BYTES (1u << 20)
@@ -177,8 +184,9 @@ static float pace_update(ft__selector *s, int group, unsigned key, float raw, fl
                 said[j] = said[j - 1];
             said[j] = v;
         }
-    if (n >= PACE_QUORUM) {
-        pace = n % 2 ? said[n / 2] : (said[n / 2 - 1] + said[n / 2]) / 2;
+    float m = n % 2 ? said[n / 2] : n ? (said[n / 2 - 1] + said[n / 2]) / 2 : pace;
+    if (n >= PACE_QUORUM && (m > pace * PACE_BAND || m * PACE_BAND < pace)) {
+        pace = m;
         atomic_store_explicit(at, float_bits(pace), memory_order_relaxed);
     }
     pthread_mutex_unlock(&s->pace_lock);
