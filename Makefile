@@ -25,7 +25,7 @@ WARN := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes 
 ALL_CFLAGS := -std=c11 -D_GNU_SOURCE -fPIC -pthread $(WARN) $(CFLAGS) $(SANFLAGS) -Iinclude
 # liburing is linked in statically so the library runs where liburing is not installed.
 URING_LIBS := -Wl,-Bstatic -luring -Wl,-Bdynamic
-LIBS := $(URING_LIBS) -ljansson -lxxhash -ldl -lpthread -lm
+LIBS := $(URING_LIBS) -ljansson -lxxhash -ldl -lpthread
 
 LIB_SRC := $(wildcard src/core/*.c src/engine/*.c src/ckpt/*.c src/select/*.c src/gpu/*.c src/store/*.c)
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
@@ -54,11 +54,11 @@ $(BUILD)/libfastensor.a: $(LIB_OBJ)
 
 # The CLI uses only the public header; it links the static library (and liburing inside).
 $(BUILD)/fastensor: $(CLI_OBJ) $(BUILD)/libfastensor.a
-	$(CC) -pthread $(SANFLAGS) -o $@ $(CLI_OBJ) $(BUILD)/libfastensor.a $(LIBS)
+	$(CC) -pthread $(SANFLAGS) -o $@ $(CLI_OBJ) $(BUILD)/libfastensor.a $(LIBS) -lm
 
 # Tests link the static library so they can reach the internal syscall table.
 $(BUILD)/tests/%: $(BUILD)/tests/%.o $(BUILD)/tests/testlib.o $(BUILD)/libfastensor.a
-	$(CC) -pthread $(SANFLAGS) -o $@ $< $(BUILD)/tests/testlib.o $(BUILD)/libfastensor.a $(LIBS)
+	$(CC) -pthread $(SANFLAGS) -o $@ $< $(BUILD)/tests/testlib.o $(BUILD)/libfastensor.a $(LIBS) -lm
 
 tests: $(TEST_BIN)
 

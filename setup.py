@@ -32,7 +32,7 @@ ext = Extension(
     # liburing is linked in statically (the GPU machine has no liburing); the library's
     # internal symbols stay out of the extension's dynamic symbol table.
     extra_link_args=["-Wl,-Bstatic", "-luring", "-Wl,-Bdynamic", "-Wl,--exclude-libs,ALL"],
-    libraries=["jansson", "xxhash", "pthread", "m"],
+    libraries=["jansson", "xxhash", "pthread"],
     py_limited_api=True,
 )
 

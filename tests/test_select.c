@@ -18,9 +18,8 @@ static uint64_t fake_clock(void)
     return fake_now;
 }
 
-/* Throughput of each arm (bytes per second), per test, times the disk's mood (a virtual
- * disk's speed wanders: every arm of a disk-bound key at once). */
-static double tput[ARMS], mood = 1;
+/* Throughput of each arm (bytes per second), per test. */
+static double tput[ARMS];
 static uint64_t noise_state = 12345;
 
 /* One simulated call: choose, "run" for bytes / tput (+-10% noise) on the fake clock, record. */
@@ -30,7 +29,7 @@ static unsigned step(ft__selector *s, const ft__sel_key *k, uint64_t bytes)
     noise_state = noise_state * 6364136223846793005ull + 1442695040888963407ull;
     double noise = 0.9 + 0.2 * (double)(noise_state >> 40) / (double)(1ull << 24);
     uint64_t t0 = fake_clock();
-    fake_now += (uint64_t)((double)bytes / (tput[arm] * mood) * 1e9 * noise);
+    fake_now += (uint64_t)((double)bytes / tput[arm] * 1e9 * noise);
     ft__sel_record(s, k, arm, bytes, fake_clock() - t0);
     return arm;
 }
@@ -121,12 +120,12 @@ static void case_recheck_cost(void)
     ft__sel_destroy(s);
 }
 
-static void swap(const ft__sel_key *k)
+static void case_swap(void)
 {
     ft__selector *s;
     T_EQ(ft__sel_create(&s, ARMS, fake_clock, 3), 0);
     set_costs(2);
-    optimal_share(s, k, 300);
+    optimal_share(s, &key20, 300);
     unsigned old_best = best_of(), worst = 0;
     for (unsigned a = 0; a < ARMS; a++)
         if (tput[a] < tput[worst])
@@ -134,83 +133,10 @@ static void swap(const ft__sel_key *k)
     double t = tput[old_best];
     tput[old_best] = tput[worst];
     tput[worst] = t;
-    optimal_share(s, k, 100); /* drift detection and re-exploration */
-    unsigned good = optimal_share(s, k, 1000);
+    optimal_share(s, &key20, 100); /* drift detection and re-exploration */
+    unsigned good = optimal_share(s, &key20, 1000);
     printf("  after the swap: %u of 1000 decisions optimal\n", good);
     T_TRUE(good >= 950);
-    ft__sel_destroy(s);
-}
-
-static void case_swap(void)
-{
-    swap(&key20);
-}
-
-/* The same in a disk-bound key: the one key's samples do not pass for the disk's pace. */
-static void case_swap_cold(void)
-{
-    const ft__sel_key cold = {.bucket = 26, .cache = 0};
-    swap(&cold);
-}
-
-/* A disk that keeps its speed keeps the pace where it was, whatever the noise of the calls:
- * the arms' figures stay comparable however long ago they were taken. */
-static void case_pace_steady(void)
-{
-    ft__selector *s;
-    T_EQ(ft__sel_create(&s, ARMS, fake_clock, 17), 0);
-    for (unsigned i = 0; i < ARMS; i++)
-        tput[i] = 2e9 - 0.1e9 * i;
-    float lo = 1, hi = 1;
-    for (unsigned i = 0; i < 3000; i++) {
-        const ft__sel_key k = {.bucket = (uint8_t)(22 + i % 7), .cache = (uint8_t)(i % 2 * 3)};
-        step(s, &k, 64 << 20);
-        lo = FT__MIN(lo, ft__sel_pace(s, &k));
-        hi = FT__MAX(hi, ft__sel_pace(s, &k));
-    }
-    printf("  pace between %.3f and %.3f over 3000 calls of 14 keys\n", (double)lo, (double)hi);
-    T_TRUE(lo == 1.0f && hi == 1.0f);
-    ft__sel_destroy(s);
-}
-
-/*
- * Figures of one key taken while the disk ran at half speed do not lose to another arm's
- * taken at full speed: what the other keys' samples say of the disk's pace now scales them.
- * Key b is explored slow (arm 0 best, arm 1 at 92% of it); then the disk doubles its speed,
- * which the calls of three other keys show, and arm 1 of key b is tried again five times:
- * 2.2 GB/s against arm 0's 1.2 from the slow stretch, which without the pace would lead.
- */
-static void case_pace(void)
-{
-    ft__selector *s;
-    T_EQ(ft__sel_create(&s, ARMS, fake_clock, 16), 0);
-    const ft__sel_key b = {.bucket = 26, .cache = 3};
-    ft__sel_key others[3] = {{.bucket = 27, .cache = 3}, {.bucket = 28}, {.bucket = 28,
-                                                                        .cache = 3}};
-    for (unsigned i = 0; i < ARMS; i++)
-        tput[i] = i == 0 ? 2.4e9 : i == 1 ? 2.2e9 : 0.8e9;
-    uint64_t mib = 1 << 20;
-    mood = 0.5;
-    for (unsigned i = 0; i < 100; i++) {
-        step(s, &b, 64 * mib);
-        for (unsigned k = 0; k < 3; k++)
-            step(s, &others[k], 64 * mib);
-    }
-    float slow = ft__sel_pace(s, &b);
-    mood = 1;
-    for (unsigned i = 0; i < 20; i++)
-        for (unsigned k = 0; k < 3; k++)
-            step(s, &others[k], 64 * mib);
-    float fast = ft__sel_pace(s, &b);
-    for (unsigned i = 0; i < 5; i++)
-        ft__sel_record(s, &b, 1, 64 * mib, (uint64_t)(64e9 * (double)mib / tput[1]));
-    unsigned arm = ft__sel_choose(s, &b, (1u << ARMS) - 1, 7, NULL);
-    const ft__sel_key cached = {.bucket = 26, .cache = 2};
-    printf("  pace %.2f at half speed, %.2f at full; then key b on arm %u\n", (double)slow,
-           (double)fast, arm);
-    T_TRUE(fast / slow > 1.7f && fast / slow < 2.3f);
-    T_EQ(arm, 0u);
-    T_TRUE(ft__sel_pace(s, &cached) == 1.0f); /* page-cache copies are no disk's */
     ft__sel_destroy(s);
 }
 
@@ -350,26 +276,6 @@ static void case_profile(void)
     fclose(f);
     T_EQ(ft__sel_load(t, path, "dev=1:2 test"), -EINVAL);
     T_EQ(ft__sel_load(t, t_path("absent.txt"), "x"), 0);
-    ft__sel_destroy(t);
-
-    /* the disk's pace goes with the figures kept relative to it; a bad pace line loads
-     * nothing, and a version-1 profile (no pace line) loads with pace 1 */
-    const ft__sel_key cold = {.bucket = 26, .cache = 0}, write = {.write = 1, .bucket = 26};
-    atomic_store(&s->pace[0], float_bits(0.5f));
-    atomic_store(&s->pace[1], float_bits(2.25f));
-    T_EQ(ft__sel_save(s, path, "dev=1:2 test"), 0);
-    T_EQ(ft__sel_create(&t, ARMS, fake_clock, 9), 0);
-    T_EQ(ft__sel_load(t, path, "dev=1:2 test"), 0);
-    T_TRUE(ft__sel_pace(t, &cold) == 0.5f && ft__sel_pace(t, &write) == 2.25f);
-    ft__sel_destroy(t);
-    f = fopen(path, "w");
-    fputs("fastensor-profile 2\ntag dev=1:2 test\npace 1 -3\n0 0 20 2 0 0 0 1 5e9\n", f);
-    fclose(f);
-    T_EQ(ft__sel_create(&t, ARMS, fake_clock, 9), 0);
-    T_EQ(ft__sel_load(t, path, "dev=1:2 test"), -EINVAL);
-    T_TRUE(strstr(ft_last_error(), "pace") != NULL);
-    T_TRUE(ft__sel_pace(t, &write) == 1.0f);
-    T_EQ(ft__sel_choose(t, &key20, (1u << ARMS) - 1, 7, NULL), 7); /* nothing was loaded */
     ft__sel_destroy(t);
     ft__sel_destroy(s);
 
@@ -815,7 +721,7 @@ static void case_auto_end_to_end(void)
     FILE *p = fopen(t_path("auto-profile.txt"), "r");
     T_TRUE(p != NULL);
     char line[64];
-    T_TRUE(fgets(line, sizeof line, p) && !strcmp(line, "fastensor-profile 2\n"));
+    T_TRUE(fgets(line, sizeof line, p) && !strcmp(line, "fastensor-profile 1\n"));
     fclose(p);
     unsetenv("FASTENSOR_PROFILE");
     free(src);
@@ -1115,9 +1021,6 @@ int main(void)
         {">= 95% optimal decisions once converged", case_stationary},
         {"re-checks cost under 2% of the time once converged", case_recheck_cost},
         {"re-converges after the costs swap", case_swap},
-        {"... in a disk-bound key too", case_swap_cold},
-        {"figures taken while the disk ran slow are scaled by its pace now", case_pace},
-        {"... and a disk that keeps its speed keeps its pace", case_pace_steady},
         {"a drift re-explores the arms that may lead, not the hopeless",
          case_drift_spares_hopeless},
         {"the chosen arm gives way after three calls behind the next", case_behind_streak},
@@ -1135,7 +1038,7 @@ int main(void)
         {"... and one of the other memory kind", case_cache_blind_other_memory},
         {"large transfers are tried a slice at a time", case_trial_slices},
         {"calls in flight: O_DIRECT arms compete when one was best alone", case_busy_blind},
-        {"profile round trip, the pace too; foreign and corrupt profiles ignored", case_profile},
+        {"profile round trip; foreign and corrupt profiles ignored", case_profile},
         {"8 threads choosing and recording at once", case_concurrent},
         {"engine AUTO on real files, profile saved", case_auto_end_to_end},
         {"an engine's first call in a context is not a sample", case_first_use},

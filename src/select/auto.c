@@ -556,11 +556,6 @@ int ft_profile_show(ft_ctx *ctx, const char *path, FILE *out)
     fprintf(out, "(cache: page-cache residency for reads, \"stream\" for uncached reads "
                  "continuing the previous one; writes: \"sync\" synced by the call itself, "
                  "\"later\" synced by the caller later)\n");
-    fprintf(out, "(reads of uncached data, and writes: GB/s at the disk's pace last measured; "
-                 "their samples are kept relative to the pace, now %.3g for reads, %.3g for "
-                 "writes)\n",
-            (double)bits_float(atomic_load(&sel->pace[0])),
-            (double)bits_float(atomic_load(&sel->pace[1])));
     unsigned shown = 0;
     for (unsigned i = 0; i < FT__SEL_KEYS; i++) {
         ft__sel_entry *e = ft__sel_entry_at(sel, i, false);
@@ -574,7 +569,7 @@ int ft_profile_show(ft_ctx *ctx, const char *path, FILE *out)
             ft__sel_key key;
             ft__sel_key_decode(i, &key);
             int best = -1;
-            float bm = 0, pace = ft__sel_pace(sel, &key); /* bytes/s at the disk's pace now */
+            float bm = 0;
             for (unsigned k = 0; k < ft__narms; k++)
                 if (e->arm[k].n && ft__sel_median(&e->arm[k]) > bm) {
                     bm = ft__sel_median(&e->arm[k]);
@@ -600,7 +595,7 @@ int ft_profile_show(ft_ctx *ctx, const char *path, FILE *out)
             for (unsigned k = 0; k < ft__narms; k++)
                 if (e->arm[k].n)
                     fprintf(out, " %s=%.2f(%u)", ft__arms[k].label,
-                            (double)(ft__sel_median(&e->arm[k]) * pace) / 1e9, e->arm[k].n);
+                            (double)ft__sel_median(&e->arm[k]) / 1e9, e->arm[k].n);
             fputc('\n', out);
             shown++;
         }

@@ -1,12 +1,9 @@
 /*
  * The selector's profile: a versioned text file, written atomically, tagged with what it
  * describes (filesystem device, GPU, arm table), so one never misleads another machine.
- *   fastensor-profile 2
+ *   fastensor-profile 1
  *   tag <text>
- *   pace <reads> <writes>
  *   <write> <mem> <bucket> <cache> <busy> <cpu> <arm> <n> <tput>...   (one line per arm)
- * The throughputs of disk-bound keys are kept divided by the disk's pace (ft__sel_pace):
- * the pace line says what they multiply by. Version 1 had no pace line (its pace is 1).
  */
 #include "select.h"
 #include "../core/syscall.h"
@@ -18,8 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#define PROFILE_MAGIC "fastensor-profile 2"
-#define PROFILE_MAGIC_V1 "fastensor-profile 1"
+#define PROFILE_MAGIC "fastensor-profile 1"
 
 int ft__sel_save(ft__selector *sel, const char *path, const char *tag)
 {
@@ -33,9 +29,7 @@ int ft__sel_save(ft__selector *sel, const char *path, const char *tag)
         ft__sys.close(fd);
         return ft__err(-ENOMEM, "profile");
     }
-    fprintf(f, "%s\ntag %s\npace %.6g %.6g\n", PROFILE_MAGIC, tag,
-            (double)bits_float(atomic_load(&sel->pace[0])),
-            (double)bits_float(atomic_load(&sel->pace[1])));
+    fprintf(f, "%s\ntag %s\n", PROFILE_MAGIC, tag);
     for (unsigned i = 0; i < FT__SEL_KEYS; i++) {
         ft__sel_entry *e = ft__sel_entry_at(sel, i, false);
         if (!e)
@@ -82,8 +76,7 @@ int ft__sel_load(ft__selector *sel, const char *path, const char *tag)
     if (!f)
         return errno == ENOENT ? 0 : ft__err(-errno, "cannot read profile %s", path);
     char line[1024];
-    int rc = 0, lineno = 0, header = 2; /* lines before the arms' */
-    float pace[2] = {1.0f, 1.0f};
+    int rc = 0, lineno = 0;
     size_t count = 0, cap = 256;
     loaded *rows = malloc(cap * sizeof *rows);
     if (!rows) {
@@ -94,26 +87,14 @@ int ft__sel_load(ft__selector *sel, const char *path, const char *tag)
         lineno++;
         line[strcspn(line, "\n")] = '\0';
         if (lineno == 1) {
-            if (strcmp(line, PROFILE_MAGIC) == 0)
-                header = 3;
-            else if (strcmp(line, PROFILE_MAGIC_V1) != 0)
-                rc = ft__err(-EINVAL, "%s: not a fastensor profile of version 1 or 2", path);
+            if (strcmp(line, PROFILE_MAGIC) != 0)
+                rc = ft__err(-EINVAL, "%s: not a version-1 fastensor profile", path);
             continue;
         }
         if (lineno == 2) {
             if (strncmp(line, "tag ", 4) != 0 || strcmp(line + 4, tag) != 0)
                 rc = ft__err(-EINVAL, "%s: made for another machine or setup (%s, here: %s)",
                              path, strncmp(line, "tag ", 4) ? "no tag" : line + 4, tag);
-            continue;
-        }
-        if (lineno == 3 && header == 3) {
-            double r, w;
-            char end;
-            if (sscanf(line, "pace %lf %lf%c", &r, &w, &end) != 2 || !(r > 0 && r < 1e30) ||
-                !(w > 0 && w < 1e30))
-                rc = ft__err(-EINVAL, "%s:3: no pace line", path);
-            pace[0] = (float)r;
-            pace[1] = (float)w;
             continue;
         }
         ft__sel_key k;
@@ -153,14 +134,10 @@ int ft__sel_load(ft__selector *sel, const char *path, const char *tag)
         if (rc == 0 && *p && *p != ' ')
             rc = ft__err(-EINVAL, "%s:%d: trailing garbage", path, lineno);
     }
-    if (rc == 0 && lineno < header)
+    if (rc == 0 && lineno < 2)
         rc = ft__err(-EINVAL, "%s: truncated profile", path);
     fclose(f);
-    if (rc == 0) { /* all good: take it */
-        atomic_store(&sel->pace[0], float_bits(pace[0]));
-        atomic_store(&sel->pace[1], float_bits(pace[1]));
-    }
-    for (size_t i = 0; rc == 0 && i < count; i++) {
+    for (size_t i = 0; rc == 0 && i < count; i++) { /* all good: take it */
         ft__sel_entry *e = ft__sel_entry_at(sel, rows[i].key, true);
         if (!e) {
             rc = ft__err(-ENOMEM, "profile");

@@ -2,7 +2,6 @@
 #include "select.h"
 
 #include <errno.h>
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -22,8 +21,6 @@ int ft__sel_create(ft__selector **out, unsigned narms, uint64_t (*now_ns)(void),
     s->rng = seed | 1;
     s->recheck = 0.02;
     s->drift = 0.6;
-    s->pace[0] = s->pace[1] = float_bits(1.0f);
-    pthread_mutex_init(&s->pace_lock, NULL);
     *out = s;
     return 0;
 }
@@ -40,7 +37,6 @@ void ft__sel_destroy(ft__selector *s)
         }
     }
     free(s->entries);
-    pthread_mutex_destroy(&s->pace_lock);
     free(s);
 }
 
@@ -112,85 +108,6 @@ void ft__sel_stats_changed(ft__sel_stats *st)
             v[j - 1] = t;
         }
     st->med = n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
-int ft__sel_pace_group(const ft__sel_key *k)
-{
-    if (k->write)
-        return 1;
-    return k->cache == 0 || k->cache == 3 ? 0 : -1;
-}
-
-float ft__sel_pace(ft__selector *s, const ft__sel_key *k)
-{
-    int g = ft__sel_pace_group(k);
-    return g < 0 ? 1.0f : bits_float(atomic_load_explicit(&s->pace[g], memory_order_relaxed));
-}
-
-/*
- * The disk's pace. The virtual disks measured here change speed by up to 2x over minutes
- * (development machine: the same mixed workload's O_DIRECT pass took 2.6 s in one run and
- * 5.0 s in the next), so one arm's figures from one stretch and another arm's from the next
- * compare the stretches, and a key with a few calls per pass keeps what its stale figures
- * say: in a run where `direct/8M` read 256 MiB cold at 2.45 GB/s, the 128 MiB key kept
- * `uring` at 2.2 against its own `direct/8M` figures of 1.15 from a slower run.
- * So the windows of disk-bound keys keep samples divided by the pace at their time. Each
- * sample of a key's chosen arm (of 1 MiB or more) says what the pace is now: the sample over
- * that arm's median. The pace is the median of what the keys active in the last
- * PACE_WINDOW_NS said last, once three keys or more have, where that is beyond PACE_BAND of
- * it. A change that one key alone sees is its arm's, which that key must see as drift or a
- * loss of lead (a single key's say would absorb it); a change of the disk shows in every key
- * at once, and then leaves the arms' order as it was.
- */
-#define PACE_WINDOW_NS 10000000000ull
-#define PACE_QUORUM 3
-/* The pace moves only when the keys say it is off by more than this factor. Its unit is
- * whatever it was when the windows filled: with every move, windows and pace settle on each
- * other anew, so moves on noise alone would walk the unit off at random, and old figures
- * with it against new ones (the H200 machine's profile after three mixed runs: the chosen
- * arms' figures 30% above the other arms' of the same keys, where without the pace all
- * large cold reads were within 5% of each other). */
-#define PACE_BAND 1.25f
-/* Smaller calls are as much the host's cache and the CPU's as the disk's: a 4 KiB cold read
- * runs at 0.04 to 4 GB/s as readahead has or has not reached it. */
-#define PACE_MIN_BYTES (1u << 20)
-
-static float pace_update(ft__selector *s, int group, unsigned key, float raw, float median)
-{
-    _Atomic uint32_t *at = &s->pace[group];
-    if (!(median > 0) || !s->now_ns)
-        return bits_float(atomic_load_explicit(at, memory_order_relaxed));
-    uint64_t now = s->now_ns() + 1;
-    pthread_mutex_lock(&s->pace_lock);
-    float pace = bits_float(atomic_load_explicit(at, memory_order_relaxed));
-    float said[FT__SEL_PACE_KEYS];
-    unsigned slot = 0, n = 0;
-    for (unsigned i = 0; i < FT__SEL_PACE_KEYS; i++) { /* the key's own slot, else the oldest */
-        if (s->pace_obs[group][i].at && s->pace_obs[group][i].key == key) {
-            slot = i;
-            break;
-        }
-        if (s->pace_obs[group][i].at < s->pace_obs[group][slot].at)
-            slot = i;
-    }
-    s->pace_obs[group][slot].key = key;
-    s->pace_obs[group][slot].pace = raw / median; /* the window's unit is pace-free */
-    s->pace_obs[group][slot].at = now;
-    for (unsigned i = 0; i < FT__SEL_PACE_KEYS; i++)
-        if (s->pace_obs[group][i].at && now - s->pace_obs[group][i].at <= PACE_WINDOW_NS) {
-            float v = s->pace_obs[group][i].pace;
-            unsigned j = n++;
-            for (; j > 0 && said[j - 1] > v; j--) /* insertion: at most 32 values */
-                said[j] = said[j - 1];
-            said[j] = v;
-        }
-    float m = n % 2 ? said[n / 2] : n ? (said[n / 2 - 1] + said[n / 2]) / 2 : pace;
-    if (n >= PACE_QUORUM && (m > pace * PACE_BAND || m * PACE_BAND < pace)) {
-        pace = m;
-        atomic_store_explicit(at, float_bits(pace), memory_order_relaxed);
-    }
-    pthread_mutex_unlock(&s->pace_lock);
-    return pace;
 }
 
 /* A uniform draw in [0, 1) (splitmix64 over an atomic counter: lock-free, thread-safe). */
@@ -422,13 +339,10 @@ static void estimates(ft__selector *s, const ft__sel_key *key, uint32_t eligible
             ft__sel_entry *e = ft__sel_entry_at(s, ft__sel_key_index(&k), false);
             if (!e)
                 continue;
-            /* from that key's unit to this one's (a cold key's figures are the disk's pace
-             * times its window's, a cached key's are bytes/s) */
-            float scale = ft__sel_pace(s, &k) / ft__sel_pace(s, key);
             pthread_mutex_lock(&e->lock);
             for (unsigned a = 0; a < s->narms; a++)
                 if ((want >> a & 1) && e->arm[a].n >= FT__SEL_EXPLORE) {
-                    est[a] = ft__sel_median(&e->arm[a]) * scale;
+                    est[a] = ft__sel_median(&e->arm[a]);
                     want &= ~(1u << a);
                 }
             pthread_mutex_unlock(&e->lock);
@@ -649,12 +563,6 @@ void ft__sel_record(ft__selector *s, const ft__sel_key *key, unsigned arm, uint6
         return;
     pthread_mutex_lock(&e->lock);
     ft__sel_stats *st = &e->arm[arm];
-    int group = ft__sel_pace_group(key);
-    if (group >= 0) { /* in the window's unit: divided by the disk's pace */
-        bool says = (int)arm == e->best && st->n >= FT__SEL_EXPLORE && bytes >= PACE_MIN_BYTES;
-        tput /= pace_update(s, group, ft__sel_key_index(key), tput,
-                            says ? ft__sel_median(st) : 0);
-    }
     st->tput[st->n % FT__SEL_WINDOW] = tput;
     st->n++;
     ft__sel_stats_changed(st);

@@ -12,8 +12,6 @@
 
 #include "../core/internal.h"
 
-#include <string.h>
-
 #define FT__SEL_BUCKETS 48     /* log2 of the size: 1 B .. 128 TiB */
 /* Sizes from 256 MiB up share the top bucket: every engine cuts transfers that large into
  * chunk-sized pieces, so their throughput no longer depends on the size, and calls that
@@ -29,7 +27,6 @@
 #define FT__SEL_MAX_ARMS 16
 #define FT__SEL_WINDOW 8       /* throughputs kept per key and arm */
 #define FT__SEL_EXPLORE 3      /* samples of each arm before exploiting */
-#define FT__SEL_PACE_KEYS 32   /* disk-bound keys whose word on the disk's pace is kept */
 
 typedef struct ft__sel_stats {
     float tput[FT__SEL_WINDOW]; /* bytes per second, ring */
@@ -58,19 +55,6 @@ typedef struct ft__selector {
     double recheck;             /* probability of trying another arm once converged */
     double drift;               /* re-explore when best falls below drift x record */
     _Atomic int dirty;          /* changed since the last save */
-    /* The disk's pace (float bits) per group of disk-bound keys (ft__sel_pace_group): how
-     * fast the disk runs now, in the unit the windows of those keys are kept in. Their
-     * samples are stored divided by the pace at the time, so that figures taken minutes
-     * apart compare arms, not the disk's moods. */
-    _Atomic uint32_t pace[2];
-    /* What the latest sample of each recently active disk-bound key said of the pace: the
-     * pace is their median (ft__sel_record) */
-    pthread_mutex_t pace_lock;
-    struct {
-        uint32_t key;           /* key index */
-        float pace;
-        uint64_t at;            /* clock + 1 when observed; 0: empty */
-    } pace_obs[2][FT__SEL_PACE_KEYS];
     /* Arms that do not go through the page cache (O_DIRECT engines): for reads their speed
      * hardly depends on the key's cache class, so what they did in one class of a size is
      * their estimate in the others. Set by the caller after creation; 0: none. */
@@ -107,33 +91,7 @@ void ft__sel_record(ft__selector *sel, const ft__sel_key *key, unsigned arm, uin
 /** Count (+n) or uncount (-n) calls of @p arm whose measurement will come later. */
 void ft__sel_pending(ft__selector *sel, const ft__sel_key *key, unsigned arm, int delta);
 
-/**
- * The disk-bound group of a key: 0 reads of data the page cache lacks (cold, stream), 1
- * writes (every write reaches the disk by its sync); -1 for the others (cached and partly
- * cached reads), whose speed is the CPUs' and memory's.
- */
-int ft__sel_pace_group(const ft__sel_key *k);
-/* A float kept in an atomic word (the pace) */
-static inline uint32_t float_bits(float f)
-{
-    uint32_t b;
-    memcpy(&b, &f, sizeof b);
-    return b;
-}
-
-static inline float bits_float(uint32_t b)
-{
-    float f;
-    memcpy(&f, &b, sizeof f);
-    return f;
-}
-
-/** What the windows of @p k's arms are multiplied by to give bytes/s now (1 outside the
- * disk-bound groups). */
-float ft__sel_pace(ft__selector *sel, const ft__sel_key *k);
-
-/** Median throughput of an arm for a key, 0 when unsampled, in the key's window's unit
- * (bytes/s for keys outside the disk-bound groups; times ft__sel_pace for those). */
+/** Median throughput (bytes/s) of an arm for a key, 0 when unsampled. */
 float ft__sel_median(const ft__sel_stats *s);
 /** Work the median out again after the window or the count changed (it is read on every
  * decision: sorting each arm's window per call was a quarter of AUTO's cost per call). */
