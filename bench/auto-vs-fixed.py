@@ -64,12 +64,24 @@ def main():
     ap.add_argument("--tune-max", default="1G")
     ap.add_argument("--json", help="write every measurement here")
     ap.add_argument("--trace", help="AUTO's calls, one line each (FASTENSOR_TRACE), to this file")
+    ap.add_argument("--from-json", metavar="FILE",
+                    help="print the table of a run saved by --json instead of running one "
+                         "(its engines, twins and rounds as saved; --trace adds the shares)")
     ap.add_argument("--twins", action="store_true",
                     help="run every fixed engine twice per round (the second as ENGINE#2) and "
                          "report how the best engine's twin compares with the best: what the "
                          "same measure gives an oracle that always ran the best engine")
     a = ap.parse_args()
 
+    if a.from_json:
+        with open(a.from_json) as f:
+            runs = json.load(f)
+        engines = list(dict.fromkeys(m["engine"] for m in runs))
+        a.twins = any("#" in e for e in engines)
+        a.rounds = 1 + max(m["round"] for m in runs)
+        a.memory = runs[0].get("memory", a.memory)
+        summarize(a, runs, engines)
+        return
     if a.tune_seconds > 0:
         print("tuning (fastensor tune, %d s at most) ..." % a.tune_seconds, file=sys.stderr)
         subprocess.run([a.fastensor, "tune", "--file", a.file, "--memory", a.memory, "--seconds",
@@ -105,7 +117,10 @@ def main():
     if a.json:
         with open(a.json, "w") as f:
             json.dump(runs, f, indent=1)
+    summarize(a, runs, engines)
 
+
+def summarize(a, runs, engines):
     table = collections.defaultdict(lambda: collections.defaultdict(list))
     by_round = collections.defaultdict(dict)  # (op, block, cache, round) -> engine -> GB/s
     for m in runs:
@@ -137,7 +152,7 @@ def main():
           " | auto | best fixed | auto / best | paired |" + twin_head + trace_head)
     print("|---|---|---|" + "---|" * (len(fixed) + 4 + 2 * a.twins + bool(traced)))
     on_best = []
-    within = total = twin_within = 0
+    within = total = twin_within = paired_within = twin_paired_within = 0
 
     def paired_median(op, block, cache, e, best):
         pairs = [by_round[(op, block, cache, r)] for r in range(a.rounds)]
@@ -150,6 +165,7 @@ def main():
         total += 1
         within += ratio >= 0.95
         pm = paired_median(op, block, cache, "auto", best)
+        paired_within += pm is not None and pm >= 0.95
         paired = "%.2f" % pm if pm is not None else "-"
         cells = ["%.2f" % med[e] if e in med else "-" for e in fixed]
         twin = ""
@@ -157,6 +173,7 @@ def main():
             t = med.get(best + "#2", 0) / med[best] if med.get(best) else 0
             twin_within += t >= 0.95
             tp = paired_median(op, block, cache, best + "#2", best)
+            twin_paired_within += tp is not None and tp >= 0.95
             twin = " %.2f | %s |" % (t, "%.2f" % tp if tp is not None else "-")
         share = ""
         if traced:
@@ -172,10 +189,12 @@ def main():
               % (op, size(block), cache, " | ".join(cells), med.get("auto", 0), best, ratio,
                  paired, twin, share))
     print()
-    print("auto within 5%% of the best fixed engine in %d of %d cases" % (within, total))
+    print("auto within 5%% of the best fixed engine in %d of %d cases (paired: %d of %d)"
+          % (within, total, paired_within, total))
     if a.twins:
         print("the best engine's twin (a second run of it in every round: an oracle) within 5%% "
-              "of the best fixed engine in %d of %d cases" % (twin_within, total))
+              "of the best fixed engine in %d of %d cases (paired: %d of %d)"
+              % (twin_within, total, twin_paired_within, total))
     if on_best:
         print("auto on a best engine: the share of AUTO's bytes (from its trace) that an engine "
               "within 5%% of the best\nfixed engine moved; at least 95%% in %d of %d cases "
