@@ -74,8 +74,15 @@ def main():
     a = ap.parse_args()
 
     if a.from_json:
-        with open(a.from_json) as f:
-            runs = json.load(f)
+        try:
+            with open(a.from_json) as f:
+                runs = json.load(f)
+            need = {"engine", "round", "op", "block", "gbps"}
+            if not isinstance(runs, list) or not runs or \
+                    not all(isinstance(m, dict) and need <= m.keys() for m in runs):
+                raise ValueError("no measurements saved by --json")
+        except (OSError, ValueError, TypeError) as e:
+            sys.exit("auto-vs-fixed.py: %s: %s" % (a.from_json, e))
         engines = list(dict.fromkeys(m["engine"] for m in runs))
         a.twins = any("#" in e for e in engines)
         a.rounds = 1 + max(m["round"] for m in runs)

@@ -11,6 +11,10 @@
 # 10 GiB, go there); OUT (default .) receives mixed-A<i>.txt, mixed-B<i>.txt and the two
 # profiles, and with TRACE=1 AUTO's traces (FASTENSOR_TRACE), trace-A<i>.txt, trace-B<i>.txt.
 set -eu
+if [ $# -lt 2 ] || [ ! -x "$1" ] || [ ! -x "$2" ]; then
+    echo "usage: bench/mixed-ab.sh FASTENSOR_A FASTENSOR_B [PAIRS] [ENGINES] (two executables)" >&2
+    exit 2
+fi
 a=$1 b=$2 pairs=${3:-3} engines=${4:-posix,direct,auto}
 out=${OUT:-.}
 rm -f "$out/profile-A.txt" "$out/profile-B.txt"
@@ -20,8 +24,12 @@ for i in $(seq 1 "$pairs"); do
         [ $v = B ] && exe=$b
         trace=
         [ "${TRACE:-0}" = 1 ] && trace="$out/trace-$v$i.txt" && rm -f "$trace"
-        FASTENSOR_PROFILE="$out/profile-$v.txt" FASTENSOR_TRACE="$trace" "$exe" bench --mixed \
-            --engine "$engines" > "$out/mixed-$v$i.txt" 2>&1
+        if ! FASTENSOR_PROFILE="$out/profile-$v.txt" FASTENSOR_TRACE="$trace" "$exe" bench \
+            --mixed --engine "$engines" > "$out/mixed-$v$i.txt" 2>&1; then
+            echo "mixed-ab.sh: $exe bench --mixed failed:" >&2
+            cat "$out/mixed-$v$i.txt" >&2
+            exit 1
+        fi
         printf '%s%d: ' $v "$i"
         awk '$1 == "auto" || $1 == "posix" || $1 == "direct" || $1 == "uring" {
                  printf "%s %s s (cold %s)  ", $1, $2, $6 }
