@@ -187,38 +187,6 @@ static void case_behind_streak(void)
     ft__sel_destroy(s);
 }
 
-/* ... and so it does where each call is a process of its own (a checkpoint's load per job,
- * one `fastensor bench` per engine and round), its profile saved and loaded in between: the
- * streak is counted in the window the profile keeps, not by the process. */
-static void case_behind_streak_across_processes(void)
-{
-    ft__selector *s;
-    T_EQ(ft__sel_create(&s, ARMS, fake_clock, 18), 0);
-    for (unsigned a = 0; a < ARMS; a++)
-        tput[a] = a == 6 ? 2.2e9 : a == 2 ? 1.5e9 : 0.6e9;
-    optimal_share(s, &key20, 200);
-    const char *path = t_path("streak-profile.txt");
-    T_EQ(ft__sel_save(s, path, "streak"), 0);
-    ft__sel_destroy(s);
-    tput[6] = 1.35e9;
-    tput[2] = 2.3e9;
-    unsigned switched_at = 0;
-    for (unsigned i = 1; i <= 8 && !switched_at; i++) {
-        T_EQ(ft__sel_create(&s, ARMS, fake_clock, 18 + i), 0);
-        T_EQ(ft__sel_load(s, path, "streak"), 0);
-        s->recheck = 0; /* the call is the chosen arm's */
-        if (ft__sel_choose(s, &key20, (1u << ARMS) - 1, 7, NULL) == 2)
-            switched_at = i;
-        else
-            step(s, &key20, 1 << 20);
-        T_EQ(ft__sel_save(s, path, "streak"), 0);
-        ft__sel_destroy(s);
-    }
-    printf("  on the new best arm from process %u (by the medians alone: the sixth)\n",
-           switched_at);
-    T_TRUE(switched_at >= 1 && switched_at <= 4);
-}
-
 /* Plain writes are measured at their sync: until then a key's arms are all pending. Once
  * each has had its trials, the rest of the pass goes where an unseen key would, not round
  * robin over every arm. */
@@ -1056,8 +1024,6 @@ int main(void)
         {"a drift re-explores the arms that may lead, not the hopeless",
          case_drift_spares_hopeless},
         {"the chosen arm gives way after three calls behind the next", case_behind_streak},
-        {"... also with one call per process, the profile in between",
-         case_behind_streak_across_processes},
         {"unseen keys: nearest bucket, then the default", case_unseen_keys},
         {"writes awaiting their sync: the default after the trials", case_writes_awaiting_sync},
         {"plain writes: a sample per arm and run at the sync", case_write_runs},

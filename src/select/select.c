@@ -136,56 +136,14 @@ static int best_arm(const ft__sel_entry *e, uint32_t eligible, unsigned narms)
     return best;
 }
 
-/* Make @p arm the key's chosen arm and its median the record. Its streaks start anew where
- * it takes the lead from another arm, and count its window's samples as they stand where it
- * leads on them (@p as_they_stand: a key's first decision, in a process that loaded them
- * too). Call with the key's lock held. */
-static void lead(ft__sel_entry *e, int arm, bool as_they_stand)
+/* Make @p arm the key's chosen arm, its median the record, and start its streaks anew.
+ * Call with the key's lock held. */
+static void lead(ft__sel_entry *e, int arm)
 {
     e->best = (int8_t)arm;
     e->record = ft__sel_median(&e->arm[arm]);
-    e->since = as_they_stand ? 0 : e->arm[arm].n;
-}
-
-/*
- * How many of an arm's latest samples in a row, taken since @p since, are below @p line
- * (three at most). Counted from the window, not by a counter of the process: a key called
- * once per process (a checkpoint's load in each job, each `fastensor bench` of a block
- * size) otherwise never saw a streak, and kept an arm for as long as its median held (the
- * development machine's 1 GiB cold reads: `mmap` on eight figures of 2.4 GB/s from
- * `fastensor tune`'s file read the bench's file at 1.4 in each of five runs, where `direct`
- * read it at 2.3).
- */
-static unsigned latest_below(const ft__sel_stats *st, uint32_t since, float line);
-
-/* The best explored arm (three samples or more) among @p eligible but the chosen one, or -1,
- * its median in @p second_m; @p runner_up: the best median of any other sampled arm. */
-static int runner(const ft__selector *s, const ft__sel_entry *e, uint32_t eligible,
-                  float *second_m, float *runner_up)
-{
-    int second = -1;
-    *second_m = *runner_up = 0;
-    for (unsigned a = 0; a < s->narms; a++) {
-        if ((int)a == e->best || !e->arm[a].n || !(eligible >> a & 1))
-            continue;
-        float m = ft__sel_median(&e->arm[a]);
-        *runner_up = FT__MAX(*runner_up, m);
-        if (e->arm[a].n >= FT__SEL_EXPLORE && m > *second_m) {
-            *second_m = m;
-            second = (int)a;
-        }
-    }
-    return second;
-}
-
-static unsigned latest_below(const ft__sel_stats *st, uint32_t since, float line)
-{
-    uint32_t oldest = st->n > FT__SEL_WINDOW ? st->n - FT__SEL_WINDOW : 0;
-    oldest = FT__MAX(oldest, since);
-    unsigned k = 0;
-    while (k < 3 && st->n - k > oldest && st->tput[(st->n - 1 - k) % FT__SEL_WINDOW] < line)
-        k++;
-    return k;
+    e->low_streak = 0;
+    e->behind_streak = 0;
 }
 
 /* The best arm of the nearest size bucket with data in the same context, else in the
@@ -533,13 +491,7 @@ unsigned ft__sel_choose(ft__selector *s, const ft__sel_key *key, uint32_t eligib
                 int a = nearest_known(s, key, eligible);
                 return a >= 0 ? (unsigned)a : fallback;
             }
-            lead(e, b, true);
-            /* the streak of the calls before, a loaded profile's too: an arm its last three
-             * calls found behind the next does not lead again on its median */
-            float second_m, runner_up;
-            int second = runner(s, e, eligible, &second_m, &runner_up);
-            if (second >= 0 && latest_below(&e->arm[b], 0, second_m) >= 3)
-                lead(e, second, false);
+            lead(e, b);
         }
         pick = (unsigned)e->best;
         atomic_store_explicit(&e->settled, eligible, memory_order_release);
@@ -623,13 +575,22 @@ void ft__sel_record(ft__selector *s, const ft__sel_key *key, unsigned arm, uint6
             e->record = bm;
             /* Low means below drift x record and below the next best arm's median: a dip
              * that leaves the arm ahead of every other changes no decision. */
-            float runner_up, second_m;
-            int second = runner(s, e, UINT32_MAX, &second_m, &runner_up);
-            float low_line = s->drift * e->record;
-            if (runner_up > 0)
-                low_line = FT__MIN(low_line, runner_up);
-            unsigned low = latest_below(st, e->since, low_line);
-            unsigned behind = second >= 0 ? latest_below(st, e->since, second_m) : 0;
+            float runner_up = 0, second_m = 0; /* second: the best other explored arm */
+            int second = -1;
+            for (unsigned a = 0; a < s->narms; a++) {
+                if ((int)a == e->best || !e->arm[a].n)
+                    continue;
+                float m = ft__sel_median(&e->arm[a]);
+                runner_up = FT__MAX(runner_up, m);
+                if (e->arm[a].n >= FT__SEL_EXPLORE && m > second_m) {
+                    second_m = m;
+                    second = (int)a;
+                }
+            }
+            bool low = tput < s->drift * e->record && (runner_up == 0 || tput < runner_up);
+            e->low_streak = low ? (uint8_t)(e->low_streak + 1) : 0;
+            e->behind_streak = second >= 0 && tput < second_m ? (uint8_t)(e->behind_streak + 1)
+                                                               : 0;
             /* A slow decline never looks like drift against its own median: once the
              * chosen arm's median falls behind another explored arm's, that one leads; and
              * so it does once the chosen arm's last three calls were each slower than that
@@ -637,9 +598,9 @@ void ft__sel_record(ft__selector *s, const ft__sel_key *key, unsigned arm, uint6
              * another file: the development machine's tune measured cold 1 GiB reads by
              * mmap/1thread at 2.2 GB/s, the bench's file gave 1.3 where direct gave 2.3,
              * and five new samples of eight were needed before its median fell behind). */
-            if (second >= 0 && (second_m > bm || behind >= 3)) {
-                lead(e, second, false);
-            } else if (low >= 3) {
+            if (second >= 0 && (second_m > bm || e->behind_streak >= 3))
+                lead(e, second);
+            if (e->low_streak >= 3) {
                 /* Drift: the chosen arm fell well below its record three times running:
                  * the context changed, so every arm's old figures are suspect. Explore
                  * this key again, keeping only each arm's newest sample: one under a quarter
@@ -655,10 +616,12 @@ void ft__sel_record(ft__selector *s, const ft__sel_key *key, unsigned arm, uint6
                         ft__sel_stats_changed(&e->arm[a]);
                     }
                 e->best = -1;
+                e->low_streak = 0;
+                e->behind_streak = 0;
                 atomic_store_explicit(&e->settled, 0, memory_order_release);
             }
         } else if (st->n >= FT__SEL_EXPLORE && ft__sel_median(st) > bm) {
-            lead(e, (int)arm, false); /* a re-check found a better arm */
+            lead(e, (int)arm); /* a re-check found a better arm */
         }
     }
     pthread_mutex_unlock(&e->lock);

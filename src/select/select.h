@@ -43,10 +43,8 @@ typedef struct ft__sel_entry {
      * (0: not so): then a decision reads best without taking the lock. */
     _Atomic uint32_t settled;
     float record;               /* best arm's median when it was chosen */
-    /* The chosen arm's count of samples when it took the lead from another arm, 0 when it
-     * led on the figures as they stood (a loaded profile's): its streaks (ft__sel_record)
-     * count its samples from there, in its window, so that they go on across processes */
-    uint32_t since;
+    uint8_t low_streak;         /* consecutive samples of best far below record */
+    uint8_t behind_streak;      /* consecutive samples of best below the runner-up's median */
     ft__sel_stats arm[FT__SEL_MAX_ARMS];
 } ft__sel_entry;
 
