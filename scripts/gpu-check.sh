@@ -24,7 +24,8 @@
 #         (--auto tunes for $FT_TUNE_SECONDS too, default 60; FT_AUTO_TRACE=1 traces AUTO's
 #         calls (and the mixed workload's: trace-mixed.txt), which costs its rows a few
 #         percent: a line written per call;
-#         FT_AUTO_MEMS: memory kinds, default "cuda host"; FT_AUTO_ROUNDS, default 3;
+#         FT_AUTO_MEMS: memory kinds, default "cuda host"; FT_AUTO_SIZES: block sizes,
+#         default 16M,256M,1G; FT_AUTO_ROUNDS, default 3;
 #         FT_AUTO_MIXED=0 skips the mixed workload; FT_AUTO_TWINS=1 runs every fixed engine
 #         twice, the noise floor of the comparison).
 #         (--no-bench runs neither.)
@@ -154,7 +155,8 @@ if [ $AUTO = 1 ]; then
     for mem in ${FT_AUTO_MEMS:-cuda host}; do
         log "AUTO vs every fixed engine, $mem memory: tune, then interleaved rounds of fastensor bench"
         python3 bench/auto-vs-fixed.py --fastensor "$BUILD/fastensor" --file "$F" \
-            --memory $mem --sizes 16M,256M,1G --total 1G --rounds ${FT_AUTO_ROUNDS:-3} \
+            --memory $mem --sizes ${FT_AUTO_SIZES:-16M,256M,1G} --total 1G \
+            --rounds ${FT_AUTO_ROUNDS:-3} \
             --engines posix,direct,uring,mmap$([ $mem = cuda ] && echo ,cufile) \
             --tune-seconds ${FT_TUNE_SECONDS:-60} --json "$OUT/auto-$mem.json" \
             $([ "${FT_AUTO_TRACE:-0}" = 1 ] && echo --trace "$OUT/trace-$mem.txt") \
