@@ -110,10 +110,12 @@ static void profile_path(dev_t dev, char *out, size_t len)
  * the file and that size, and the stint is one sample: its delivered rate. Each completion
  * is charged the time since the one before it (or since the lane's calls began, after a
  * pause): with calls in flight the completions' pace is what the stream delivers, and at a
- * change of arm each stint is charged its own calls' share of the disk. A stint is
- * STINT_BYTES and twice the transfers in flight long (up to STINT_MAX_CALLS calls): a
- * buffered arm's first calls after an O_DIRECT stint run before its readahead has grown,
- * and in stints of 8 MiB `posix` scored 1.2-3.0 GB/s where its runs delivered 2.4. Each
+ * change of arm each stint is charged its own calls' share of the disk, however many calls
+ * are in flight. A stint is STINT_BYTES long (up to STINT_MAX_CALLS calls): a buffered
+ * arm's first calls after an O_DIRECT stint run before its readahead has grown, and in
+ * stints of 8 MiB `posix` scored 1.2-3.0 GB/s where its runs delivered 2.4. (Stints of
+ * at least twice the calls in flight were 128 MiB of 4 MiB calls 16 in flight: up to
+ * 2.3 GiB for three stints of each of six arms.) Each
  * size bucket and memory kind has a lane of its own: a job reading tensors of several sizes
  * at once interleaves them.
  */
@@ -384,9 +386,7 @@ static void stint_finish(const struct ft__stint *st);
  * never came back ends with what came. */
 static void stint_begin(ft_file *f, ft__decision *d, uint64_t len, uint64_t now)
 {
-    uint64_t want = STINT_BYTES / len;
-    want = FT__MAX(want, 2ull * d->inflight);
-    want = FT__MIN(want, (uint64_t)STINT_MAX_CALLS);
+    uint64_t want = FT__MIN(STINT_BYTES / len, (uint64_t)STINT_MAX_CALLS);
     struct ft__stint ended = {0};
     pthread_mutex_lock(&f->lock);
     struct ft__stint_lane *lane = stint_lane(f, &d->key);
