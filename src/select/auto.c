@@ -107,11 +107,14 @@ static void profile_path(dev_t dev, char *out, size_t len)
  * their pages read ahead) in a run that delivered 2.3-2.8 GB/s, and 0.79 when explored
  * between O_DIRECT calls (their gaps stop its readahead), where `uring` scored 1.58 per call
  * and delivered 1.2. Such a key's arm is taken for a stint of consecutive stream calls of
- * the file and that size, and the stint is one sample: its delivered rate. Each completion
- * is charged the time since the one before it (or since the lane's calls began, after a
- * pause): with calls in flight the completions' pace is what the stream delivers, and at a
- * change of arm each stint is charged its own calls' share of the disk, however many calls
- * are in flight. A stint is STINT_BYTES long (up to STINT_MAX_CALLS calls): a buffered
+ * the file and that size, and the stint is one sample: its delivered rate, its calls' bytes
+ * over their share of the time. Time while k of the lane's calls are in flight is shared
+ * among them, 1/k each, so the shares add up to the time the lane was busy, and calls of
+ * two stints in flight together (at a change of arm) each take their own part. (Charging
+ * each completion the time since the one before it gave a buffered stint 26-61 GB/s on the
+ * H200 machine's cold 4 MiB stream, 16 in flight: its calls completed in a burst just after
+ * those of the stint before it, which had waited for the disk.) A stint is STINT_BYTES
+ * long (up to STINT_MAX_CALLS calls): a buffered
  * arm's first calls after an O_DIRECT stint run before its readahead has grown, and in
  * stints of 8 MiB `posix` scored 1.2-3.0 GB/s where its runs delivered 2.4. (Stints of
  * at least twice the calls in flight were 128 MiB of 4 MiB calls 16 in flight: up to
@@ -144,7 +147,8 @@ struct ft__stint {
 struct ft__stint_lane {
     uint32_t seq;                 /* the current stint's number */
     uint32_t inflight;            /* calls of its stints in flight */
-    uint64_t mark;                /* the latest completion, or when calls began after none */
+    uint64_t last;                /* when inflight last changed */
+    double share;                 /* ns of time shared out per call in flight, ever */
     struct ft__stint slot[STINT_SLOTS]; /* by number modulo STINT_SLOTS */
 };
 #define STINT_LANES (2 * (STINT_BUCKET_END - STINT_BUCKET_MIN))
@@ -346,13 +350,23 @@ static struct ft__stint_lane *stint_lane(ft_file *f, const ft__sel_key *key)
     return f->stints ? &f->stints[i] : NULL;
 }
 
+/* Share the time since the lane's last change among its calls in flight. Call with the
+ * file's lock held. */
+static void stint_share(struct ft__stint_lane *lane, uint64_t now)
+{
+    if (lane->inflight && now > lane->last)
+        lane->share += (double)(now - lane->last) / lane->inflight;
+    lane->last = FT__MAX(lane->last, now);
+}
+
 /* Add the call decided in @p d at @p now to the stint @p st of @p lane. Call with the file's
  * lock held. */
 static void stint_add(struct ft__stint_lane *lane, struct ft__stint *st, ft__decision *d,
                       uint64_t now)
 {
-    if (lane->inflight++ == 0)
-        lane->mark = now; /* after a pause: the time from here is the calls' */
+    stint_share(lane, now);
+    lane->inflight++;
+    d->stint_share = lane->share;
     st->calls++;
     d->arm = st->arm;
     d->trial = st->trial;
@@ -533,10 +547,10 @@ static void stint_done(ft_file *f, const ft__decision *d, int64_t result)
     pthread_mutex_lock(&f->lock);
     struct ft__stint_lane *lane = stint_lane(f, &d->key);
     uint64_t charged = 0;
-    if (lane && lane->inflight) { /* (a dropped stint's calls still count here) */
+    if (lane && lane->inflight) { /* (an ended stint's calls still count here) */
+        stint_share(lane, now);
         lane->inflight--;
-        charged = now - lane->mark;
-        lane->mark = now;
+        charged = (uint64_t)(lane->share - d->stint_share);
     }
     struct ft__stint *st = lane ? &lane->slot[d->stint % STINT_SLOTS] : NULL;
     if (st && st->seq == d->stint) {

@@ -250,11 +250,13 @@ def test_host_cache_keeps_bytes_off_the_disk(tmp):
     off = offloader(tmp, host_cache_bytes=1 << 20)
     with off:
         y = model(x).square().mean()
+    # every put stored before backward: an entry backward lets go of before its write starts
+    # is never written (on the H200 machine's 16 cores that once left nothing written)
+    off.flush()
     y.backward()
     ref(x).square().mean().backward()
     for p, q in zip(model.parameters(), ref.parameters()):
         assert torch.equal(p.grad, q.grad)
-    off.flush()
     st = off.stats()
     assert 0 < st["bytes_written"] < st["bytes_offloaded"]
 
