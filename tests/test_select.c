@@ -326,9 +326,6 @@ static void case_concurrent(void)
     ft__sel_destroy(shared);
 }
 
-/* A new key explores only the arms its measured neighbour finds competitive, and those the
- * neighbour never measured: unknown is not hopeless (left out, an arm missing at one size
- * was missing from every size explored from it). */
 /* @p calls steps of 4 MiB under @p k: how many went to each arm (printed as @p where). */
 static void explore_picks(ft__selector *s, const ft__sel_key *k, unsigned calls,
                           const char *where, unsigned picks[ARMS])
@@ -343,6 +340,9 @@ static void explore_picks(ft__selector *s, const ft__sel_key *k, unsigned calls,
     printf("\n");
 }
 
+/* A new key explores only the arms its measured neighbour finds competitive, and those the
+ * neighbour never measured: unknown is not hopeless (left out, an arm missing at one size
+ * was missing from every size explored from it). */
 static void case_prior(void)
 {
     ft__selector *s;
