@@ -405,29 +405,6 @@ static void case_prior_pooled(void)
     ft__sel_destroy(s);
 }
 
-/* A stream key's exploration heeds its cold sibling's verdicts on the O_DIRECT arms only: a
- * buffered arm slow on scattered cold reads is explored in the stream, where readahead works
- * for it (without the exception, arm 2 was never tried there). */
-static void case_prior_stream_buffered(void)
-{
-    ft__selector *s;
-    T_EQ(ft__sel_create(&s, ARMS, fake_clock, 13), 0);
-    s->cache_blind = 0xE0;
-    ft__sel_key cold = {.bucket = 20, .cache = 0}, stream = cold;
-    stream.cache = 3;
-    record_n(s, &cold, 5, FT__SEL_EXPLORE, 2e9);   /* O_DIRECT, the best cold */
-    record_n(s, &cold, 6, FT__SEL_EXPLORE, 0.6e9); /* O_DIRECT, 30% */
-    record_n(s, &cold, 2, FT__SEL_EXPLORE, 0.5e9); /* buffered, 25% */
-    for (unsigned a = 0; a < ARMS; a++)
-        tput[a] = a == 2 ? 1.8e9 : 1e9; /* in the stream the buffered arm leads */
-    unsigned picks[ARMS];
-    explore_picks(s, &stream, (ARMS - 1) * FT__SEL_EXPLORE, "the stream", picks);
-    T_TRUE(picks[2] >= FT__SEL_EXPLORE);
-    T_EQ(picks[6], 0u); /* the O_DIRECT arm slow cold stays out */
-    T_TRUE(optimal_share(s, &stream, 200) >= 190);
-    ft__sel_destroy(s);
-}
-
 /* Beside calls in flight the cache-blind arms compete on their own samples when one of them
  * was best alone (a deep queue can win there what a single call did not); where a buffered
  * arm was best alone, it is the answer as before. */
@@ -1054,7 +1031,6 @@ int main(void)
         {"a new key explores what its neighbour found good or never measured, then the rest",
          case_prior},
         {"... and leaves out what related keys all found well behind", case_prior_pooled},
-        {"... but a stream key explores buffered arms slow on cold reads", case_prior_stream_buffered},
         {"calls in flight: the best eligible arm learned alone", case_busy},
         {"... learned alone in the other CPU-load class", case_busy_other_cpu},
         {"cached reads skip O_DIRECT arms measured slow cold", case_cache_blind},

@@ -194,8 +194,7 @@ static int nearest_known_in(ft__selector *s, const ft__sel_key *key, uint32_t el
  * Related keys, nearest first: the same size in the other contexts (CPU load, transfers in
  * flight), then the sizes one bucket away in this context and the others, then for reads
  * the sibling among the cold classes (cold, stream: what an engine does with data the page
- * cache lacks; for a stream key only its verdicts on the O_DIRECT arms), then the buckets two
- * away, and so on. Each arm takes its verdict from the
+ * cache lacks), then the buckets two away, and so on. Each arm takes its verdict from the
  * nearest related key that measured it, up to two buckets beyond the first related key
  * found: a workload of many sizes, a few calls of each, explores every arm of every size
  * otherwise (development machine, a mixed workload's cold reads of 8 to 256 MiB, one to
@@ -277,15 +276,8 @@ static uint32_t prior_mask(ft__selector *s, const ft__sel_key *key, uint32_t eli
                         }
                 }
                 bool close = (d == 0 && variant < 4) || (d == 1 && variant == 0);
-                /* A buffered arm's cold figures say nothing of it in a stream, where the
-                 * kernel's readahead works for it alone: the development machine's tune
-                 * measured `posix` at 0.75 GB/s on scattered cold 1 MiB reads (O_DIRECT
-                 * 1.48), left it out of the stream key, and the stream's calls in flight,
-                 * which follow that key, read at 1.21 GB/s by O_DIRECT where `posix` fixed
-                 * read 1.52. The other way, a stream's verdicts stand for cold reads. */
-                uint32_t heeded = variant == 4 && key->cache == 3 ? s->cache_blind : eligible;
                 for (unsigned a = 0; a < s->narms; a++) {
-                    if (med[a] == 0 || !(heeded >> a & 1))
+                    if (med[a] == 0)
                         continue;
                     if (med[a] >= 0.8f * best)
                         behind &= ~(1u << a);
