@@ -12,9 +12,10 @@ written decides how fast it reads back "cold" (measured: 1 MiB cold reads of a f
 engine under test had just written ran at 1.2-1.5 GB/s after O_DIRECT writes and at 3.3 after
 buffered ones, whatever engine read it). A round runs every engine's writes, then every
 engine's reads: how the process before wrote decides how fast the next one reads another file
-cold (development machine, cold 4 KiB reads of the read file by either engine: 1.39-1.52 GB/s
-by posix after a posix write pass, 0.96-1.12 after an AUTO one, whose writes were O_DIRECT),
-and a read right after its own engine's writes measured that engine's writes too.
+cold (development machine, cold 4 KiB reads of the read file by posix: 1.39-1.52 GB/s after
+a posix write pass, 0.96-1.12 after an AUTO one, whose writes were O_DIRECT;
+bench/results/dev-2026-12-01/write-then-read-session19.txt), and a read right after its own
+engine's writes measured that engine's writes too.
 
     bench/auto-vs-fixed.py [--memory host|cuda] [--sizes 4K,1M,64M,1G] [--rounds 3] ...
 """
