@@ -2,20 +2,26 @@
 """AUTO against every fixed engine, per block size, cold and warm reads and durable writes.
 
 Builds the profile first (`fastensor tune`, as a user would once per machine), then runs
-`fastensor bench --json` for every engine in rounds, the engines' order rotated from round to
-round (this kind of disk drifts over minutes: timing engines back to back in one stretch each
-compares the disk's moods), and prints per (op, block, cache) the median GB/s of each engine,
-the best fixed engine and AUTO's ratio to it. Every bench call is a new process that starts
-from the saved profile, as a job would. Reads go to one file laid out once (O_DIRECT) and
-never rewritten, writes to another: on a virtual disk cached by its host, how a file was
-written decides how fast it reads back "cold" (measured: 1 MiB cold reads of a file the
-engine under test had just written ran at 1.2-1.5 GB/s after O_DIRECT writes and at 3.3 after
-buffered ones, whatever engine read it). A round runs every engine's writes, then every
-engine's reads: how the process before wrote decides how fast the next one reads another file
-cold (development machine, cold 4 KiB reads of the read file by posix: 1.39-1.52 GB/s after
-a posix write pass, 0.96-1.12 after an AUTO one, whose writes were O_DIRECT;
-bench/results/dev-2026-12-01/write-then-read-session19.txt), and a read right after its own
-engine's writes measured that engine's writes too.
+`fastensor bench --json` for every engine in rounds (this kind of disk drifts over minutes:
+timing engines back to back in one stretch each compares the disk's moods), and prints per
+(op, block, cache) the median GB/s of each engine, the best fixed engine and AUTO's ratio to
+it. Every bench call is a new process that starts from the saved profile, as a job would.
+Reads go to one file laid out once (O_DIRECT) and never rewritten, writes to another: on a
+virtual disk cached by its host, how a file was written decides how fast it reads back "cold"
+(measured: 1 MiB cold reads of a file the engine under test had just written ran at 1.2-1.5
+GB/s after O_DIRECT writes and at 3.3 after buffered ones, whatever engine read it).
+
+A round runs every engine's writes, then every engine's reads: how the process before wrote
+decides how fast the next one reads another file cold (development machine, cold 4 KiB reads
+of the read file by posix: 1.39-1.52 GB/s after a posix write pass, 0.96-1.12 after an AUTO
+one, whose writes were O_DIRECT; bench/results/dev-2026-12-01/write-then-read-session19.txt),
+and a read right after its own engine's writes measured that engine's writes too. Each phase
+of each round takes the engines in a fresh order (a permutation drawn from --seed), not a
+rotation of one list: rotated, every engine came after the same engine in every round (AUTO
+always after mmap's second run), so whatever a predecessor leaves behind would weigh on one
+engine in every round. (Development machine, rotated: durable 64 MiB writes by `uring` and
+its twin, each after a `direct` run, at medians of 4.3-4.6 GB/s, AUTO after `mmap` at 2.5-2.9,
+while outside the bench, taking turns with `uring`, AUTO wrote them as fast.)
 
     bench/auto-vs-fixed.py [--memory host|cuda] [--sizes 4K,1M,64M,1G] [--rounds 3] ...
 """
@@ -23,6 +29,7 @@ import argparse
 import collections
 import json
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -64,6 +71,9 @@ def main():
     ap.add_argument("--engines", default="posix,direct,uring,mmap",
                     help="fixed engines to compare with auto (cufile too for --memory cuda)")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--seed", type=int, default=1,
+                    help="the engines' order in each phase of each round is a permutation drawn "
+                         "from this seed")
     ap.add_argument("--total", default=None, help="bytes per measurement (bench's default)")
     ap.add_argument("--tune-seconds", type=int, default=60, help="0: use the profile as it is")
     ap.add_argument("--tune-max", default="1G")
@@ -111,10 +121,12 @@ def main():
     engines += ["auto"]
     runs = []
     try:
+        shuffle = random.Random(a.seed)
         for r in range(a.rounds):
             for op, f in (("write", wfile), ("read", rfile)):
-                for i in range(len(engines)):
-                    e = engines[(i + r) % len(engines)]
+                order = list(engines)
+                shuffle.shuffle(order)
+                for e in order:
                     print("round %d/%d: %s %s" % (r + 1, a.rounds, op, e), file=sys.stderr)
                     trace = a.trace if e == "auto" else None
                     args = common + ["--op", op, "--file", f]
