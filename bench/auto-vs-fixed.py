@@ -20,7 +20,7 @@ of each round takes the engines in a fresh order (a permutation drawn from --see
 rotation of one list: rotated, every engine came after the same engine in every round (AUTO
 always after mmap's second run), so whatever a predecessor leaves behind would weigh on one
 engine in every round. (Development machine, rotated: durable 64 MiB writes by `uring` and
-its twin, each after a `direct` run, at medians of 4.3-4.6 GB/s, AUTO after `mmap` at 2.5-2.9,
+its twin, each after a `direct` run, at medians of 4.3-5.9 GB/s, AUTO after `mmap` at 2.5-2.9,
 while outside the bench, taking turns with `uring`, AUTO wrote them as fast.)
 
     bench/auto-vs-fixed.py [--memory host|cuda] [--sizes 4K,1M,64M,1G] [--rounds 3] ...
