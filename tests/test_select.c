@@ -1012,6 +1012,212 @@ static void case_small_reads_sampled(void)
     cached_close(&x);
 }
 
+/* Stream reads beside others of the stint sizes are ranked on their own samples (stints'
+ * delivered rates, see auto.c) among every arm: not by the calls alone, where a buffered arm
+ * that is best in flight (its readahead serving the calls after it) can look hopeless. */
+static void case_stint_keys(void)
+{
+    ft__selector *s;
+    T_EQ(ft__sel_create(&s, ARMS, fake_clock, 14), 0);
+    s->cache_blind = 0xE0;
+    s->stint_buckets = 1ull << 20;
+    ft__sel_key alone = key20, busy = key20;
+    alone.cache = busy.cache = 3;
+    busy.busy = 1;
+    for (unsigned a = 0; a < ARMS; a++) /* alone: O_DIRECT arm 5 best, buffered far behind */
+        tput[a] = a == 5 ? 2e9 : a > 5 ? 1.5e9 : 0.4e9;
+    optimal_share(s, &alone, 200);
+    for (unsigned a = 0; a < ARMS; a++) /* in flight: buffered arm 1 best */
+        tput[a] = a == 1 ? 3e9 : a >= 5 ? 1.2e9 : 0.5e9;
+    unsigned share = optimal_share(s, &busy, 400);
+    ft__sel_key other = busy; /* a size that is not measured in stints: as before */
+    other.bucket = 24;
+    for (unsigned a = 0; a < ARMS; a++)
+        tput[a] = a == 5 ? 2e9 : a > 5 ? 1.5e9 : 0.4e9;
+    optimal_share(s, &(ft__sel_key){.bucket = 24, .cache = 3}, 200);
+    unsigned blind = 0;
+    for (unsigned i = 0; i < 200; i++)
+        blind += ft__sel_choose(s, &other, (1u << ARMS) - 1, 0, NULL) >= 5;
+    printf("  stint key: %u of 400 on the arm best in flight; other size: %u of 200 on "
+           "O_DIRECT arms, as learned alone\n", share, blind);
+    T_TRUE(share >= 350);
+    T_EQ(blind, 200u);
+    ft__sel_destroy(s);
+}
+
+/* A file of @p n random bytes (@p src), written, synced and dropped from the page cache. */
+static ft_file *cold_file(ft_ctx *ctx, const char *name, uint8_t *src, size_t n)
+{
+    ft_file *f;
+    const char *path = t_path(name);
+    if (ft_file_open(ctx, &f, path, FT_OPEN_READ | FT_OPEN_WRITE | FT_OPEN_CREATE, 0644) < 0)
+        return NULL;
+    ft_buf b = ft_host_buf(src, n);
+    FILE *evict = NULL;
+    if (ft_write(f, &b, 0, &(ft_io_opts){.engine = FT_ENGINE_POSIX}) != (int64_t)n ||
+        ft_file_sync(f) < 0 || !(evict = fopen(path, "r")) ||
+        posix_fadvise(fileno(evict), 0, 0, POSIX_FADV_DONTNEED) != 0) {
+        if (evict)
+            fclose(evict);
+        ft_file_close(f);
+        return NULL;
+    }
+    fclose(evict);
+    usleep(3000); /* past the cache probe's 1 ms memo */
+    return f;
+}
+
+/* A context without a profile whose every engine has made its first AUTO call (which would
+ * spoil a stint: it pays for its engine's setup), and @p f on it: @p n random bytes
+ * (@p src), cold. NULL on failure. */
+static ft_ctx *stint_setup(const char *name, uint8_t *src, size_t n, ft_file **f)
+{
+    setenv("FASTENSOR_PROFILE", "off", 1);
+    ft_ctx *ctx = t_ctx(4);
+    t_fill_random(src, n, 41);
+    *f = ctx ? cold_file(ctx, name, src, n) : NULL;
+    if (!*f) {
+        ft_ctx_destroy(ctx);
+        return NULL;
+    }
+    ft__decision mark;
+    ft__auto_decide(*f, n - 1, 1, false, false, -1, &mark); /* far from 0: no stream */
+    mark.timed = false;
+    for (ft_engine e = FT_ENGINE_POSIX; e <= FT_ENGINE_MMAP; e++) {
+        mark.engine = e;
+        ft__auto_done(*f, &mark, 1, false);
+    }
+    return ctx;
+}
+
+/* Samples of the stream key beside others for reads of 2^@p bucket bytes (any CPU load), and
+ * the calls of it still pending. */
+static uint32_t stint_samples(ft__selector *sel, unsigned bucket, uint32_t *pending)
+{
+    ft__sel_key key = {.mem = FT_MEM_HOST, .bucket = (uint8_t)bucket, .cache = 3, .busy = 1};
+    uint32_t samples = 0;
+    for (unsigned cpu = 0; cpu < FT__SEL_CPU; cpu++) {
+        key.cpu = (uint8_t)cpu;
+        samples += key_samples(sel, &key);
+        ft__sel_entry *e = ft__sel_entry_at(sel, ft__sel_key_index(&key), false);
+        for (unsigned a = 0; e && pending && a < sel->narms; a++)
+            *pending += e->arm[a].pending;
+    }
+    return samples;
+}
+
+/* AUTO on a cold stream of 1 MiB reads with calls in flight: the calls come in stints of
+ * one arm (32 MiB), one sample per stint (not per call) under the stream key beside others,
+ * nothing left pending, the bytes exact. Then 1 MiB and 2 MiB reads interleaved: each size's
+ * stints go on in a lane of their own. The in-flight count is raised by hand, so every call
+ * is one beside others. */
+static void case_stints(void)
+{
+    const size_t n = 96u << 20, len = 1u << 20;
+    uint8_t *src = malloc(n), *dst = malloc(n);
+    ft_file *f = NULL;
+    ft_ctx *ctx = src && dst ? stint_setup("stints.bin", src, n, &f) : NULL;
+    T_TRUE(ctx != NULL);
+    if (!ctx) {
+        free(src);
+        free(dst);
+        return;
+    }
+    atomic_fetch_add(&ctx->inflight, 3);
+    for (size_t off = 0; off < n; off += len) {
+        ft_buf b = ft_host_buf(dst + off, len);
+        T_EQ(ft_read(f, &b, off, NULL), (int64_t)len);
+    }
+    T_MEMEQ(src, dst, n);
+    ft__selector *sel = atomic_load(&f->sel);
+    uint32_t samples = stint_samples(sel, 20, NULL), pending = 0;
+    ft_file_close(f); /* the last stint, ended by the stream's end, is recorded at close */
+    uint32_t closed = stint_samples(sel, 20, &pending);
+    printf("  %zu calls of 1 MiB: stint samples %u, %u after close; pending %u\n", n / len,
+           samples, closed, pending);
+    /* 95 stream calls (the first is cold) in stints of 32: two whole, the third at close */
+    T_EQ(samples, 2u);
+    T_EQ(closed, 3u);
+    T_EQ(pending, 0u);
+
+    T_TRUE((f = cold_file(ctx, "stints2.bin", src, n)) != NULL);
+    memset(dst, 0, n);
+    size_t off = 0;
+    for (unsigned i = 0; f && off + 2 * len <= n; i++) { /* 1M, 2M, 1M, ... */
+        size_t l = i & 1 ? 2 * len : len;
+        ft_buf b = ft_host_buf(dst + off, l);
+        T_EQ(ft_read(f, &b, off, NULL), (int64_t)l);
+        off += l;
+    }
+    T_MEMEQ(src, dst, off);
+    uint32_t s1 = stint_samples(sel, 20, NULL) - closed, s2 = stint_samples(sel, 21, NULL);
+    if (f)
+        ft_file_close(f);
+    uint32_t s1_closed = stint_samples(sel, 20, NULL) - closed;
+    atomic_fetch_sub(&ctx->inflight, 3);
+    printf("  interleaved: %zu bytes, stint samples 1 MiB %u (%u after close), 2 MiB %u\n", off,
+           s1, s1_closed, s2);
+    /* 32 calls of each size: of 2 MiB two whole stints of 16; of 1 MiB 31 stream calls, most
+     * of a stint of 32, recorded at close */
+    T_EQ(s2, 2u);
+    T_EQ(s1, 0u);
+    T_EQ(s1_closed, 1u);
+    ft_ctx_destroy(ctx);
+    unsetenv("FASTENSOR_PROFILE");
+    free(src);
+    free(dst);
+}
+
+/* Two stints of 32 calls of 1 MiB in flight together for 40 ms, completed one after the
+ * other in a burst (as buffered calls do when the one ahead of them waited for the disk):
+ * each is charged its calls' share of the time, 20 ms, not the first completion all of it
+ * and the other nothing. Driven through the decision and completion hooks. */
+static void case_stint_shares(void)
+{
+    const size_t n = 1u << 20;
+    uint8_t *src = malloc(n);
+    ft_file *f = NULL;
+    ft_ctx *ctx = src ? stint_setup("shares.bin", src, n, &f) : NULL;
+    T_TRUE(ctx != NULL);
+    if (!ctx) {
+        free(src);
+        return;
+    }
+    atomic_fetch_add(&ctx->inflight, 4);
+    ft__decision first, d[64];
+    ft__auto_decide(f, 0, n, false, false, -1, &first); /* starts the stream: no stint */
+    ft__auto_done(f, &first, 0, false);
+    for (unsigned i = 0; i < 64; i++)
+        ft__auto_decide(f, (i + 1) * (uint64_t)n, n, false, false, -1, &d[i]);
+    usleep(40000);
+    for (unsigned i = 0; i < 64; i++)
+        ft__auto_done(f, &d[i], (int64_t)n, false);
+    atomic_fetch_sub(&ctx->inflight, 4);
+    ft__selector *sel = atomic_load(&f->sel);
+    ft__sel_key key = {.mem = FT_MEM_HOST, .bucket = 20, .cache = 3, .busy = 1};
+    float got[4];
+    unsigned k = 0;
+    for (unsigned cpu = 0; cpu < FT__SEL_CPU; cpu++) {
+        key.cpu = (uint8_t)cpu;
+        ft__sel_entry *e = ft__sel_entry_at(sel, ft__sel_key_index(&key), false);
+        for (unsigned a = 0; e && a < sel->narms; a++)
+            for (unsigned i = 0; i < e->arm[a].n && i < FT__SEL_WINDOW && k < 4; i++)
+                got[k++] = e->arm[a].tput[i];
+    }
+    printf("  stints %u %u, samples:", d[0].stint, d[63].stint);
+    for (unsigned i = 0; i < k; i++)
+        printf(" %.2f GB/s", (double)got[i] / 1e9);
+    printf(" (32 MiB in 20 ms: 1.68)\n");
+    T_TRUE(d[0].stint != d[63].stint);
+    T_EQ(k, 2u);
+    for (unsigned i = 0; i < k; i++) /* the 40 ms may run long, not short */
+        T_TRUE(got[i] > 0.4e9 && got[i] < 1.9e9);
+    ft_file_close(f);
+    ft_ctx_destroy(ctx);
+    unsetenv("FASTENSOR_PROFILE");
+    free(src);
+}
+
 int main(void)
 {
     if (!t_have_odirect())
@@ -1047,6 +1253,10 @@ int main(void)
         {"unseen keys: posix for cached reads, O_DIRECT for cold; streams", case_static_defaults},
         {"small reads: one in eight timed once explored, every trial timed",
          case_small_reads_sampled},
+        {"stream reads in flight of stint sizes: ranked on their own samples",
+         case_stint_keys},
+        {"... measured in stints on a real file: a sample per stint", case_stints},
+        {"... each stint charged its calls' share of the time in flight", case_stint_shares},
     };
     return t_run(cases, sizeof cases / sizeof *cases);
 }

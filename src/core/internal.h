@@ -110,6 +110,7 @@ struct ft_file {
     _Atomic bool stream_cold;    /* AUTO: the current run of sequential reads started uncached */
     struct ft__pending_write *pending; /* AUTO: writes not yet made durable (under lock) */
     unsigned npending;
+    struct ft__stint_lane *stints; /* AUTO: stream reads measured in stints (under lock) */
     void *cufile_handle;    /* registered cuFile handle (under lock), NULL until first use */
     int cufile_err;         /* cached -errno when registration failed */
     int cufile_code;        /* cuFile's error code of that failure */
@@ -180,6 +181,8 @@ typedef struct ft__decision {
     bool trial;         /* the arm is being tried (the key is explored or re-checked) */
     bool timed;         /* measured: becomes a sample (t0 is 0 otherwise) */
     uint64_t call;      /* bytes the caller asked for (a trial slice is a part of them) */
+    uint32_t stint;     /* the stint the call belongs to (its number in its lane), 0: none */
+    double stint_share; /* its lane's time shared per call in flight when it joined */
     ft__sel_key key;
 } ft__decision;
 

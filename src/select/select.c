@@ -58,6 +58,12 @@ ft__sel_entry *ft__sel_entry_at(ft__selector *s, unsigned index, bool make)
     return e;
 }
 
+bool ft__sel_stint_key(const ft__selector *s, const ft__sel_key *k)
+{
+    return !k->write && k->cache == 3 && k->busy && k->bucket < 64 &&
+           (s->stint_buckets >> k->bucket & 1);
+}
+
 unsigned ft__sel_bucket(uint64_t len)
 {
     unsigned b = len ? 63u - (unsigned)__builtin_clzll(len) : 0;
@@ -241,8 +247,9 @@ static uint32_t prior_mask(ft__selector *s, const ft__sel_key *key, uint32_t eli
                 if (dist < 0 || (dist == 0 && (sign > 0 || variant == 0)))
                     continue; /* the key itself is not its own prior */
                 ft__sel_key k;
-                if (!related_key(key, (int)key->bucket + sign * dist, variant, &k))
-                    continue;
+                if (!related_key(key, (int)key->bucket + sign * dist, variant, &k) ||
+                    ft__sel_stint_key(s, &k) != ft__sel_stint_key(s, key))
+                    continue; /* a stint's figures and a call's measure different things */
                 ft__sel_entry *e = ft__sel_entry_at(s, ft__sel_key_index(&k), false);
                 if (!e)
                     continue;
@@ -364,7 +371,7 @@ unsigned ft__sel_choose(ft__selector *s, const ft__sel_key *key, uint32_t eligib
         trial = &caller_ignores;
     *trial = false;
     bool use_prior = true; /* the neighbours' verdicts narrow a new key's exploration */
-    if (key->busy) {
+    if (key->busy && !ft__sel_stint_key(s, key)) {
         /* Beside other transfers of this context a call's time is mostly theirs (they share
          * the threads and the disk; readahead one call starts serves the next), so its
          * throughput says little about its arm: measured on a 2-core machine, buffered
@@ -380,7 +387,9 @@ unsigned ft__sel_choose(ft__selector *s, const ft__sel_key *key, uint32_t eligib
          * flight can tip a 2-core machine into the high class, where no call ran alone (the
          * development machine's profile after a 7-round bench: the high class's in-flight
          * cold 1 MiB stream key held 8 samples of every arm, `direct` ahead at 1.2 GB/s per
-         * call, where `posix` fixed streamed at 1.9) */
+         * call, where `posix` fixed streamed at 1.9).
+         * Stream reads of the sizes the caller measures in stints (ft__sel_stint_key) are
+         * not decided here: a stint's delivered rate is honest for every arm. */
         int b = -1;
         for (unsigned flip = 0; flip < 2 && b < 0; flip++) {
             ft__sel_key alone = *key;

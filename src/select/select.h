@@ -59,6 +59,11 @@ typedef struct ft__selector {
      * hardly depends on the key's cache class, so what they did in one class of a size is
      * their estimate in the others. Set by the caller after creation; 0: none. */
     uint32_t cache_blind;
+    /* Size buckets (bit b: 2^b bytes) whose stream reads beside other transfers are measured
+     * in stints by the caller (auto.c): a sample is a run of calls' delivered rate, not one
+     * call's time. Those keys are ranked on their own samples among every eligible arm, not
+     * by the calls that ran alone. Set after creation; 0: none. */
+    uint64_t stint_buckets;
     /* FT__SEL_KEYS entries, each allocated when its key is first chosen for or recorded:
      * made all at once (2 MB), they cost a process 12 ms of page faults on a VM, the first
      * AUTO call's time, for keys a job mostly never uses */
@@ -87,6 +92,9 @@ unsigned ft__sel_choose(ft__selector *sel, const ft__sel_key *key, uint32_t elig
 /** Record that @p arm moved @p bytes in @p ns nanoseconds for @p key. */
 void ft__sel_record(ft__selector *sel, const ft__sel_key *key, unsigned arm, uint64_t bytes,
                     uint64_t ns);
+
+/** Whether @p key's samples come from stints (see stint_buckets). */
+bool ft__sel_stint_key(const ft__selector *sel, const ft__sel_key *key);
 
 /** Count (+n) or uncount (-n) calls of @p arm whose measurement will come later. */
 void ft__sel_pending(ft__selector *sel, const ft__sel_key *key, unsigned arm, int delta);
