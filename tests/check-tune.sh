@@ -8,6 +8,7 @@ dir=${FT_TEST_DIR:-/tmp}/check-tune.$$
 mkdir -p "$dir"
 trap 'rm -rf "$dir"' EXIT
 export FASTENSOR_PROFILE="$dir/profile.txt"
+unset FASTENSOR_QUIET # the warning for a corrupt profile is checked
 "$BUILD/fastensor" tune --file "$dir/tune.tmp" --seconds 60 --max-size 16M >"$dir/tune.out" 2>&1 ||
     { cat "$dir/tune.out"; echo "tune failed"; exit 1; }
 "$BUILD/fastensor" profile show --file "$dir" >"$dir/show.out" 2>&1 ||
