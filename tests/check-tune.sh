@@ -31,7 +31,8 @@ fi
 printf 'garbage\n' >"$FASTENSOR_PROFILE"
 "$BUILD/fastensor" tune --file "$dir/tune.tmp" --seconds 2 --max-size 64K >/dev/null 2>"$dir/err" ||
     { cat "$dir/err"; echo "tune failed on a corrupt profile"; exit 1; }
-grep -q "ignoring profile" "$dir/err" || { cat "$dir/err"; echo "no warning for a corrupt profile"; exit 1; }
+grep -q "ignoring profile" "$dir/err" ||
+    { cat "$dir/err"; echo "no warning for a corrupt profile"; exit 1; }
 head -1 "$FASTENSOR_PROFILE" | grep -q '^fastensor-profile ' ||
     { echo "the corrupt profile was not rebuilt"; exit 1; }
 echo "ok: tune measured every kind of key, profile show printed them, a corrupt profile was rebuilt"

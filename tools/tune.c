@@ -40,9 +40,10 @@ static void evict(int fd, uint64_t off, uint64_t len)
 /* Cold streams read with calls in flight, as a prefetch does: 256 MiB worth of requests, up
  * to 16, for BUSY_BYTES per size (the library measures such reads in stints of 32 MiB: this
  * is about three of each engine setting), through the file in order from an evicted start.
- * Their ranking is not the one of calls alone (development machine, cold 1 MiB reads:
- * alone `direct` 1.0-1.3 GB/s and `posix` 1.3-1.8; 16 in flight `direct` 1.2-1.5 and `posix`
- * 2.2), and a job that prefetches would otherwise explore it in its first passes. */
+ * Their ranking is not the one of calls alone (development machine, cold 1 MiB reads, three
+ * rounds: alone `mmap` 0.8-1.0 GB/s, `direct` 1.0-1.3, `posix` 1.3-1.8; 16 in flight `direct`
+ * 1.2-1.5, `posix` 2.2-2.3, `mmap` 2.2-2.5), and a job that prefetches would otherwise
+ * explore it in its first passes. */
 #define BUSY_MIN (64u << 10)
 #define BUSY_MAX (16u << 20)
 #define BUSY_BYTES (768ull << 20)
@@ -159,9 +160,10 @@ int cmd_tune(int argc, char **argv)
     /* cached (first: page-cache copies cost little, and a budget that runs out in a large
      * size's disk-bound kinds would leave its cached key to be explored in use, one whole
      * call per sample); cold: random places, each evicted first; stream: through the file in
-     * order from an evicted start (readahead at work), alone and with calls in flight; plain writes and writes flagged
-     * FT_IO_SYNC_LATER (through the file in order, synced once per run of SYNC_RUN bytes, as
-     * a job saves a file and syncs it); writes synced one by one (FT_IO_SYNC) */
+     * order from an evicted start (readahead at work); busy: the same with calls in flight;
+     * plain writes and writes flagged FT_IO_SYNC_LATER (through the file in order, synced
+     * once per run of SYNC_RUN bytes, as a job saves a file and syncs it); writes synced one
+     * by one (FT_IO_SYNC) */
     enum { CACHED, COLD, STREAM, BUSY, WRITE, LATER, SYNC, KINDS };
     /* The selector keys every size from 256 MiB up alike (one bucket): larger calls here would
      * only repeat what 256 MiB ones measure at several times the cost (and run the budget out
