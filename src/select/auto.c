@@ -11,6 +11,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -99,65 +100,6 @@ static void profile_path(dev_t dev, char *out, size_t len)
     snprintf(out, len, "%s/profile-%u-%u.txt", dir, major(dev), minor(dev));
 }
 
-/*
- * Stints. Stream reads of 64 KiB to 8 MiB beside other transfers (a prefetch of 1 MiB blocks,
- * 16 in flight) share the kernel's readahead from call to call: a buffered call's time says
- * what the calls before it read ahead, not what its arm does. Development machine, a cold
- * 1 GiB stream in 1 MiB reads, 16 in flight: `posix` calls scored 55 GB/s each (most found
- * their pages read ahead) in a run that delivered 2.3-2.8 GB/s, and 0.79 when explored
- * between O_DIRECT calls (their gaps stop its readahead), where `uring` scored 1.58 per call
- * and delivered 1.2. Such a key's arm is taken for a stint of consecutive stream calls of
- * the file and that size, and the stint is one sample: its delivered rate, its calls' bytes
- * over their share of the time. Time while k of the lane's calls are in flight is shared
- * among them, 1/k each, so the shares add up to the time the lane was busy, and calls of
- * two stints in flight together (at a change of arm) each take their own part. (Charging
- * each completion the time since the one before it gave a buffered stint 26-61 GB/s on the
- * H200 machine's cold 4 MiB stream, 16 in flight: its calls completed in a burst just after
- * those of the stint before it, which had waited for the disk.) A stint is STINT_BYTES
- * long (up to STINT_MAX_CALLS calls): a buffered
- * arm's first calls after an O_DIRECT stint run before its readahead has grown, and in
- * stints of 8 MiB `posix` scored 1.2-3.0 GB/s where its runs delivered 2.4. (Stints of
- * at least twice the calls in flight were 128 MiB of 4 MiB calls 16 in flight: up to
- * 2.3 GiB for three stints of each of six arms.) Each
- * size bucket and memory kind has a lane of its own: a job reading tensors of several sizes
- * at once interleaves them.
- */
-#define STINT_BUCKET_MIN 16 /* 64 KiB */
-#define STINT_BUCKET_END 23 /* 8 MiB: calls that large read ahead for themselves */
-#define STINT_BYTES (32ull << 20)
-#define STINT_MAX_CALLS 1024u
-
-struct ft__stint {
-    uint32_t seq;          /* its number in its lane, 0: the slot is free */
-    ft__selector *sel;
-    ft__sel_key key;       /* the key of its first call: a stream read beside others */
-    unsigned arm;
-    bool trial;
-    bool spoiled;          /* a call failed or paid for its engine's setup: no sample */
-    uint32_t want;         /* calls it is to have */
-    uint32_t left;         /* calls still to join it (0 once the next stint began) */
-    uint32_t calls, done;  /* calls that joined it, calls completed */
-    uint64_t bytes, ns;    /* what its calls moved, in the time charged to them */
-};
-
-/* A size bucket and memory kind's stints: the current one and the few before it, whose
- * last calls may still be in flight (buffered calls complete far out of order: the one that
- * waits for the disk, then the dozen behind it that its readahead served). */
-#define STINT_SLOTS 4
-struct ft__stint_lane {
-    uint32_t seq;                 /* the current stint's number */
-    uint32_t inflight;            /* calls of its stints in flight */
-    uint64_t last;                /* when inflight last changed */
-    double share;                 /* ns of time shared out per call in flight, ever */
-    struct ft__stint slot[STINT_SLOTS]; /* by number modulo STINT_SLOTS */
-};
-#define STINT_LANES (2 * (STINT_BUCKET_END - STINT_BUCKET_MIN))
-
-static bool stint_size(unsigned bucket)
-{
-    return bucket >= STINT_BUCKET_MIN && bucket < STINT_BUCKET_END;
-}
-
 /* Whether the arm goes through the page cache (the others are O_DIRECT). */
 static bool buffered_arm(unsigned arm)
 {
@@ -177,8 +119,7 @@ static ft__selector *selector_of_dev(ft__auto *a, dev_t dev)
         for (unsigned k = 0; k < ft__narms; k++)
             if (!buffered_arm(k))
                 sel->cache_blind |= 1u << k;
-        for (unsigned b = STINT_BUCKET_MIN; b < STINT_BUCKET_END; b++)
-            sel->stint_buckets |= 1ull << b;
+        sel->stint_buckets = ft__stint_buckets();
         unsigned i = a->n++;
         a->dev[i].dev = dev;
         a->dev[i].sel = sel;
@@ -339,90 +280,6 @@ static bool small_read_drawn(uint64_t now)
     return x % SMALL_READ_EVERY == 0;
 }
 
-/* The lane of @p key (a stint size) on @p f, made on first use; NULL when memory runs out.
- * Call with the file's lock held. */
-static struct ft__stint_lane *stint_lane(ft_file *f, const ft__sel_key *key)
-{
-    if (!f->stints)
-        f->stints = calloc(STINT_LANES, sizeof *f->stints);
-    unsigned i = (key->mem & 1) * (STINT_BUCKET_END - STINT_BUCKET_MIN) + key->bucket -
-                 STINT_BUCKET_MIN;
-    return f->stints ? &f->stints[i] : NULL;
-}
-
-/* Share the time since the lane's last change among its calls in flight. Call with the
- * file's lock held. */
-static void stint_share(struct ft__stint_lane *lane, uint64_t now)
-{
-    if (lane->inflight && now > lane->last)
-        lane->share += (double)(now - lane->last) / lane->inflight;
-    lane->last = FT__MAX(lane->last, now);
-}
-
-/* Add the call decided in @p d at @p now to the stint @p st of @p lane. Call with the file's
- * lock held. */
-static void stint_add(struct ft__stint_lane *lane, struct ft__stint *st, ft__decision *d,
-                      uint64_t now)
-{
-    stint_share(lane, now);
-    lane->inflight++;
-    d->stint_share = lane->share;
-    st->calls++;
-    d->arm = st->arm;
-    d->trial = st->trial;
-    d->stint = st->seq;
-}
-
-/* Let the stream read decided in @p d (a stint size) join its lane's current stint on @p f,
- * if one is open and its arm is eligible: then @p d has the stint's arm. */
-static bool stint_join(ft_file *f, ft__decision *d, uint32_t eligible, uint64_t now)
-{
-    bool joined = false;
-    pthread_mutex_lock(&f->lock);
-    struct ft__stint_lane *lane = stint_lane(f, &d->key);
-    struct ft__stint *st = lane ? &lane->slot[lane->seq % STINT_SLOTS] : NULL;
-    if (st && st->seq && st->seq == lane->seq && st->left > 0 && st->sel == d->sel &&
-        (eligible >> st->arm & 1)) {
-        st->left--;
-        stint_add(lane, st, d, now);
-        joined = true;
-    }
-    pthread_mutex_unlock(&f->lock);
-    return joined;
-}
-
-/* What a stint that will get no more calls leaves the selector: its sample, when it had
- * enough calls and none spoiled it. Call without the file's lock. */
-static void stint_finish(const struct ft__stint *st);
-
-/* Open a stint for the decision @p d (its key a stint key, its arm chosen) on @p f: its
- * lane's previous stint gets no more calls; one STINT_SLOTS stints back whose last calls
- * never came back ends with what came. */
-static void stint_begin(ft_file *f, ft__decision *d, uint64_t len, uint64_t now)
-{
-    uint64_t want = FT__MIN(STINT_BYTES / len, (uint64_t)STINT_MAX_CALLS);
-    struct ft__stint ended = {0};
-    pthread_mutex_lock(&f->lock);
-    struct ft__stint_lane *lane = stint_lane(f, &d->key);
-    if (lane) {
-        lane->slot[lane->seq % STINT_SLOTS].left = 0;
-        if (++lane->seq == 0)
-            lane->seq = 1;
-        struct ft__stint *st = &lane->slot[lane->seq % STINT_SLOTS];
-        if (st->seq)
-            ended = *st;
-        *st = (struct ft__stint){.seq = lane->seq, .sel = d->sel, .key = d->key,
-                                 .arm = d->arm, .trial = d->trial, .want = (uint32_t)want,
-                                 .left = (uint32_t)want - 1};
-        stint_add(lane, st, d, now);
-    }
-    pthread_mutex_unlock(&f->lock);
-    if (ended.seq)
-        stint_finish(&ended);
-    if (d->stint)
-        ft__sel_pending(d->sel, &d->key, d->arm, +1);
-}
-
 void ft__auto_decide(ft_file *f, uint64_t off, uint64_t len, bool write, unsigned durable,
                      int device, ft__decision *d)
 {
@@ -440,12 +297,13 @@ void ft__auto_decide(ft_file *f, uint64_t off, uint64_t len, bool write, unsigne
     };
     uint32_t eligible = eligible_arms(f, len, device, write && durable);
     d->sel = sel;
-    bool stint = sel && !write && d->key.cache == 3 && stint_size(d->key.bucket);
-    if (!stint || !stint_join(f, d, eligible, now)) {
+    bool stint = sel && !write && d->key.cache == 3 &&
+                 (sel->stint_buckets >> d->key.bucket & 1);
+    if (!stint || !ft__stint_join(f, d, eligible, now)) {
         unsigned fallback = static_default(eligible, len, &d->key);
         d->arm = sel ? ft__sel_choose(sel, &d->key, eligible, fallback, &d->trial) : fallback;
         if (stint && ft__sel_stint_key(sel, &d->key))
-            stint_begin(f, d, len, now);
+            ft__stint_begin(f, d, len, now);
     }
     d->engine = ft__arms[d->arm].engine;
     d->piece = ft__arms[d->arm].piece;
@@ -483,7 +341,7 @@ struct ft__pending_write {
  * and through the priors of neighbouring sizes never tried at any size again (the 36 GB/s
  * posix copy of cached data to a GPU lost to mmap's 21 for every block size).
  */
-static bool first_use(ft_file *f, const ft__decision *d)
+bool ft__auto_first_use(ft_file *f, const ft__decision *d)
 {
     uint32_t bit = 1u << d->engine;
     _Atomic uint32_t *used = &f->ctx->autosel->used[d->key.mem & 1];
@@ -508,77 +366,39 @@ static void trace_open(void)
         setvbuf(trace_file, NULL, _IOLBF, 0);
 }
 
-static void trace(const ft__decision *d, const ft__sel_key *key, int64_t result, uint64_t ns,
-                  const char *what)
+void ft__auto_trace_line(const char *fmt, ...)
 {
     static pthread_once_t once = PTHREAD_ONCE_INIT;
     pthread_once(&once, trace_open);
-    if (trace_file)
-        fprintf(trace_file, "%s %s bucket=%u cache=%u busy=%u cpu=%u arm=%s bytes=%lld ns=%llu "
-                            "inflight=%u call=%llu %s\n", key->write ? "write" : "read",
-                key->mem ? "cuda" : "host", key->bucket, key->cache, key->busy, key->cpu,
-                ft__arms[d->arm].label, (long long)result, (unsigned long long)ns, d->inflight,
-                (unsigned long long)d->call, what);
+    if (!trace_file)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(trace_file, fmt, ap);
+    va_end(ap);
 }
 
-static void stint_finish(const struct ft__stint *st)
+void ft__auto_trace(const ft__decision *d, const ft__sel_key *key, int64_t result, uint64_t ns,
+                    const char *what)
 {
-    ft__sel_pending(st->sel, &st->key, st->arm, -1);
-    bool enough = !st->spoiled && st->done >= (st->want + 1) / 2 && st->ns > 0 && st->bytes > 0;
-    static pthread_once_t once = PTHREAD_ONCE_INIT;
-    pthread_once(&once, trace_open);
-    if (trace_file)
-        fprintf(trace_file, "stint read %s bucket=%u cache=%u busy=%u cpu=%u arm=%s bytes=%llu "
-                            "ns=%llu calls=%u of=%u %s\n", st->key.mem ? "cuda" : "host",
-                st->key.bucket, st->key.cache, st->key.busy, st->key.cpu,
-                ft__arms[st->arm].label, (unsigned long long)st->bytes,
-                (unsigned long long)st->ns, st->calls, st->want, enough ? "sample" : "dropped");
-    if (enough)
-        ft__sel_record(st->sel, &st->key, st->arm, st->bytes, st->ns);
-}
-
-/* A call of a stint came back with @p result bytes (or -errno). */
-static void stint_done(ft_file *f, const ft__decision *d, int64_t result)
-{
-    uint64_t now = now_ns();
-    bool setup = result > 0 && first_use(f, d);
-    trace(d, &d->key, result, now - d->t0, "stint");
-    struct ft__stint fin = {0};
-    pthread_mutex_lock(&f->lock);
-    struct ft__stint_lane *lane = stint_lane(f, &d->key);
-    uint64_t charged = 0;
-    if (lane && lane->inflight) { /* (an ended stint's calls still count here) */
-        stint_share(lane, now);
-        lane->inflight--;
-        charged = (uint64_t)(lane->share - d->stint_share);
-    }
-    struct ft__stint *st = lane ? &lane->slot[d->stint % STINT_SLOTS] : NULL;
-    if (st && st->seq == d->stint) {
-        st->spoiled |= result <= 0 || setup;
-        st->bytes += result > 0 ? (uint64_t)result : 0;
-        st->ns += charged;
-        st->done++;
-        if (st->left == 0 && st->done == st->calls) {
-            fin = *st;
-            st->seq = 0;
-        }
-    }
-    pthread_mutex_unlock(&f->lock);
-    if (fin.seq)
-        stint_finish(&fin);
+    ft__auto_trace_line("%s %s bucket=%u cache=%u busy=%u cpu=%u arm=%s bytes=%lld ns=%llu "
+                        "inflight=%u call=%llu %s\n", key->write ? "write" : "read",
+                        key->mem ? "cuda" : "host", key->bucket, key->cache, key->busy, key->cpu,
+                        ft__arms[d->arm].label, (long long)result, (unsigned long long)ns,
+                        d->inflight, (unsigned long long)d->call, what);
 }
 
 void ft__auto_done(ft_file *f, const ft__decision *d, int64_t result, bool counted)
 {
     if (d->stint) {
-        stint_done(f, d, result);
+        ft__stint_done(f, d, result, now_ns());
         return;
     }
     if (!d->sel || result <= 0)
         return;
     if (!d->timed) {
-        first_use(f, d); /* what the engine sets up once, this call paid */
-        trace(d, &d->key, result, 0, "untimed");
+        ft__auto_first_use(f, d); /* what the engine sets up once, this call paid */
+        ft__auto_trace(d, &d->key, result, 0, "untimed");
         return;
     }
     uint64_t ns = now_ns() - d->t0;
@@ -592,14 +412,14 @@ void ft__auto_done(ft_file *f, const ft__decision *d, int64_t result, bool count
     ft__sel_key key = d->key;
     if (!key.busy && end > 1)
         key.busy = 1;
-    if (first_use(f, d) && ns < SETUP_AMORTIZED_NS) {
-        trace(d, &key, result, ns, "first-use");
+    if (ft__auto_first_use(f, d) && ns < SETUP_AMORTIZED_NS) {
+        ft__auto_trace(d, &key, result, ns, "first-use");
         return;
     }
     /* writes made durable by a later sync (plain ones, if ever) wait for it; those synced
      * by the call itself were timed with their sync */
     bool later = key.write && key.cache != 1;
-    trace(d, &key, result, ns, later ? "pending-sync" : "sample");
+    ft__auto_trace(d, &key, result, ns, later ? "pending-sync" : "sample");
     /* Transfers running at once share the threads and the disk: a call that ran beside k
      * others took about k+1 times its own time. Counting its share (transfers in flight at
      * its start and end, averaged) keeps samples taken under load comparable with the rest. */
@@ -688,12 +508,7 @@ void ft__auto_file_close(ft_file *f)
     flush_pending(f, 0);
     free(f->pending);
     f->pending = NULL;
-    for (unsigned i = 0; f->stints && i < STINT_LANES; i++) /* streams that ended in one */
-        for (unsigned k = 0; k < STINT_SLOTS; k++)
-            if (f->stints[i].slot[k].seq)
-                stint_finish(&f->stints[i].slot[k]);
-    free(f->stints);
-    f->stints = NULL;
+    ft__stint_close(f);
 }
 
 static int save_all(ft__auto *a, bool only_dirty)

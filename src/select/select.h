@@ -124,4 +124,30 @@ unsigned ft__probe_cache(int fd, uint64_t off, uint64_t len);
 /** CPU load class: 1 when more tasks are runnable than there are CPUs (sampled every 0.5 s). */
 unsigned ft__probe_cpu(void);
 
+/* ---- stints (stint.c): stream reads beside other transfers, measured a run at a time ---- */
+
+/** The size buckets (bit b: 2^b bytes) whose stream reads beside others go in stints. */
+uint64_t ft__stint_buckets(void);
+/** Let the stream read decided in @p d (a stint size) join its lane's current stint on @p f,
+ * if one is open and its arm is eligible: then @p d has the stint's arm. */
+bool ft__stint_join(ft_file *f, ft__decision *d, uint32_t eligible, uint64_t now);
+/** Open a stint of @p len calls' size on @p f for the decision @p d (its key a stint key,
+ * its arm chosen). */
+void ft__stint_begin(ft_file *f, ft__decision *d, uint64_t len, uint64_t now);
+/** A call of a stint came back at @p now with @p result bytes (or -errno). */
+void ft__stint_done(ft_file *f, const ft__decision *d, int64_t result, uint64_t now);
+/** The file closes: its stints end with what came (a sample each where enough did). */
+void ft__stint_close(ft_file *f);
+
+/* ---- AUTO's bookkeeping shared with the stints (auto.c) ---- */
+
+/** Whether this is the context's first call of @p d's engine for its memory kind (that call
+ * pays for what the engine sets up once: no sample). */
+bool ft__auto_first_use(ft_file *f, const ft__decision *d);
+/** A line to the FASTENSOR_TRACE file, when there is one. */
+void ft__auto_trace_line(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/** The trace line of an AUTO call (its key, arm, bytes, time and what became of it). */
+void ft__auto_trace(const ft__decision *d, const ft__sel_key *key, int64_t result, uint64_t ns,
+                    const char *what);
+
 #endif
