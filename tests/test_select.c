@@ -1047,7 +1047,7 @@ static void case_stream_one_sample(void)
 }
 
 /* Stream reads beside others of the stint sizes are ranked on their own samples (stints'
- * delivered rates, see auto.c) among every arm: not by the calls alone, where a buffered arm
+ * delivered rates, see stint.c) among every arm: not by the calls alone, where a buffered arm
  * that is best in flight (its readahead serving the calls after it) can look hopeless. */
 static void case_stint_keys(void)
 {

@@ -60,7 +60,7 @@ typedef struct ft__selector {
      * their estimate in the others. Set by the caller after creation; 0: none. */
     uint32_t cache_blind;
     /* Size buckets (bit b: 2^b bytes) whose stream reads beside other transfers are measured
-     * in stints by the caller (auto.c): a sample is a run of calls' delivered rate, not one
+     * in stints by the caller (stint.c): a sample is a run of calls' delivered rate, not one
      * call's time. Those keys are ranked on their own samples among every eligible arm, not
      * by the calls that ran alone. Set after creation; 0: none. */
     uint64_t stint_buckets;
