@@ -297,8 +297,7 @@ void ft__auto_decide(ft_file *f, uint64_t off, uint64_t len, bool write, unsigne
     };
     uint32_t eligible = eligible_arms(f, len, device, write && durable);
     d->sel = sel;
-    bool stint = sel && !write && d->key.cache == 3 &&
-                 (sel->stint_buckets >> d->key.bucket & 1);
+    bool stint = sel && ft__sel_stream_key(&d->key) && (sel->stint_buckets >> d->key.bucket & 1);
     if (!stint || !ft__stint_join(f, d, eligible, now)) {
         unsigned fallback = static_default(eligible, len, &d->key);
         d->arm = sel ? ft__sel_choose(sel, &d->key, eligible, fallback, &d->trial) : fallback;

@@ -60,7 +60,7 @@ ft__sel_entry *ft__sel_entry_at(ft__selector *s, unsigned index, bool make)
 
 bool ft__sel_stint_key(const ft__selector *s, const ft__sel_key *k)
 {
-    return !k->write && k->cache == 3 && k->busy && k->bucket < 64 &&
+    return ft__sel_stream_key(k) && k->busy && k->bucket < 64 &&
            (s->stint_buckets >> k->bucket & 1);
 }
 
@@ -438,7 +438,7 @@ unsigned ft__sel_choose(ft__selector *s, const ft__sel_key *key, uint32_t eligib
     }
     pthread_mutex_lock(&e->lock);
     /* Successive elimination (the re-checks still try eliminated arms now and then). */
-    bool stream = !key->write && key->cache == 3;
+    bool stream = ft__sel_stream_key(key);
     float best_m = 0;
     for (unsigned a = 0; a < s->narms; a++)
         if ((eligible >> a & 1) && e->arm[a].n)

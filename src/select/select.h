@@ -93,6 +93,12 @@ unsigned ft__sel_choose(ft__selector *sel, const ft__sel_key *key, uint32_t elig
 void ft__sel_record(ft__selector *sel, const ft__sel_key *key, unsigned arm, uint64_t bytes,
                     uint64_t ns);
 
+/** Whether @p k is a read of a stream (cache class 3: a run of reads that began uncached). */
+static inline bool ft__sel_stream_key(const ft__sel_key *k)
+{
+    return !k->write && k->cache == 3;
+}
+
 /** Whether @p key's samples come from stints (see stint_buckets). */
 bool ft__sel_stint_key(const ft__selector *sel, const ft__sel_key *key);
 
