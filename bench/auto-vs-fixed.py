@@ -134,14 +134,21 @@ def main():
                         m["engine"] = e
                         m["round"] = r
                         runs.append(m)
+                    save(a.json, runs)  # so far: a run cut short leaves its rounds
     finally:
         for f in (a.file, rfile, wfile):
             if os.path.exists(f):
                 os.unlink(f)
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(runs, f, indent=1)
+    save(a.json, runs)
     summarize(a, runs, engines)
+
+
+def save(path, runs):
+    if not path or not runs:
+        return
+    with open(path + ".tmp", "w") as f:
+        json.dump(runs, f, indent=1)
+    os.replace(path + ".tmp", path)
 
 
 def summarize(a, runs, engines):
