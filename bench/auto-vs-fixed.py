@@ -99,6 +99,9 @@ def main():
         except (OSError, ValueError, TypeError) as e:
             sys.exit("auto-vs-fixed.py: %s: %s" % (a.from_json, e))
         engines = list(dict.fromkeys(m["engine"] for m in runs))
+        canon = ["posix", "direct", "uring", "mmap", "cufile"]  # the columns' usual order
+        engines.sort(key=lambda e: (canon.index(e.split("#")[0])
+                                    if e.split("#")[0] in canon else len(canon), e))
         a.twins = any("#" in e for e in engines)
         a.rounds = 1 + max(m["round"] for m in runs)
         a.memory = runs[0].get("memory", a.memory)
