@@ -956,6 +956,20 @@ static void case_static_defaults(void)
     T_EQ(d.key.cache, 3);
     ft__auto_decide(f, 64 * n, n / 4, false, false, -1, &d);
     T_EQ(d.key.cache, 0);
+    /* 64 MiB reads, 4 in flight: decided out of order, two lengths ahead or three behind the
+     * last one, they still continue the stream (64 MiB alone was the limit before); back at
+     * the file's start, a new pass begins */
+    const uint64_t big = 64u << 20, at = 64 * big;
+    atomic_store(&ctx->inflight, 4u);
+    ft__auto_decide(f, at, big, false, false, -1, &d);
+    T_EQ(d.key.cache, 0);
+    ft__auto_decide(f, at + 3 * big, big, false, false, -1, &d);
+    T_EQ(d.key.cache, 3);
+    ft__auto_decide(f, at + big, big, false, false, -1, &d);
+    T_EQ(d.key.cache, 3);
+    ft__auto_decide(f, 0, big, false, false, -1, &d);
+    T_EQ(d.key.cache, 0);
+    atomic_store(&ctx->inflight, 0u);
     ft_file_close(f);
     ft_ctx_destroy(ctx);
     unsetenv("FASTENSOR_PROFILE");

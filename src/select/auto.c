@@ -184,24 +184,30 @@ static unsigned cache_class(ft_file *f, uint64_t off, uint64_t len, uint64_t now
 }
 
 /*
- * Reads that go on from the file's previous one (within 32 lengths and 64 MiB either way:
- * requests in flight start out of order, up to twice the queue's depth apart (16 in flight
- * on 2 cores: 8 lengths broke a cold 1 MiB stream every few hundred calls, and with
- * readahead ahead of it, it went on as "cached" and filled the cached keys with disk-speed
- * samples); the same range again, or a jump of more than 64 MiB such as back to the file's
- * start, is no stream) and began uncached form the
- * stream class: the kernel's readahead serves buffered engines ahead of
- * them, which makes most of their later reads find their pages cached. Those reads are
- * still the stream's (the cache is the buffered engine's own doing), so a run that started
- * cold stays in the stream class until it breaks; one that started cached is classed by
- * residency as usual.
+ * Reads that go on from the file's previous one form the stream class: the kernel's readahead
+ * serves buffered engines ahead of them, which makes most of their later reads find their
+ * pages cached. Those reads are still the stream's (the cache is the buffered engine's own
+ * doing), so a run that started cold stays in the stream class until it breaks; one that
+ * started cached is classed by residency as usual.
+ * "Go on" allows for requests in flight, which are decided in the pool's threads and so out
+ * of order, up to twice the queue's depth apart: within 32 lengths, and within 64 MiB or
+ * twice the calls in flight times the length, either way. (16 in flight on 2 cores: 8
+ * lengths broke a cold 1 MiB stream every few hundred calls, and with readahead ahead of it,
+ * it went on as "cached" and filled the cached keys with disk-speed samples. With 64 MiB
+ * alone the limit, 64 MiB reads 4 in flight broke their stream in 1 of 3 passes on the
+ * development machine: the call decided out of order went to the "partly cached" key's
+ * `uring`, and that pass read at 1.89 GB/s against 2.15-2.50 for passes that stayed on the
+ * stream's `mmap/1thread`.) The same range again, a read at the file's start (a new pass) or
+ * a jump farther than that is no stream.
  */
-static unsigned read_class(ft_file *f, uint64_t off, uint64_t len, uint64_t now)
+static unsigned read_class(ft_file *f, uint64_t off, uint64_t len, unsigned inflight,
+                           uint64_t now)
 {
     unsigned cls = cache_class(f, off, len, now);
     uint64_t prev = atomic_exchange_explicit(&f->read_end, off + len, memory_order_relaxed);
     uint64_t gap = prev > off ? prev - off : off - prev;
-    bool seq = prev != 0 && gap / 32 <= len && gap <= (64u << 20) && off + len != prev;
+    uint64_t reach = FT__MAX((uint64_t)64 << 20, 2ull * inflight * len);
+    bool seq = prev != 0 && off != 0 && gap / 32 <= len && gap <= reach && off + len != prev;
     if (!seq) {
         atomic_store_explicit(&f->stream_cold, cls != 2, memory_order_relaxed);
         return cls;
@@ -291,7 +297,7 @@ void ft__auto_decide(ft_file *f, uint64_t off, uint64_t len, bool write, unsigne
         .write = write,
         .mem = device >= 0 ? FT_MEM_CUDA : FT_MEM_HOST,
         .bucket = (uint8_t)ft__sel_bucket(len),
-        .cache = write ? (uint8_t)durable : (uint8_t)read_class(f, off, len, now),
+        .cache = write ? (uint8_t)durable : (uint8_t)read_class(f, off, len, d->inflight, now),
         .busy = d->inflight > 1,
         .cpu = (uint8_t)ft__probe_cpu(),
     };
