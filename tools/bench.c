@@ -179,12 +179,6 @@ static int run_pass(ft_file *f, ft_engine e, bool write, uint8_t *bufs, uint64_t
     return 0;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 static void report(const bench_opts *o, ft_engine e, const char *op, uint64_t block,
                    uint64_t total, const char *cache, const result *r)
 {
@@ -261,10 +255,10 @@ static int measure(ft_file *f, const char *path, ft_engine e, bool write, const 
         gj[i] = r.gpu_j;
         cj[i] = r.cpu_j;
     }
-    qsort(secs, (size_t)repeat, sizeof *secs, cmp_double);
-    qsort(cpus, (size_t)repeat, sizeof *cpus, cmp_double);
-    qsort(gj, (size_t)repeat, sizeof *gj, cmp_double);
-    qsort(cj, (size_t)repeat, sizeof *cj, cmp_double);
+    qsort(secs, (size_t)repeat, sizeof *secs, cli_cmp_double);
+    qsort(cpus, (size_t)repeat, sizeof *cpus, cli_cmp_double);
+    qsort(gj, (size_t)repeat, sizeof *gj, cli_cmp_double);
+    qsort(cj, (size_t)repeat, sizeof *cj, cli_cmp_double);
     out->seconds = secs[repeat / 2];
     out->cpu = cpus[repeat / 2];
     out->gpu_j = gj[repeat / 2];

@@ -31,6 +31,8 @@ int cli_parse_engines(const char *list, ft_engine *engines, int max);
 /** Format a byte count as 4K / 64M / 1G when exact, else bytes. */
 const char *cli_fmt_size(uint64_t n, char *buf, size_t len);
 
+/** qsort's comparison of doubles, ascending. */
+int cli_cmp_double(const void *a, const void *b);
 /** Monotonic seconds. */
 double cli_now(void);
 /** User + system CPU seconds of the process. */

@@ -79,6 +79,12 @@ const char *cli_fmt_size(uint64_t n, char *buf, size_t len)
     return buf;
 }
 
+int cli_cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
 double cli_now(void)
 {
     struct timespec ts;

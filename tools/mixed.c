@@ -284,12 +284,7 @@ static void background_keep(background *bg)
 }
 
 #define OVERHEAD_ROUNDS 41
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
+#define OVERHEAD_CALLS 20000 /* per round and engine */
 
 /* Time per 1-byte cached read for posix and AUTO in OVERHEAD_ROUNDS short rounds, the two
  * taking turns (which goes first alternates), with a background transfer in flight when
@@ -302,7 +297,6 @@ static void time_calls(ft_file *f, background *bg, double *cost, double diff[3])
 {
     char byte;
     ft_buf b = ft_host_buf(&byte, 1);
-    const int n = 20000;
     double d[OVERHEAD_ROUNDS], posix[OVERHEAD_ROUNDS];
     for (int round = 0; round < OVERHEAD_ROUNDS; round++) {
         double per[2];
@@ -310,18 +304,18 @@ static void time_calls(ft_file *f, background *bg, double *cost, double diff[3])
             int k = turn ^ (round & 1);
             ft_io_opts o = {.engine = k ? FT_ENGINE_AUTO : FT_ENGINE_POSIX};
             double t0 = cli_now();
-            for (int i = 0; i < n; i++) {
+            for (int i = 0; i < OVERHEAD_CALLS; i++) {
                 if (bg && (i & 63) == 0)
                     background_keep(bg);
                 ft_read(f, &b, 0, &o);
             }
-            per[k] = (cli_now() - t0) / n;
+            per[k] = (cli_now() - t0) / OVERHEAD_CALLS;
         }
         d[round] = per[1] - per[0];
         posix[round] = per[0];
     }
-    qsort(d, OVERHEAD_ROUNDS, sizeof *d, cmp_double);
-    qsort(posix, OVERHEAD_ROUNDS, sizeof *posix, cmp_double);
+    qsort(d, OVERHEAD_ROUNDS, sizeof *d, cli_cmp_double);
+    qsort(posix, OVERHEAD_ROUNDS, sizeof *posix, cli_cmp_double);
     *cost = posix[OVERHEAD_ROUNDS / 2];
     diff[0] = d[OVERHEAD_ROUNDS / 4];
     diff[1] = d[OVERHEAD_ROUNDS / 2];
@@ -388,10 +382,10 @@ int bench_overhead(bool json)
                "(quartiles %.0f to %.0f; a 1-byte cached posix read costs %.0f ns);\n"
                "with another transfer in flight (the alone key's decision, the busy key's "
                "sample): %.0f ns per call (quartiles %.0f to %.0f; posix read %.0f ns)\n"
-               "(medians over %d rounds of 20000 calls each, AUTO and posix taking turns)\n",
+               "(medians over %d rounds of %d calls each, AUTO and posix taking turns)\n",
                alone[1] * 1e9, alone[0] * 1e9, alone[2] * 1e9, posix_ns * 1e9,
                beside[1] * 1e9, beside[0] * 1e9, beside[2] * 1e9, busy_posix_ns * 1e9,
-               OVERHEAD_ROUNDS);
+               OVERHEAD_ROUNDS, OVERHEAD_CALLS);
     ft_file_close(f);
     ft_file_close(bg.f);
     unlink(path);
