@@ -160,7 +160,7 @@ void ft__stint_begin(ft_file *f, ft__decision *d, uint64_t len, uint64_t now)
 
 void ft__stint_done(ft_file *f, const ft__decision *d, int64_t result, uint64_t now)
 {
-    bool setup = result > 0 && ft__auto_first_use(f, d);
+    bool setup = result > 0 && ft__auto_paid_setup(f, d);
     ft__auto_trace(d, &d->key, result, now - d->t0, "stint");
     struct ft__stint fin = {0};
     pthread_mutex_lock(&f->lock);
