@@ -1328,6 +1328,47 @@ static void case_stint_shares(void)
     free(src);
 }
 
+/* Three stints of a stream in turn, a setup made while the first one's calls ran: neither it
+ * nor the next (its calls refill the lane after the stall) is a sample; the third is. */
+static void case_stint_after_setup(void)
+{
+    const size_t n = 1u << 20;
+    uint8_t *src = malloc(n);
+    ft_file *f = NULL;
+    ft_ctx *ctx = src ? stint_setup("refill.bin", src, n, &f) : NULL;
+    T_TRUE(ctx != NULL);
+    if (!ctx) {
+        free(src);
+        return;
+    }
+    atomic_fetch_add(&ctx->inflight, 4);
+    ft__decision first, d[32];
+    ft__auto_decide(f, 0, n, false, false, -1, &first); /* starts the stream: no stint */
+    ft__auto_done(f, &first, 0, false);
+    ft__selector *sel = atomic_load(&f->sel);
+    uint32_t samples[3];
+    for (unsigned s = 0; s < 3; s++) {
+        for (unsigned i = 0; i < 32; i++)
+            ft__auto_decide(f, (32 * s + i + 1) * (uint64_t)n, n, false, false, -1, &d[i]);
+        if (s == 0)
+            ft__setup_made();
+        usleep(2000);
+        for (unsigned i = 0; i < 32; i++)
+            ft__auto_done(f, &d[i], (int64_t)n, false);
+        samples[s] = stint_samples(sel, 20, NULL);
+    }
+    atomic_fetch_sub(&ctx->inflight, 4);
+    printf("  stints %u..%u, samples after each: %u %u %u\n", d[0].stint - 2, d[0].stint,
+           samples[0], samples[1], samples[2]);
+    T_EQ(samples[0], 0u);
+    T_EQ(samples[1], 0u);
+    T_EQ(samples[2], 1u);
+    ft_file_close(f);
+    ft_ctx_destroy(ctx);
+    unsetenv("FASTENSOR_PROFILE");
+    free(src);
+}
+
 int main(void)
 {
     if (!t_have_odirect())
@@ -1370,6 +1411,7 @@ int main(void)
          case_stint_keys},
         {"... measured in stints on a real file: a sample per stint", case_stints},
         {"... each stint charged its calls' share of the time in flight", case_stint_shares},
+        {"... no sample from a stint that paid a setup, nor from the next", case_stint_after_setup},
     };
     return t_run(cases, sizeof cases / sizeof *cases);
 }
