@@ -28,6 +28,7 @@ while outside the bench, taking turns with `uring`, AUTO wrote them as fast.)
 import argparse
 import collections
 import json
+import math
 import os
 import random
 import statistics
@@ -196,17 +197,32 @@ def summarize(a, runs, engines):
         pairs = paired_ratios(op, block, cache, e, best)
         return statistics.median(pairs) if pairs else None
 
-    # The range of n paired ratios holds their distribution's median with probability
-    # 1 - 2^(1-n) (94% for 5 rounds, 75% for 3), whatever that distribution is: a row is met
-    # when even the lowest ratio is within 5%, missed when even the highest is not, and open
-    # (the noise cannot tell) otherwise.
+    # The k-th lowest and k-th highest of n paired ratios hold their distribution's median
+    # with probability 1 - 2 P(Binomial(n, 1/2) < k), whatever that distribution is: for the
+    # whole range (k = 1) 1 - 2^(1-n), 94% for 5 rounds, 75% for 3. With more rounds k grows
+    # while that stays at least 15/16 (the whole range of 5 rounds): 10 rounds drop the
+    # lowest and the highest ratio (98%). A row is met when even the interval's low end is
+    # within 5%, missed when even its high end is not, and open (the noise cannot tell)
+    # otherwise.
     verdicts = collections.Counter()
     twin_verdicts = collections.Counter()
+
+    def interval(pairs):
+        x = sorted(pairs)
+        n = len(x)
+
+        def coverage(k):
+            return 1 - 2 * sum(math.comb(n, i) for i in range(k)) / 2.0 ** n
+        k = 1
+        while k + 1 <= (n + 1) // 2 and coverage(k + 1) >= 15 / 16:
+            k += 1
+        return x[k - 1], x[n - k], coverage(k)
 
     def verdict(pairs):
         if not pairs:
             return "-"
-        return "met" if min(pairs) >= 0.95 else "missed" if max(pairs) < 0.95 else "open"
+        lo, hi, _ = interval(pairs)
+        return "met" if lo >= 0.95 else "missed" if hi < 0.95 else "open"
     for (op, block, cache), per in sorted(table.items()):
         med = {e: statistics.median(v) for e, v in per.items()}
         best = max(fixed, key=lambda e: med.get(e, 0))
@@ -217,7 +233,7 @@ def summarize(a, runs, engines):
         paired_within += pm is not None and pm >= 0.95
         pairs = paired_ratios(op, block, cache, "auto", best)
         verdicts[verdict(pairs)] += 1
-        paired = "%.2f (%.2f-%.2f) %s" % (pm, min(pairs), max(pairs), verdict(pairs)) \
+        paired = "%.2f (%.2f-%.2f) %s" % ((pm,) + interval(pairs)[:2] + (verdict(pairs),)) \
             if pm is not None else "-"
         cells = ["%.2f" % med[e] if e in med else "-" for e in fixed]
         twin = ""
@@ -248,9 +264,9 @@ def summarize(a, runs, engines):
         print("the best engine's twin (a second run of it in every round: an oracle) within 5%% "
               "of the best fixed engine in %d of %d cases (paired: %d of %d)"
               % (twin_within, total, twin_paired_within, total))
-    print("by the range of the paired ratios (it holds their median with probability %.0f%%): "
+    print("by an interval of the paired ratios (it holds their median with probability %.0f%%): "
           "auto met in %d, missed in %d, open in %d"
-          % (100 * (1 - 2.0 ** (1 - a.rounds)), verdicts["met"], verdicts["missed"],
+          % (100 * interval([1.0] * a.rounds)[2], verdicts["met"], verdicts["missed"],
              verdicts["open"]) +
           ("; the twin met in %d, missed in %d, open in %d"
            % (twin_verdicts["met"], twin_verdicts["missed"], twin_verdicts["open"])
