@@ -50,6 +50,8 @@ static void set_costs(uint64_t seed)
 }
 
 static const ft__sel_key key20 = {.write = 0, .bucket = 20, .cache = 2};
+/* cold reads: beside others they follow what was learned alone (cached ones do not) */
+static const ft__sel_key cold20 = {.write = 0, .bucket = 20, .cache = 0};
 
 static void case_converges(void)
 {
@@ -415,8 +417,8 @@ static void case_busy_blind(void)
     s->cache_blind = 0xE0;
     for (unsigned a = 0; a < ARMS; a++) /* alone: arm 5 best */
         tput[a] = a == 5 ? 2e9 : a > 5 ? 1.5e9 : 0.5e9;
-    optimal_share(s, &key20, 200);
-    ft__sel_key busy = key20;
+    optimal_share(s, &cold20, 200);
+    ft__sel_key busy = cold20;
     busy.busy = 1;
     for (unsigned a = 0; a < ARMS; a++) /* in flight: arm 7 (a deep queue) 4x faster */
         tput[a] = a == 7 ? 8e9 : a >= 5 ? 2e9 : 0.5e9;
@@ -552,16 +554,36 @@ static void case_busy(void)
     ft__selector *s;
     T_EQ(ft__sel_create(&s, ARMS, fake_clock, 9), 0);
     set_costs(4);
-    optimal_share(s, &key20, 200);
+    optimal_share(s, &cold20, 200);
     unsigned best = best_of(), second = best == 0 ? 1 : 0;
     for (unsigned a = 0; a < ARMS; a++)
         if (a != best && tput[a] > tput[second])
             second = a;
-    ft__sel_key busy = key20;
+    ft__sel_key busy = cold20;
     busy.busy = 1;
     uint32_t all = (1u << ARMS) - 1;
     T_EQ(ft__sel_choose(s, &busy, all, 7, NULL), best);
     T_EQ(ft__sel_choose(s, &busy, all & ~(1u << best), 7, NULL), second);
+    ft__sel_destroy(s);
+}
+
+/* Cached reads beside others are ranked on their own samples (page-cache copies share only
+ * the CPUs): where another arm is best in flight than alone, they find it. */
+static void case_busy_cached(void)
+{
+    ft__selector *s;
+    T_EQ(ft__sel_create(&s, ARMS, fake_clock, 15), 0);
+    for (unsigned a = 0; a < ARMS; a++) /* alone: arm 6 best, arm 0 close behind */
+        tput[a] = a == 6 ? 4e9 : a == 0 ? 3.5e9 : 1e9;
+    optimal_share(s, &key20, 200);
+    ft__sel_key busy = key20;
+    busy.busy = 1;
+    for (unsigned a = 0; a < ARMS; a++) /* in flight: arm 0 five times arm 6 */
+        tput[a] = a == 0 ? 40e9 : a == 6 ? 8e9 : 1e9;
+    optimal_share(s, &busy, 100);
+    unsigned share = optimal_share(s, &busy, 400);
+    printf("  in flight: %u of 400 on the arm best there (arm 6 led alone)\n", share);
+    T_TRUE(share >= 380);
     ft__sel_destroy(s);
 }
 
@@ -1389,6 +1411,7 @@ int main(void)
          case_prior},
         {"... and leaves out what related keys all found well behind", case_prior_pooled},
         {"calls in flight: the best eligible arm learned alone", case_busy},
+        {"cached reads in flight: ranked on their own samples", case_busy_cached},
         {"... learned alone in the other CPU-load class", case_busy_other_cpu},
         {"cached reads skip O_DIRECT arms measured slow cold", case_cache_blind},
         {"... and so does a cached key new to its CPU-load context", case_cache_blind_new_context},

@@ -369,6 +369,20 @@ static bool hopeless_elsewhere(const ft__sel_stats *st, float est, float best_m)
     return st->n == 0 && est > 0 && est < 0.5f * best_m;
 }
 
+/*
+ * Cached reads are page-cache copies: calls in flight share the CPUs, not a disk or a
+ * readahead, so a call's share of its time (auto.c) says what its arm does, and such keys
+ * beside others are ranked on their own samples. Following the calls alone, they stayed
+ * with what those ranked first however it did in flight: H200 machine, a tune whose cached
+ * 1 MiB reads alone put `mmap` first, then five rounds of warm 1 MiB reads 16 in flight all
+ * through `mmap`, 8.6 GB/s against `posix` fixed at 47 (the calls alone, ever fewer, never
+ * changed the ranking).
+ */
+static bool cached_read(const ft__sel_key *k)
+{
+    return !k->write && k->cache == 2;
+}
+
 unsigned ft__sel_choose(ft__selector *s, const ft__sel_key *key, uint32_t eligible,
                         unsigned fallback, bool *trial)
 {
@@ -377,7 +391,7 @@ unsigned ft__sel_choose(ft__selector *s, const ft__sel_key *key, uint32_t eligib
         trial = &caller_ignores;
     *trial = false;
     bool use_prior = true; /* the neighbours' verdicts narrow a new key's exploration */
-    if (key->busy && !ft__sel_stint_key(s, key)) {
+    if (key->busy && !ft__sel_stint_key(s, key) && !cached_read(key)) {
         /* Beside other transfers of this context a call's time is mostly theirs (they share
          * the threads and the disk; readahead one call starts serves the next), so its
          * throughput says little about its arm: measured on a 2-core machine, buffered
@@ -395,7 +409,8 @@ unsigned ft__sel_choose(ft__selector *s, const ft__sel_key *key, uint32_t eligib
          * cold 1 MiB stream key held 8 samples of every arm, `direct` ahead at 1.2 GB/s per
          * call, where `posix` fixed streamed at 1.9).
          * Stream reads of the sizes the caller measures in stints (ft__sel_stint_key) are
-         * not decided here: a stint's delivered rate is honest for every arm. */
+         * not decided here: a stint's delivered rate is honest for every arm. Nor are cached
+         * reads (cached_read). */
         int b = -1;
         for (unsigned flip = 0; flip < 2 && b < 0; flip++) {
             ft__sel_key alone = *key;
