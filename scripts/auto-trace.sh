@@ -43,7 +43,7 @@ cat "$OUT"/trace-"$MEM"-auto-*.txt | awk '{
         key = ""; ns = 0
         for (i = 1; i <= NF; i++) {
             if ($i ~ /^ns=/) { ns = substr($i, 4) }
-            else if ($i !~ /^(bytes|inflight)=/ && $i != "sample" && $i != "setup" && $i != "first-use") key = key " " $i
+            else if ($i !~ /^(bytes|inflight)=/ && $i != "sample" && $i != "first-use") key = key " " $i
         }
         n[key]++; t[key] += ns / 1e6
     } END { for (k in n) printf "%6d calls %10.1f ms %s\n", n[k], t[k], k }' |

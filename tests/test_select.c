@@ -700,59 +700,6 @@ static void case_first_use(void)
     cached_close(&x);
 }
 
-/* A call during which the library made a setup (another call's staging slot, ring or bounce
- * buffer) waited for it in part: it is not a sample. The same call without one is. */
-static void case_setup_meanwhile(void)
-{
-    cached_file x;
-    T_EQ(cached_open(&x, "setup.bin", 10), 0);
-    ft_file *f = x.f;
-    ft_buf d = ft_host_buf(x.dst, x.n);
-    T_EQ(ft_read(f, &d, 0, NULL), x.n); /* posix's first call in this context: no sample */
-    ft__selector *sel = atomic_load(&f->sel);
-    T_TRUE(sel != NULL);
-    for (unsigned made = 1; sel && made <= 1; made--) {
-        ft__sel_entry *e = ft__sel_entry_at(sel, ft__sel_key_index(&x.key), true);
-        uint32_t before = e->arm[0].n;
-        ft__decision dec;
-        ft__auto_decide(f, 0, x.n, false, 0, -1, &dec);
-        int64_t r = ft_read(f, &d, 0, &(ft_io_opts){.engine = FT_ENGINE_POSIX});
-        T_EQ(r, x.n);
-        T_MEMEQ(x.src, x.dst, x.n);
-        if (made)
-            ft__setup_made();
-        dec.arm = 0; /* (whatever was decided: posix moved the bytes) */
-        dec.engine = FT_ENGINE_POSIX;
-        ft__auto_done(f, &dec, r, false);
-        printf("  %s: samples +%u\n", made ? "a setup made meanwhile" : "none made",
-               e->arm[0].n - before);
-        T_EQ(e->arm[0].n - before, made ? 0u : 1u);
-    }
-    cached_close(&x);
-}
-
-/* A buffer pool counts a setup for each buffer it will keep, not for the ones it makes and
- * frees per use beyond that (what that concurrency costs each time). */
-static void case_pool_setups(void)
-{
-    ft__bufpool *p;
-    T_EQ(ft__bufpool_create(&p, 4096, 2), 0);
-    uint32_t s0 = atomic_load(&ft__setups);
-    void *b[3];
-    for (unsigned round = 0; round < 2; round++) {
-        for (unsigned i = 0; i < 3; i++) {
-            b[i] = ft__bufpool_get(p);
-            T_TRUE(b[i] != NULL);
-        }
-        for (unsigned i = 0; i < 3; i++)
-            ft__bufpool_put(p, b[i]);
-    }
-    uint32_t counted = atomic_load(&ft__setups) - s0;
-    printf("  two rounds of 3 buffers from a pool keeping 2: %u setups\n", counted);
-    T_EQ(counted, 2u);
-    ft__bufpool_destroy(p);
-}
-
 /* AUTO end to end: real files, every arm correct, decisions recorded and persisted. */
 static void case_auto_end_to_end(void)
 {
@@ -1190,23 +1137,14 @@ static ft_file *cold_file(ft_ctx *ctx, const char *name, uint8_t *src, size_t n)
     return f;
 }
 
-/* A context without a profile whose every engine has made its first AUTO call and what it
- * keeps for a call (a ring, a bounce buffer), which would spoil a stint (it paid for a
- * setup), and @p f on it: @p n random bytes (@p src), cold. NULL on failure. */
+/* A context without a profile whose every engine has made its first AUTO call (which would
+ * spoil a stint: it pays for its engine's setup), and @p f on it: @p n random bytes
+ * (@p src), cold. NULL on failure. */
 static ft_ctx *stint_setup(const char *name, uint8_t *src, size_t n, ft_file **f)
 {
     setenv("FASTENSOR_PROFILE", "off", 1);
     ft_ctx *ctx = t_ctx(4);
     t_fill_random(src, n, 41);
-    ft_file *warm = NULL;
-    if (ctx && ft_file_open(ctx, &warm, t_path("warm.bin"),
-                            FT_OPEN_READ | FT_OPEN_WRITE | FT_OPEN_CREATE, 0644) == 0) {
-        ft_buf b = ft_host_buf(src + 1, 1u << 20); /* unaligned, as the cases' reads */
-        ft_write(warm, &b, 0, &(ft_io_opts){.engine = FT_ENGINE_POSIX});
-        for (ft_engine e = FT_ENGINE_POSIX; e <= FT_ENGINE_MMAP; e++)
-            ft_read(warm, &b, 0, &(ft_io_opts){.engine = e});
-        ft_file_close(warm);
-    }
     *f = ctx ? cold_file(ctx, name, src, n) : NULL;
     if (!*f) {
         ft_ctx_destroy(ctx);
@@ -1350,47 +1288,6 @@ static void case_stint_shares(void)
     free(src);
 }
 
-/* Three stints of a stream in turn, a setup made while the first one's calls ran: neither it
- * nor the next (its calls refill the lane after the stall) is a sample; the third is. */
-static void case_stint_after_setup(void)
-{
-    const size_t n = 1u << 20;
-    uint8_t *src = malloc(n);
-    ft_file *f = NULL;
-    ft_ctx *ctx = src ? stint_setup("refill.bin", src, n, &f) : NULL;
-    T_TRUE(ctx != NULL);
-    if (!ctx) {
-        free(src);
-        return;
-    }
-    atomic_fetch_add(&ctx->inflight, 4);
-    ft__decision first, d[32];
-    ft__auto_decide(f, 0, n, false, false, -1, &first); /* starts the stream: no stint */
-    ft__auto_done(f, &first, 0, false);
-    ft__selector *sel = atomic_load(&f->sel);
-    uint32_t samples[3];
-    for (unsigned s = 0; s < 3; s++) {
-        for (unsigned i = 0; i < 32; i++)
-            ft__auto_decide(f, (32 * s + i + 1) * (uint64_t)n, n, false, false, -1, &d[i]);
-        if (s == 0)
-            ft__setup_made();
-        usleep(2000);
-        for (unsigned i = 0; i < 32; i++)
-            ft__auto_done(f, &d[i], (int64_t)n, false);
-        samples[s] = stint_samples(sel, 20, NULL);
-    }
-    atomic_fetch_sub(&ctx->inflight, 4);
-    printf("  stints %u..%u, samples after each: %u %u %u\n", d[0].stint - 2, d[0].stint,
-           samples[0], samples[1], samples[2]);
-    T_EQ(samples[0], 0u);
-    T_EQ(samples[1], 0u);
-    T_EQ(samples[2], 1u);
-    ft_file_close(f);
-    ft_ctx_destroy(ctx);
-    unsetenv("FASTENSOR_PROFILE");
-    free(src);
-}
-
 int main(void)
 {
     if (!t_have_odirect())
@@ -1422,8 +1319,6 @@ int main(void)
         {"8 threads choosing and recording at once", case_concurrent},
         {"engine AUTO on real files, profile saved", case_auto_end_to_end},
         {"an engine's first call in a context is not a sample", case_first_use},
-        {"nor is a call during which a setup was made", case_setup_meanwhile},
-        {"a buffer pool counts the buffers it keeps as setups", case_pool_setups},
         {"a call that began alone but ended beside others is not an alone sample",
          case_company_arrived},
         {"unseen keys: posix for cached reads, O_DIRECT for cold; streams", case_static_defaults},
@@ -1434,7 +1329,6 @@ int main(void)
          case_stint_keys},
         {"... measured in stints on a real file: a sample per stint", case_stints},
         {"... each stint charged its calls' share of the time in flight", case_stint_shares},
-        {"... no sample from a stint that paid a setup, nor from the next", case_stint_after_setup},
     };
     return t_run(cases, sizeof cases / sizeof *cases);
 }

@@ -20,7 +20,6 @@ struct ft__bufpool {
     size_t size;
     unsigned max_cached;
     unsigned ncached;
-    unsigned made; /* buffers allocated and not freed */
     void **cached;
 };
 
@@ -73,19 +72,11 @@ void *ft__bufpool_get(ft__bufpool *p)
     pthread_mutex_lock(&p->lock);
     if (p->ncached > 0)
         buf = p->cached[--p->ncached];
-    /* a setup only while the pool grows to what it keeps: beyond that a buffer is made and
-     * freed per use, which is what that concurrency costs */
-    bool keeps = !buf && ++p->made <= p->max_cached;
     pthread_mutex_unlock(&p->lock);
     if (buf)
         return buf;
-    if (keeps)
-        ft__setup_made();
     bool huge = p->size >= HUGE_PAGE;
     if (posix_memalign(&buf, huge ? HUGE_PAGE : FT__DIRECT_ALIGN, p->size) != 0) {
-        pthread_mutex_lock(&p->lock);
-        p->made--;
-        pthread_mutex_unlock(&p->lock);
         errno = ENOMEM;
         return NULL;
     }
@@ -106,8 +97,6 @@ void ft__bufpool_put(ft__bufpool *p, void *buf)
     if (p->ncached < p->max_cached) {
         p->cached[p->ncached++] = buf;
         buf = NULL;
-    } else {
-        p->made--;
     }
     pthread_mutex_unlock(&p->lock);
     buf_free(p, buf);

@@ -5,8 +5,6 @@
 #include <errno.h>
 #include <stdlib.h>
 
-_Atomic uint32_t ft__setups;
-
 int ft_ctx_create(ft_ctx **out, const ft_config *cfg_in)
 {
     if (!out)

@@ -64,19 +64,6 @@ void *ft__bufpool_get(ft__bufpool *pool);
 void ft__bufpool_put(ft__bufpool *pool, void *buf);
 size_t ft__bufpool_size(const ft__bufpool *pool);
 
-/* ---- one-time setups (ctx.c) ---- */
-
-/* What the library makes once and keeps: a pinned staging slot, an io_uring ring, a pooled
- * bounce buffer, a file's cuFile registration. They come as a context's concurrency grows,
- * not only at an engine's first call, and the transfers in flight meanwhile wait for them:
- * AUTO takes no sample from a transfer during which one was made (auto.c). Counted for the
- * process: a context rarely has company. */
-extern _Atomic uint32_t ft__setups;
-static inline void ft__setup_made(void)
-{
-    atomic_fetch_add_explicit(&ft__setups, 1, memory_order_relaxed);
-}
-
 /* ---- context (ctx.c) ---- */
 
 typedef struct ft__uring_cache ft__uring_cache;
@@ -190,7 +177,6 @@ typedef struct ft__decision {
     ft_engine engine;
     uint64_t piece;
     uint64_t t0;        /* when the decision started */
-    uint32_t setups;    /* ft__setups then */
     unsigned inflight;  /* transfers of the context in flight then, this one included */
     bool trial;         /* the arm is being tried (the key is explored or re-checked) */
     bool timed;         /* measured: becomes a sample (t0 is 0 otherwise) */

@@ -122,7 +122,6 @@ int ft__cufile_file_handle(ft_file *f, void **out)
         } else {
             cufile_descr d = {.type = 1, .handle.fd = dfd};
             void *fh = NULL;
-            ft__setup_made();
             cufile_error e = ft__cf.HandleRegister(&fh, &d);
             if (e.err != 0) {
                 rc = f->cufile_err = -EOPNOTSUPP;

@@ -83,7 +83,6 @@ static int ring_acquire(ft_ctx *ctx, uring_ring **out)
         *out = r;
         return 0;
     }
-    ft__setup_made();
     r = calloc(1, sizeof *r);
     if (!r)
         return ft__err(-ENOMEM, "io_uring ring");
@@ -113,7 +112,6 @@ static int ring_bounce_buffers(ft_ctx *ctx, uring_ring *r)
 {
     if (r->bufs)
         return 0;
-    ft__setup_made();
     r->nbufs = FT__MIN(r->entries, 8u);
     r->buf_size = ft__bufpool_size(ctx->bounce);
     void *mem;

@@ -101,7 +101,6 @@ static int slot_get(ft__stage *s, int device, stage_slot **out)
     }
     s->made++;
     pthread_mutex_unlock(&s->lock);
-    ft__setup_made();
     stage_slot *sl = calloc(1, sizeof *sl);
     CUresult r = sl ? 0 : 2;
     if (sl) {

@@ -315,7 +315,6 @@ void ft__auto_decide(ft_file *f, uint64_t off, uint64_t len, bool write, unsigne
     d->timed = write || d->trial || d->stint || len >= SMALL_READ || small_read_drawn(now);
     /* the clock starts now: the decision's own cost (the first call of a file opens its
      * O_DIRECT descriptor, loads the profile, probes io_uring) is no arm's */
-    d->setups = atomic_load_explicit(&ft__setups, memory_order_relaxed);
     d->t0 = d->timed ? now_ns() : 0;
 }
 
@@ -333,8 +332,8 @@ struct ft__pending_write {
     uint64_t bytes, ns;
 };
 
-/* A call shorter than this amortizes no engine's one-time setup: one that paid for one
- * (ft__auto_paid_setup) is not a sample. */
+/* A call shorter than this amortizes no engine's one-time setup: its first call in a context
+ * is not a sample. */
 #define SETUP_AMORTIZED_NS 250000000ull
 
 /*
@@ -355,21 +354,6 @@ bool ft__auto_first_use(ft_file *f, const ft__decision *d)
     if (atomic_load_explicit(used, memory_order_relaxed) & bit)
         return false;
     return !(atomic_fetch_or_explicit(used, bit, memory_order_relaxed) & bit);
-}
-
-/*
- * Whether the call decided in @p d paid for a setup: its engine's first in the context
- * (ft__auto_first_use, which this marks), or any setup made while it ran (ft__setups).
- * The engines make theirs as the concurrency grows: device memory's staging slots, up to 8,
- * for the first calls in flight. H200 machine, cold 4 MiB stream reads into device memory,
- * 16 in flight, a fresh process per 1 GiB pass: the pass's first two stints after the
- * first-use one delivered 0.44-0.68 GB/s, the rest 1.0-2.3, and the low samples fell on
- * whichever arm led, which then lost its lead to the arms behind it in turn.
- */
-bool ft__auto_paid_setup(ft_file *f, const ft__decision *d)
-{
-    bool first = ft__auto_first_use(f, d);
-    return first || atomic_load_explicit(&ft__setups, memory_order_relaxed) != d->setups;
 }
 
 /*
@@ -433,8 +417,8 @@ void ft__auto_done(ft_file *f, const ft__decision *d, int64_t result, bool count
     ft__sel_key key = d->key;
     if (!key.busy && end > 1)
         key.busy = 1;
-    if (ft__auto_paid_setup(f, d) && ns < SETUP_AMORTIZED_NS) {
-        ft__auto_trace(d, &key, result, ns, "setup");
+    if (ft__auto_first_use(f, d) && ns < SETUP_AMORTIZED_NS) {
+        ft__auto_trace(d, &key, result, ns, "first-use");
         return;
     }
     /* writes made durable by a later sync (plain ones, if ever) wait for it; those synced

@@ -150,9 +150,6 @@ void ft__stint_close(ft_file *f);
 /** Whether this is the context's first call of @p d's engine for its memory kind (that call
  * pays for what the engine sets up once: no sample). */
 bool ft__auto_first_use(ft_file *f, const ft__decision *d);
-/** Whether the call of @p d paid for a setup (its engine's first call, or a setup made while
- * it ran): no sample. */
-bool ft__auto_paid_setup(ft_file *f, const ft__decision *d);
 /** A line to the FASTENSOR_TRACE file, when there is one. */
 void ft__auto_trace_line(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /** The trace line of an AUTO call (its key, arm, bytes, time and what became of it). */

@@ -53,12 +53,6 @@ struct ft__stint_lane {
     uint32_t inflight;            /* calls of its stints in flight */
     uint64_t last;                /* when inflight last changed */
     double share;                 /* ns of time shared out per call in flight, ever */
-    /* The stint after the last one whose calls paid for a setup (ft__auto_paid_setup): its
-     * calls refill the lane after that stall. H200 machine, cold 4 MiB stream reads into
-     * device memory, 16 in flight: a pass's first 8 calls took 120-140 ms (the staging
-     * slots made); the next stint delivered 0.54-0.79 GB/s in half of the passes, where
-     * the rest delivered 1.0-2.3. No sample either. */
-    uint32_t refill;
     struct ft__stint slot[STINT_SLOTS]; /* by number modulo STINT_SLOTS */
 };
 #define STINT_LANES (2 * (STINT_BUCKET_END - STINT_BUCKET_MIN))
@@ -121,15 +115,6 @@ bool ft__stint_join(ft_file *f, ft__decision *d, uint32_t eligible, uint64_t now
     return joined;
 }
 
-/* A copy of @p st of @p lane, which gets no more calls, for stint_finish. Call with the
- * file's lock held. */
-static struct ft__stint stint_end(const struct ft__stint_lane *lane, const struct ft__stint *st)
-{
-    struct ft__stint end = *st;
-    end.spoiled |= end.seq == lane->refill;
-    return end;
-}
-
 /* What a stint that will get no more calls leaves the selector: its sample, when it had
  * enough calls and none spoiled it. Call without the file's lock. */
 static void stint_finish(const struct ft__stint *st)
@@ -160,7 +145,7 @@ void ft__stint_begin(ft_file *f, ft__decision *d, uint64_t len, uint64_t now)
             lane->seq = 1;
         struct ft__stint *st = &lane->slot[lane->seq % STINT_SLOTS];
         if (st->seq)
-            ended = stint_end(lane, st);
+            ended = *st;
         *st = (struct ft__stint){.seq = lane->seq, .sel = d->sel, .key = d->key,
                                  .arm = d->arm, .trial = d->trial, .want = (uint32_t)want,
                                  .left = (uint32_t)want - 1};
@@ -175,7 +160,7 @@ void ft__stint_begin(ft_file *f, ft__decision *d, uint64_t len, uint64_t now)
 
 void ft__stint_done(ft_file *f, const ft__decision *d, int64_t result, uint64_t now)
 {
-    bool setup = result > 0 && ft__auto_paid_setup(f, d);
+    bool setup = result > 0 && ft__auto_first_use(f, d);
     ft__auto_trace(d, &d->key, result, now - d->t0, "stint");
     struct ft__stint fin = {0};
     pthread_mutex_lock(&f->lock);
@@ -186,8 +171,6 @@ void ft__stint_done(ft_file *f, const ft__decision *d, int64_t result, uint64_t 
         lane->inflight--;
         charged = (uint64_t)(lane->share - d->stint_share);
     }
-    if (lane && setup)
-        lane->refill = d->stint + 1 ? d->stint + 1 : 1; /* (numbers skip 0) */
     struct ft__stint *st = lane ? &lane->slot[d->stint % STINT_SLOTS] : NULL;
     if (st && st->seq == d->stint) {
         st->spoiled |= result <= 0 || setup;
@@ -195,7 +178,7 @@ void ft__stint_done(ft_file *f, const ft__decision *d, int64_t result, uint64_t 
         st->ns += charged;
         st->done++;
         if (st->left == 0 && st->done == st->calls) {
-            fin = stint_end(lane, st);
+            fin = *st;
             st->seq = 0;
         }
     }
@@ -208,10 +191,8 @@ void ft__stint_close(ft_file *f)
 {
     for (unsigned i = 0; f->stints && i < STINT_LANES; i++) /* streams that ended in one */
         for (unsigned k = 0; k < STINT_SLOTS; k++)
-            if (f->stints[i].slot[k].seq) {
-                struct ft__stint end = stint_end(&f->stints[i], &f->stints[i].slot[k]);
-                stint_finish(&end);
-            }
+            if (f->stints[i].slot[k].seq)
+                stint_finish(&f->stints[i].slot[k]);
     free(f->stints);
     f->stints = NULL;
 }
