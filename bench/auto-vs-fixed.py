@@ -207,21 +207,24 @@ def summarize(a, runs, engines):
     verdicts = collections.Counter()
     twin_verdicts = collections.Counter()
 
+    def coverage(n, k):
+        return 1 - 2 * sum(math.comb(n, i) for i in range(k)) / 2.0 ** n
+
+    def order_k(n):
+        k = 1
+        while k + 1 <= (n + 1) // 2 and coverage(n, k + 1) >= 15 / 16:
+            k += 1
+        return k
+
     def interval(pairs):
         x = sorted(pairs)
-        n = len(x)
-
-        def coverage(k):
-            return 1 - 2 * sum(math.comb(n, i) for i in range(k)) / 2.0 ** n
-        k = 1
-        while k + 1 <= (n + 1) // 2 and coverage(k + 1) >= 15 / 16:
-            k += 1
-        return x[k - 1], x[n - k], coverage(k)
+        k = order_k(len(x))
+        return x[k - 1], x[len(x) - k]
 
     def verdict(pairs):
         if not pairs:
             return "-"
-        lo, hi, _ = interval(pairs)
+        lo, hi = interval(pairs)
         return "met" if lo >= 0.95 else "missed" if hi < 0.95 else "open"
     for (op, block, cache), per in sorted(table.items()):
         med = {e: statistics.median(v) for e, v in per.items()}
@@ -233,7 +236,7 @@ def summarize(a, runs, engines):
         paired_within += pm is not None and pm >= 0.95
         pairs = paired_ratios(op, block, cache, "auto", best)
         verdicts[verdict(pairs)] += 1
-        paired = "%.2f (%.2f-%.2f) %s" % ((pm,) + interval(pairs)[:2] + (verdict(pairs),)) \
+        paired = "%.2f (%.2f-%.2f) %s" % ((pm,) + interval(pairs) + (verdict(pairs),)) \
             if pm is not None else "-"
         cells = ["%.2f" % med[e] if e in med else "-" for e in fixed]
         twin = ""
@@ -266,7 +269,7 @@ def summarize(a, runs, engines):
               % (twin_within, total, twin_paired_within, total))
     print("by an interval of the paired ratios (it holds their median with probability %.0f%%): "
           "auto met in %d, missed in %d, open in %d"
-          % (100 * interval([1.0] * a.rounds)[2], verdicts["met"], verdicts["missed"],
+          % (100 * coverage(a.rounds, order_k(a.rounds)), verdicts["met"], verdicts["missed"],
              verdicts["open"]) +
           ("; the twin met in %d, missed in %d, open in %d"
            % (twin_verdicts["met"], twin_verdicts["missed"], twin_verdicts["open"])
