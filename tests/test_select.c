@@ -784,7 +784,10 @@ static void case_trial_slices(void)
     T_EQ(ft_write(f, &b, 4096, &(ft_io_opts){.engine = FT_ENGINE_POSIX}), n); /* cached */
     ft__sel_key key = {.write = 0, .mem = FT_MEM_HOST, .bucket = FT__SEL_BUCKET_TOP, .cache = 2};
     uint32_t most = 0;
-    for (unsigned i = 0; i < 4; i++) { /* the 1st two calls are unseen-key answers, not trials */
+    /* A key's first two calls are unseen-key answers, not trials. Up to 8 calls: a loaded
+     * machine can flip the CPU-load class between calls, and each class's key starts
+     * unseen (one failure in three runs here beside a benchmark, at 4 calls). */
+    for (unsigned i = 0; i < 8 && most < 2; i++) {
         uint32_t before = decisions(f, &key);
         memset(dst, 0, n);
         T_EQ(ft_read(f, &d, 4096, NULL), n);
