@@ -9,9 +9,9 @@
 # BENCH-ARGS must name one measurement (one --op, one --size, --cold or --warm) and a --file
 # that exists. Each round runs the ENGINES (fixed, with build A), then AUTO with A and AUTO
 # with B, in an order drawn from the round's number. Each build's AUTO keeps a profile of its
-# own from run to run (OUT/profile-A.txt, -B.txt; OUT defaults to .), made first by
-# `fastensor tune TUNE_ARGS` when TUNE_ARGS is set (e.g. "--file X --memory cuda --seconds
-# 30"). TRACE=1 keeps B's AUTO calls in OUT/trace-B.txt (FASTENSOR_TRACE). Prints a line per
+# own from run to run (OUT/profile-A.txt, -B.txt; OUT defaults to .): a copy of the profile
+# SEED_PROFILE when that is set, then `fastensor tune TUNE_ARGS` when TUNE_ARGS is set (e.g.
+# "--file X --memory cuda --seconds 30"). TRACE=1 keeps B's AUTO calls in OUT/trace-B.txt (FASTENSOR_TRACE). Prints a line per
 # round (GB/s), then the medians and the median over rounds of B's figure over A's.
 set -eu
 if [ $# -lt 6 ] || [ ! -x "$1" ] || [ ! -x "$2" ] || [ "$5" != -- ]; then
@@ -23,6 +23,10 @@ shift 5
 out=${OUT:-.}
 mkdir -p "$out"
 rm -f "$out/profile-A.txt" "$out/profile-B.txt" "$out/row-ab.json" "$out/trace-B.txt"
+if [ -n "${SEED_PROFILE:-}" ]; then
+    cp "$SEED_PROFILE" "$out/profile-A.txt"
+    cp "$SEED_PROFILE" "$out/profile-B.txt"
+fi
 if [ -n "${TUNE_ARGS:-}" ]; then
     for v in A B; do
         exe=$a
