@@ -260,9 +260,10 @@ int bench_mixed(const ft_engine *engines, int nengines, int rounds, bool json, c
 
 /* A background transfer kept in flight: a read of a 16 MiB file, submitted again whenever
  * it has finished, so that AUTO's calls meanwhile take its path for calls beside others
- * (the alone key's decision, then the sample in the busy key). O_DIRECT where the filesystem
- * has it: a request that waits on the disk, not one that copies on a CPU the timed loop
- * needs (a posix re-read of the cached file moved the posix loop's figure by up to 30%). */
+ * (for cached reads, the decision and the sample both in the key beside others). O_DIRECT
+ * where the filesystem has it: a request that waits on the disk, not one that copies on a
+ * CPU the timed loop needs (a posix re-read of the cached file moved the posix loop's figure
+ * by up to 30%). */
 typedef struct background {
     ft_file *f;
     ft_req *req;
@@ -380,8 +381,8 @@ int bench_overhead(bool json)
     else
         printf("AUTO decision overhead (probe + lookup), cached key: %.0f ns per call "
                "(quartiles %.0f to %.0f; a 1-byte cached posix read costs %.0f ns);\n"
-               "with another transfer in flight (the alone key's decision, the busy key's "
-               "sample): %.0f ns per call (quartiles %.0f to %.0f; posix read %.0f ns)\n"
+               "with another transfer in flight (the decision and the sample in the key "
+               "beside others): %.0f ns per call (quartiles %.0f to %.0f; posix read %.0f ns)\n"
                "(medians over %d rounds of %d calls each, AUTO and posix taking turns)\n",
                alone[1] * 1e9, alone[0] * 1e9, alone[2] * 1e9, posix_ns * 1e9,
                beside[1] * 1e9, beside[0] * 1e9, beside[2] * 1e9, busy_posix_ns * 1e9,
