@@ -183,7 +183,6 @@ typedef struct ft__decision {
     uint64_t call;      /* bytes the caller asked for (a trial slice is a part of them) */
     uint32_t stint;     /* the stint the call belongs to (its number in its lane), 0: none */
     double stint_share; /* its lane's time shared per call in flight when it joined */
-    bool stint_lead;    /* one of its stint's lead-in calls, which its sample leaves out */
     ft__sel_key key;
 } ft__decision;
 

@@ -25,14 +25,6 @@
  * 2.3 GiB for three stints of each of six arms.) Each
  * size bucket and memory kind has a lane of its own: a job reading tensors of several sizes
  * at once interleaves them.
- * A stint whose arm goes through the page cache where the stint before it did not, or the
- * other way round, begins with a lead-in as long as itself that its sample leaves out: the
- * change of arm, not the arm, shows there. Development machine, cold 1 MiB streams, 16 in
- * flight, seven traced passes: `posix` stints delivered 1.00 GB/s (median of 6) after an
- * O_DIRECT arm's stint, 2.51 (4) after a buffered arm's and 2.17 (175) after its own;
- * `mmap` 1.44 against 2.04; `direct` 1.19 after a buffered stint against 0.91 after its
- * own, `uring` 1.32 against 0.74. Explored a stint at a time between other arms, a
- * buffered arm scored half of what it delivers once chosen, and an O_DIRECT one more.
  */
 #define STINT_BUCKET_MIN 16 /* 64 KiB */
 #define STINT_BUCKET_END 23 /* 8 MiB: calls that large read ahead for themselves */
@@ -46,12 +38,10 @@ struct ft__stint {
     unsigned arm;
     bool trial;
     bool spoiled;          /* a call failed or paid for its engine's setup: no sample */
-    uint32_t want;         /* calls it is to have, its lead-in included */
-    uint32_t lead;         /* its first calls, which its sample leaves out */
+    uint32_t want;         /* calls it is to have */
     uint32_t left;         /* calls still to join it (0 once the next stint began) */
     uint32_t calls, done;  /* calls that joined it, calls completed */
-    uint32_t measured;     /* calls completed after its lead-in */
-    uint64_t bytes, ns;    /* what those calls moved, in the time charged to them */
+    uint64_t bytes, ns;    /* what its calls moved, in the time charged to them */
 };
 
 /* A size bucket and memory kind's stints: the current one and the few before it, whose
@@ -63,7 +53,6 @@ struct ft__stint_lane {
     uint32_t inflight;            /* calls of its stints in flight */
     uint64_t last;                /* when inflight last changed */
     double share;                 /* ns of time shared out per call in flight, ever */
-    unsigned arm;                 /* the current stint's arm (when seq is not 0) */
     struct ft__stint slot[STINT_SLOTS]; /* by number modulo STINT_SLOTS */
 };
 #define STINT_LANES (2 * (STINT_BUCKET_END - STINT_BUCKET_MIN))
@@ -104,7 +93,6 @@ static void stint_add(struct ft__stint_lane *lane, struct ft__stint *st, ft__dec
     stint_share(lane, now);
     lane->inflight++;
     d->stint_share = lane->share;
-    d->stint_lead = st->calls < st->lead;
     st->calls++;
     d->arm = st->arm;
     d->trial = st->trial;
@@ -132,13 +120,12 @@ bool ft__stint_join(ft_file *f, ft__decision *d, uint32_t eligible, uint64_t now
 static void stint_finish(const struct ft__stint *st)
 {
     ft__sel_pending(st->sel, &st->key, st->arm, -1);
-    bool enough = !st->spoiled && st->measured >= (st->want - st->lead + 1) / 2 && st->ns > 0 &&
-                  st->bytes > 0;
+    bool enough = !st->spoiled && st->done >= (st->want + 1) / 2 && st->ns > 0 && st->bytes > 0;
     ft__auto_trace_line("stint read %s bucket=%u cache=%u busy=%u cpu=%u arm=%s bytes=%llu "
-                        "ns=%llu calls=%u of=%u lead=%u %s\n", st->key.mem ? "cuda" : "host",
+                        "ns=%llu calls=%u of=%u %s\n", st->key.mem ? "cuda" : "host",
                         st->key.bucket, st->key.cache, st->key.busy, st->key.cpu,
                         ft__arms[st->arm].label, (unsigned long long)st->bytes,
-                        (unsigned long long)st->ns, st->calls, st->want, st->lead,
+                        (unsigned long long)st->ns, st->calls, st->want,
                         enough ? "sample" : "dropped");
     if (enough)
         ft__sel_record(st->sel, &st->key, st->arm, st->bytes, st->ns);
@@ -154,19 +141,14 @@ void ft__stint_begin(ft_file *f, ft__decision *d, uint64_t len, uint64_t now)
     struct ft__stint_lane *lane = stint_lane(f, &d->key);
     if (lane) {
         lane->slot[lane->seq % STINT_SLOTS].left = 0;
-        /* from the page cache's arms to O_DIRECT's or back: a lead-in first */
-        uint64_t lead = lane->seq && ((d->sel->cache_blind >> lane->arm ^
-                                       d->sel->cache_blind >> d->arm) & 1) ? want : 0;
         if (++lane->seq == 0)
             lane->seq = 1;
-        lane->arm = d->arm;
         struct ft__stint *st = &lane->slot[lane->seq % STINT_SLOTS];
         if (st->seq)
             ended = *st;
         *st = (struct ft__stint){.seq = lane->seq, .sel = d->sel, .key = d->key,
-                                 .arm = d->arm, .trial = d->trial,
-                                 .want = (uint32_t)(lead + want), .lead = (uint32_t)lead,
-                                 .left = (uint32_t)(lead + want) - 1};
+                                 .arm = d->arm, .trial = d->trial, .want = (uint32_t)want,
+                                 .left = (uint32_t)want - 1};
         stint_add(lane, st, d, now);
     }
     pthread_mutex_unlock(&f->lock);
@@ -192,11 +174,8 @@ void ft__stint_done(ft_file *f, const ft__decision *d, int64_t result, uint64_t 
     struct ft__stint *st = lane ? &lane->slot[d->stint % STINT_SLOTS] : NULL;
     if (st && st->seq == d->stint) {
         st->spoiled |= result <= 0 || setup;
-        if (!d->stint_lead) {
-            st->bytes += result > 0 ? (uint64_t)result : 0;
-            st->ns += charged;
-            st->measured++;
-        }
+        st->bytes += result > 0 ? (uint64_t)result : 0;
+        st->ns += charged;
         st->done++;
         if (st->left == 0 && st->done == st->calls) {
             fin = *st;
