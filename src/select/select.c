@@ -215,27 +215,6 @@ static int nearest_known_in(ft__selector *s, const ft__sel_key *key, uint32_t el
  */
 static void estimates(ft__selector *s, const ft__sel_key *key, uint32_t eligible, float *est);
 
-/*
- * Whether the prior still narrows @p e's exploration: for its first 2 x EXPLORE x arms
- * decisions in this process, and only while none of its arms has a full window of samples.
- * The decisions are counted per process, the samples are in the profile: a key that gets
- * fewer decisions than that in each run (a stint key: one per 32 MiB, 32 in a 1 GiB pass;
- * a checkpoint's tensor size in one load per process) was young in every run, and the arms
- * its neighbours had left out were never explored. H200 machine, a profile whose cold 1 MiB
- * stream key in flight held `direct` and `uring` 8 samples each and no buffered arm: two
- * passes of 16 in flight on the development machine from it, every stint on `uring`
- * (1.1-1.5 GB/s) but one re-check. Call with the entry's lock held.
- */
-static bool young(const ft__sel_entry *e, unsigned narms)
-{
-    if (atomic_load_explicit(&e->calls, memory_order_relaxed) > 2 * FT__SEL_EXPLORE * narms)
-        return false;
-    for (unsigned a = 0; a < narms; a++)
-        if (e->arm[a].n >= FT__SEL_WINDOW)
-            return false;
-    return true;
-}
-
 /* The related key @p variant (0-3: CPU load and transfers in flight flipped; 4: the read's
  * other cold class) of @p key at bucket @p bucket; false when there is none. */
 static bool related_key(const ft__sel_key *key, int bucket, unsigned variant, ft__sel_key *k)
@@ -505,9 +484,9 @@ unsigned ft__sel_choose(ft__selector *s, const ft__sel_key *key, uint32_t eligib
         /* Still exploring: not the cache-blind arms measured hopeless in another cache class,
          * and in a key's first calls only among the arms a measured neighbour finds
          * competitive. */
-        bool narrow = use_prior && young(e, s->narms);
+        bool young = e->calls <= 2 * FT__SEL_EXPLORE * s->narms;
         pthread_mutex_unlock(&e->lock);
-        uint32_t prior = narrow ? prior_mask(s, key, eligible) : 0;
+        uint32_t prior = young && use_prior ? prior_mask(s, key, eligible) : 0;
         estimates(s, key, eligible, est);
         have_est = true;
         pthread_mutex_lock(&e->lock);
@@ -618,8 +597,6 @@ void ft__sel_record(ft__selector *s, const ft__sel_key *key, unsigned arm, uint6
     st->tput[st->n % FT__SEL_WINDOW] = tput;
     st->n++;
     ft__sel_stats_changed(st);
-    if (st->n == FT__SEL_WINDOW) /* no longer young (young()): the next decision explores */
-        atomic_store_explicit(&e->settled, 0, memory_order_release); /* what was left out */
     if (e->best >= 0) {
         float bm = ft__sel_median(&e->arm[e->best]);
         if ((int)arm == e->best) {
