@@ -76,7 +76,7 @@ static uint64_t total_for(const bench_opts *o, uint64_t block)
     return t < block ? block : t / block * block;
 }
 
-#define MAX_INFLIGHT 16
+#define MAX_INFLIGHT CLI_WINDOW_MAX
 #define MAX_BATCH 1024
 
 /* Blocks with a buffer of their own: requests in flight, or the ops of one batch. */
@@ -91,15 +91,6 @@ static int inflight_for(const bench_opts *o, uint64_t block)
 }
 
 /* Collect one request: it must have moved a whole block. */
-static int reap(ft_req *req, uint64_t block)
-{
-    int64_t n = ft_req_wait(req);
-    ft_req_free(req);
-    return n < 0 ? (int)n : (uint64_t)n == block ? 0 : -EIO;
-}
-
-/* Block-sized requests over [0, total) in file order, @p depth of them in flight (each with
- * its own buffer), like fio's iodepth. @return 0 or -errno. */
 static int g_device = -1; /* the CUDA device of the buffers, -1 for host memory */
 static int g_batch;       /* blocks per batch call, 0 for asynchronous requests */
 
@@ -132,6 +123,8 @@ static int run_batches(ft_file *f, const ft_io_opts *o, bool write, uint8_t *buf
     return 0;
 }
 
+/* Block-sized requests over [0, total) in file order, @p depth of them in flight (each with
+ * its own buffer), like fio's iodepth, or in batches (g_batch). @return 0 or -errno. */
 static int run_pass(ft_file *f, ft_engine e, bool write, uint8_t *bufs, uint64_t block,
                     uint64_t total, int depth, result *res)
 {
@@ -139,31 +132,16 @@ static int run_pass(ft_file *f, ft_engine e, bool write, uint8_t *bufs, uint64_t
     ft_io_opts o = {.engine = e, .flags = write ? FT_IO_SYNC_LATER : 0};
     ft_energy e0, e1;
     ft_energy_sample(&e0);
-    ft_req *window[MAX_INFLIGHT];
-    int head = 0, queued = 0, rc = 0;
+    cli_window w;
+    cli_window_init(&w, (unsigned)depth, block);
     double c0 = cli_cpu_seconds(), t0 = cli_now();
-    if (g_batch)
-        rc = run_batches(f, &o, write, bufs, block, total);
-    for (uint64_t off = 0; off < total && rc == 0 && !g_batch; off += block) {
-        if (queued == depth) {
-            rc = reap(window[head], block);
-            head = (head + 1) % depth;
-            queued--;
-        }
-        int slot = (head + queued) % depth;
-        ft_buf b = block_buf(bufs, slot, block);
-        int s = write ? ft_submit_write(f, &b, off, &o, &window[slot])
-                      : ft_submit_read(f, &b, off, &o, &window[slot]);
-        if (s < 0 && rc == 0)
-            rc = s;
-        if (s == 0)
-            queued++;
+    for (uint64_t off = 0; off < total && w.rc == 0 && !g_batch; off += block) {
+        unsigned slot = cli_window_slot(&w);
+        ft_buf b = block_buf(bufs, (int)slot, block);
+        cli_window_add(&w, write ? ft_submit_write(f, &b, off, &o, &w.req[slot])
+                                 : ft_submit_read(f, &b, off, &o, &w.req[slot]));
     }
-    for (; queued > 0; queued--, head = (head + 1) % depth) {
-        int r = reap(window[head], block);
-        if (rc == 0)
-            rc = r;
-    }
+    int rc = g_batch ? run_batches(f, &o, write, bufs, block, total) : cli_window_drain(&w);
     if (rc < 0)
         return rc;
     if (write) {

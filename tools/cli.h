@@ -50,4 +50,29 @@ void cli_fill_random(void *buf, size_t n, uint64_t seed);
 /** Allocate @p n bytes aligned to 4096 (for fair O_DIRECT comparisons). NULL on failure. */
 void *cli_alloc(size_t n);
 
+/**
+ * Asynchronous requests kept in flight, up to depth of them, reaped oldest first (fio's
+ * iodepth, a prefetch's window). Per request: take a slot (which reaps the oldest when the
+ * window is full), submit into req[slot] with that slot's buffer, add the result; drain at
+ * the end.
+ */
+#define CLI_WINDOW_MAX 16
+typedef struct cli_window {
+    ft_req *req[CLI_WINDOW_MAX];
+    unsigned depth, head, queued;
+    uint64_t want; /* bytes each request must move (short: -EIO), 0 for any count */
+    int rc;        /* the first error, 0 while none */
+} cli_window;
+
+/** An empty window of @p depth (1..CLI_WINDOW_MAX) requests of @p want bytes each. */
+void cli_window_init(cli_window *w, unsigned depth, uint64_t want);
+/** The slot for the next request (0..depth-1), after reaping the oldest if the window is
+ * full. */
+unsigned cli_window_slot(cli_window *w);
+/** Count the request just submitted into the slot: @p submitted is what ft_submit_* returned
+ * (an error is kept in rc and nothing is queued). @return @p submitted. */
+int cli_window_add(cli_window *w, int submitted);
+/** Reap every request in flight. @return the window's first error, or 0. */
+int cli_window_drain(cli_window *w);
+
 #endif

@@ -140,3 +140,44 @@ void *cli_alloc(size_t n)
     void *p;
     return posix_memalign(&p, 4096, n ? n : 1) == 0 ? p : NULL;
 }
+
+void cli_window_init(cli_window *w, unsigned depth, uint64_t want)
+{
+    *w = (cli_window){.depth = depth < 1 ? 1 : depth > CLI_WINDOW_MAX ? CLI_WINDOW_MAX : depth,
+                      .want = want};
+}
+
+/* Reap the oldest request in flight. */
+static void window_reap(cli_window *w)
+{
+    int64_t n = ft_req_wait(w->req[w->head]);
+    ft_req_free(w->req[w->head]);
+    int rc = n < 0 ? (int)n : w->want && (uint64_t)n != w->want ? -EIO : 0;
+    if (w->rc == 0)
+        w->rc = rc;
+    w->head = (w->head + 1) % w->depth;
+    w->queued--;
+}
+
+unsigned cli_window_slot(cli_window *w)
+{
+    if (w->queued == w->depth)
+        window_reap(w);
+    return (w->head + w->queued) % w->depth;
+}
+
+int cli_window_add(cli_window *w, int submitted)
+{
+    if (submitted == 0)
+        w->queued++;
+    else if (w->rc == 0)
+        w->rc = submitted;
+    return submitted;
+}
+
+int cli_window_drain(cli_window *w)
+{
+    while (w->queued > 0)
+        window_reap(w);
+    return w->rc;
+}

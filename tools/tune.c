@@ -48,6 +48,7 @@ static void evict(int fd, uint64_t off, uint64_t len)
 #define BUSY_MAX (16u << 20)
 #define BUSY_BYTES (768ull << 20)
 #define BUSY_DEPTH 16
+_Static_assert(BUSY_DEPTH <= CLI_WINDOW_MAX, "the window holds BUSY_DEPTH requests");
 
 static int busy_stream(ft_file *f, int fd, uint8_t *buf, uint64_t size, uint64_t max_size,
                        int device, double deadline, unsigned *calls)
@@ -59,35 +60,19 @@ static int busy_stream(ft_file *f, int fd, uint8_t *buf, uint64_t size, uint64_t
         return 0;
     uint64_t places = max_size / size, total = BUSY_BYTES / size;
     ft_io_opts o = {.engine = FT_ENGINE_AUTO};
-    ft_req *window[BUSY_DEPTH];
-    unsigned head = 0, queued = 0;
-    int rc = 0;
-    for (uint64_t i = 0; i < total && rc == 0 && cli_now() < deadline; i++) {
-        if (queued == depth) {
-            int64_t n = ft_req_wait(window[head]);
-            ft_req_free(window[head]);
-            rc = n < 0 ? (int)n : 0;
-            head = (unsigned)((head + 1) % depth);
-            queued--;
-        }
+    cli_window w;
+    cli_window_init(&w, (unsigned)depth, 0);
+    for (uint64_t i = 0; i < total && w.rc == 0 && cli_now() < deadline; i++) {
+        unsigned slot = cli_window_slot(&w);
         uint64_t off = i % places * size;
         if (off == 0) /* a new pass: what is still in flight reads the end of the last one */
             evict(fd, 0, max_size);
-        unsigned slot = (unsigned)((head + queued) % depth);
         ft_buf part = {buf + (size_t)slot * size, (size_t)size,
                        device >= 0 ? FT_MEM_CUDA : FT_MEM_HOST, device >= 0 ? device : 0};
-        rc = ft_submit_read(f, &part, off, &o, &window[slot]);
-        if (rc == 0) {
-            queued++;
+        if (cli_window_add(&w, ft_submit_read(f, &part, off, &o, &w.req[slot])) == 0)
             (*calls)++;
-        }
     }
-    for (; queued > 0; queued--, head = (unsigned)((head + 1) % depth)) {
-        int64_t n = ft_req_wait(window[head]);
-        ft_req_free(window[head]);
-        rc = rc == 0 && n < 0 ? (int)n : rc;
-    }
-    return rc;
+    return cli_window_drain(&w);
 }
 
 int cmd_tune(int argc, char **argv)
