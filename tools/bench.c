@@ -90,7 +90,6 @@ static int inflight_for(const bench_opts *o, uint64_t block)
     return n < 1 ? 1 : n > MAX_INFLIGHT ? MAX_INFLIGHT : (int)n;
 }
 
-/* Collect one request: it must have moved a whole block. */
 static int g_device = -1; /* the CUDA device of the buffers, -1 for host memory */
 static int g_batch;       /* blocks per batch call, 0 for asynchronous requests */
 
