@@ -1182,15 +1182,13 @@ static ft_ctx *stint_setup(const char *name, uint8_t *src, size_t n, ft_file **f
 static uint32_t stint_samples(ft__selector *sel, unsigned bucket, uint32_t *pending)
 {
     ft__sel_key key = {.mem = FT_MEM_HOST, .bucket = (uint8_t)bucket, .cache = 3, .busy = 1};
-    uint32_t samples = 0;
-    for (unsigned cpu = 0; cpu < FT__SEL_CPU; cpu++) {
+    for (unsigned cpu = 0; cpu < FT__SEL_CPU && pending; cpu++) {
         key.cpu = (uint8_t)cpu;
-        samples += key_samples(sel, &key);
         ft__sel_entry *e = ft__sel_entry_at(sel, ft__sel_key_index(&key), false);
-        for (unsigned a = 0; e && pending && a < sel->narms; a++)
+        for (unsigned a = 0; e && a < sel->narms; a++)
             *pending += e->arm[a].pending;
     }
-    return samples;
+    return key_samples_any_cpu(sel, &key);
 }
 
 /* AUTO on a cold stream of 1 MiB reads with calls in flight: the calls come in stints of
