@@ -370,55 +370,6 @@ static void case_prior(void)
     ft__sel_destroy(s);
 }
 
-/* In a new run (decisions not yet counted), what the prior left out of a key measured under
- * it before: bucket 22 of @p base's kind, arms 0-2 with their trials (arm 1 a full window),
- * arm 3 (the best there) never tried because bucket 20 found it hopeless. How many of the
- * first 20 calls tried arm 3 (UINT32_MAX when no selector could be made); @p last: the arm
- * of the last. */
-static unsigned left_out_tried(const ft__sel_key *base, unsigned *last)
-{
-    ft__selector *s;
-    if (ft__sel_create(&s, ARMS, fake_clock, 8) != 0)
-        return UINT32_MAX; /* fails the caller's checks */
-    s->stint_buckets = 1ull << 20 | 1ull << 22;
-    ft__sel_key k20 = *base, k22 = *base;
-    k20.bucket = 20;
-    k22.bucket = 22;
-    for (unsigned a = 1; a <= 3; a++) /* at 1 MiB: arms 1-2 good, 3 hopeless */
-        for (unsigned i = 0; i < FT__SEL_EXPLORE; i++)
-            ft__sel_record(s, &k20, a, 1 << 20, a == 3 ? 10000000 : 1000000);
-    for (unsigned a = 0; a < ARMS; a++) { /* 4 MiB, as explored under the prior in runs before */
-        tput[a] = a == 3 ? 2e9 : 1e9;     /* (arm 3 is best here) */
-        for (unsigned i = 0; a != 3 && i < (a == 1 ? FT__SEL_WINDOW : FT__SEL_EXPLORE); i++)
-            ft__sel_record(s, &k22, a, 4 << 20, (uint64_t)((4 << 20) / tput[a] * 1e9));
-    }
-    unsigned tried = 0;
-    for (unsigned i = 0; i < 20; i++) {
-        *last = step(s, &k22, 4 << 20);
-        tried += *last == 3;
-    }
-    ft__sel_destroy(s);
-    return tried;
-}
-
-/* The prior narrows a key's exploration only while it is young in its samples too: a key
- * whose arm has a full window (as a profile loaded by a new process holds it, its decisions
- * not yet counted) explores what its neighbour's verdict left out at once, not after
- * 2 x 3 x ARMS decisions in one process, which a key with a few calls per run never reached.
- * Stint keys (stream reads beside others) stay young by the count alone (select.c, young()). */
-static void case_prior_across_runs(void)
-{
-    unsigned last = 0, stint_last = 0;
-    unsigned tried = left_out_tried(&key20, &last);
-    ft__sel_key stream = {.write = 0, .cache = 3, .busy = 1};
-    unsigned stint_tried = left_out_tried(&stream, &stint_last);
-    printf("  arm 3, left out by the prior, in a new run's first 20 calls: %u, the last on "
-           "arm %u; stint key: %u\n", tried, last, stint_tried);
-    T_TRUE(tried >= FT__SEL_EXPLORE);
-    T_EQ(last, 3u);
-    T_EQ(stint_tried, 0u);
-}
-
 /* Record @p n samples of @p arm at @p rate bytes/s under @p key. */
 static void record_n(ft__selector *s, const ft__sel_key *key, unsigned arm, unsigned n,
                      double rate)
@@ -1370,7 +1321,6 @@ int main(void)
         {"writes synced later: their own class, O_DIRECT from 64 KiB", case_sync_later},
         {"a new key explores what its neighbour found good or never measured, then the rest",
          case_prior},
-        {"... and not once the key has a full window, in a new run", case_prior_across_runs},
         {"... and leaves out what related keys all found well behind", case_prior_pooled},
         {"calls in flight: the best eligible arm learned alone", case_busy},
         {"... learned alone in the other CPU-load class", case_busy_other_cpu},

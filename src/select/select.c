@@ -215,31 +215,6 @@ static int nearest_known_in(ft__selector *s, const ft__sel_key *key, uint32_t el
  */
 static void estimates(ft__selector *s, const ft__sel_key *key, uint32_t eligible, float *est);
 
-/*
- * Whether the prior still narrows @p e's exploration (@p key's): for its first
- * 2 x EXPLORE x arms decisions in this process and, outside the stints, only while none of
- * its arms has a full window of samples. The decisions are counted per process, the samples
- * are in the profile: a key that gets fewer decisions than that in each run (a 64 MiB
- * tensor read 16 times a pass, a checkpoint's size in one load per process) stayed young
- * in every run, and the arms its neighbours had left out were tried only by re-checks.
- * H200 machine, cold 64 MiB reads 4 in flight, taking the arm best alone: 0.93 of `mmap`
- * with the count alone, 1.04 with the window too (runs 83, 87). A stint key keeps the count
- * alone: ended by samples too, its exploration of every arm ranked `posix` stints at 1.46
- * GB/s where `posix` fixed read 1.17 (run 87, cold 1 MiB reads 16 in flight: 0.89 of the
- * count alone). Call with the entry's lock held.
- */
-static bool young(const ft__selector *s, const ft__sel_key *key, const ft__sel_entry *e)
-{
-    if (atomic_load_explicit(&e->calls, memory_order_relaxed) > 2 * FT__SEL_EXPLORE * s->narms)
-        return false;
-    if (ft__sel_stint_key(s, key))
-        return true;
-    for (unsigned a = 0; a < s->narms; a++)
-        if (e->arm[a].n >= FT__SEL_WINDOW)
-            return false;
-    return true;
-}
-
 /* The related key @p variant (0-3: CPU load and transfers in flight flipped; 4: the read's
  * other cold class) of @p key at bucket @p bucket; false when there is none. */
 static bool related_key(const ft__sel_key *key, int bucket, unsigned variant, ft__sel_key *k)
@@ -509,9 +484,9 @@ unsigned ft__sel_choose(ft__selector *s, const ft__sel_key *key, uint32_t eligib
         /* Still exploring: not the cache-blind arms measured hopeless in another cache class,
          * and in a key's first calls only among the arms a measured neighbour finds
          * competitive. */
-        bool narrow = use_prior && young(s, key, e);
+        bool young = e->calls <= 2 * FT__SEL_EXPLORE * s->narms;
         pthread_mutex_unlock(&e->lock);
-        uint32_t prior = narrow ? prior_mask(s, key, eligible) : 0;
+        uint32_t prior = young && use_prior ? prior_mask(s, key, eligible) : 0;
         estimates(s, key, eligible, est);
         have_est = true;
         pthread_mutex_lock(&e->lock);
@@ -622,9 +597,6 @@ void ft__sel_record(ft__selector *s, const ft__sel_key *key, unsigned arm, uint6
     st->tput[st->n % FT__SEL_WINDOW] = tput;
     st->n++;
     ft__sel_stats_changed(st);
-    if (st->n == FT__SEL_WINDOW && !ft__sel_stint_key(s, key))
-        atomic_store_explicit(&e->settled, 0, memory_order_release); /* no longer young():
-                                                    the next decision explores what it left out */
     if (e->best >= 0) {
         float bm = ft__sel_median(&e->arm[e->best]);
         if ((int)arm == e->best) {
