@@ -102,7 +102,8 @@ def test_training_is_bitwise_equal(tmp, name, device, engine, monkeypatch):
         # Say which it is: offload's data, or training that is not reproducible here. The
         # H200 machine failed this once for mlp on the CPU (torch 2.11, 16 threads; the
         # losses equal to 4 places), and passed 240 repeats in one process, with and
-        # without the offloader's own check of every tensor it gives back.
+        # without the offloader's own check of every tensor it gives back. Since then
+        # conftest.py asks MKL for reproducible rounding (MKL_CBWR).
         l2, g2 = train(again, batches, targets)
         checked = offloader(tmp, engine=engine, _check=True)
         try:
