@@ -383,50 +383,6 @@ static bool cached_read(const ft__sel_key *k)
     return !k->write && k->cache == 2;
 }
 
-/* The best median among @p arms of @p e measured at least FT__SEL_EXPLORE times (its arm in
- * @p arm), 0 when there is none. */
-static float best_measured(ft__sel_entry *e, uint32_t arms, unsigned narms, int *arm)
-{
-    float bm = 0;
-    *arm = -1;
-    pthread_mutex_lock(&e->lock);
-    for (unsigned a = 0; a < narms; a++) {
-        if (!(arms >> a & 1) || e->arm[a].n < FT__SEL_EXPLORE)
-            continue;
-        float m = ft__sel_median(&e->arm[a]);
-        if (m > bm) {
-            bm = m;
-            *arm = (int)a;
-        }
-    }
-    pthread_mutex_unlock(&e->lock);
-    return bm;
-}
-
-/*
- * Stream reads in flight outside the stints, whose arm ranked first alone is an O_DIRECT one:
- * the best buffered arm of the calls alone (@p alone) when the O_DIRECT arms (@p blind),
- * measured in flight, deliver under 3/4 of what it delivered alone; else -1. Their samples in
- * flight are honest (nothing reads ahead for them), and a buffered stream in flight reads
- * about as fast as alone or faster (readahead runs ahead of the calls). Development machine,
- * cold 64 MiB reads 4 in flight: alone `uring/8M` 3.89 GB/s, `direct` 3.78, `mmap` 3.59; in
- * flight the O_DIRECT arms 1.05-1.30, `mmap` fixed 3.11 and AUTO on `uring/8M` 1.54 (0.49 of
- * it, in two sessions' tables). The H200 machine's profiles have none below 3/4 (run 83: 64
- * MiB in flight `uring` 1.73, `mmap` alone 1.58). The re-checks go on among the O_DIRECT
- * arms, which keeps their figures current.
- */
-static int buffered_for_stream(ft__selector *s, const ft__sel_key *key, ft__sel_entry *alone,
-                               uint32_t buffered, uint32_t blind)
-{
-    if (!ft__sel_stream_key(key) || !buffered || draw(s) < s->recheck)
-        return -1;
-    int arm, ignored;
-    float alone_m = best_measured(alone, buffered, s->narms, &arm);
-    ft__sel_entry *e = alone_m > 0 ? ft__sel_entry_at(s, ft__sel_key_index(key), false) : NULL;
-    float blind_m = e ? best_measured(e, blind, s->narms, &ignored) : 0;
-    return blind_m > 0 && blind_m < 0.75f * alone_m ? arm : -1;
-}
-
 unsigned ft__sel_choose(ft__selector *s, const ft__sel_key *key, uint32_t eligible,
                         unsigned fallback, bool *trial)
 {
@@ -456,12 +412,11 @@ unsigned ft__sel_choose(ft__selector *s, const ft__sel_key *key, uint32_t eligib
          * not decided here: a stint's delivered rate is honest for every arm. Nor are cached
          * reads (cached_read). */
         int b = -1;
-        ft__sel_entry *q = NULL;
         for (unsigned flip = 0; flip < 2 && b < 0; flip++) {
             ft__sel_key alone = *key;
             alone.busy = 0;
             alone.cpu = (uint8_t)(alone.cpu ^ flip);
-            q = ft__sel_entry_at(s, ft__sel_key_index(&alone), false);
+            ft__sel_entry *q = ft__sel_entry_at(s, ft__sel_key_index(&alone), false);
             b = q ? atomic_load_explicit(&q->best, memory_order_relaxed) : -1;
             if (b >= 0 && !(eligible >> b & 1))
                 b = -1;
@@ -474,12 +429,7 @@ unsigned ft__sel_choose(ft__selector *s, const ft__sel_key *key, uint32_t eligib
         }
         if (b >= 0 && (eligible >> b & 1)) {
             uint32_t blind = eligible & s->cache_blind;
-            if (!(blind >> b & 1))
-                return (unsigned)b;
-            int buffered = buffered_for_stream(s, key, q, eligible & ~blind, blind);
-            if (buffered >= 0)
-                return (unsigned)buffered;
-            if (blind == 1u << b)
+            if (!(blind >> b & 1) || blind == 1u << b)
                 return (unsigned)b;
             eligible = blind;
             fallback = (unsigned)b;
