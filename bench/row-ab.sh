@@ -11,8 +11,9 @@
 # with B, in an order drawn from the round's number. Each build's AUTO keeps a profile of its
 # own from run to run (OUT/profile-A.txt, -B.txt; OUT defaults to .): a copy of the profile
 # SEED_PROFILE when that is set, then `fastensor tune TUNE_ARGS` when TUNE_ARGS is set (e.g.
-# "--file X --memory cuda --seconds 30"). TRACE=1 keeps B's AUTO calls in OUT/trace-B.txt (FASTENSOR_TRACE). Prints a line per
-# round (GB/s), then the medians and the median over rounds of B's figure over A's.
+# "--file X --memory cuda --seconds 30"). TRACE=1 keeps B's AUTO calls in OUT/trace-B.txt
+# (FASTENSOR_TRACE). Prints a line per round (GB/s), then the medians and the median over
+# rounds of B's figure over A's.
 set -eu
 if [ $# -lt 6 ] || [ ! -x "$1" ] || [ ! -x "$2" ] || [ "$5" != -- ]; then
     echo "usage: bench/row-ab.sh FASTENSOR_A FASTENSOR_B ROUNDS ENGINES -- BENCH-ARGS..." >&2
