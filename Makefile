@@ -34,7 +34,7 @@ CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/%.o)
 TEST_SRC := $(filter-out tests/testlib.c,$(wildcard tests/test_*.c))
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 
-.PHONY: all lib cli tests test demo deps install clean bench bench-offload python
+.PHONY: all lib cli tests test demo deps venv install clean bench bench-offload python
 all: lib cli
 
 lib: $(BUILD)/libfastensor.so $(BUILD)/libfastensor.a
@@ -65,17 +65,26 @@ tests: $(TEST_BIN)
 deps:
 	@scripts/deps.sh
 
-test: deps
-	$(MAKE) --no-print-directory all tests
-	@BUILD=$(BUILD) SAN="$(SAN)" tests/run.sh
+# The project's Python environment: Debian's interpreter, the pinned packages of
+# requirements-dev.txt (a CPU build of torch). Remade when the pins change.
+VENV := .venv
+PYTHON ?= $(VENV)/bin/python
+$(VENV)/.stamp: requirements-dev.txt
+	@test -x $(VENV)/bin/python || /usr/bin/python3 -m venv $(VENV)
+	$(VENV)/bin/python -m pip install -q -r requirements-dev.txt
+	@touch $@
+venv: $(VENV)/.stamp
 
-demo: deps
+test: deps venv
+	$(MAKE) --no-print-directory all tests
+	@BUILD=$(BUILD) SAN="$(SAN)" FT_PYTHON=$(abspath $(PYTHON)) tests/run.sh
+
+demo: deps venv
 	$(MAKE) --no-print-directory all
 	$(BUILD)/fastensor demo
 
-# The Python extension, built in place (python/fastensor/_C.abi3.so) for /usr/bin/python3.
-PYTHON ?= /usr/bin/python3
-python: lib
+# The Python extension, built in place (python/fastensor/_C.abi3.so) for $(PYTHON).
+python: lib venv
 	FT_REMAKE=0 $(PYTHON) setup.py -q build_ext --inplace --force
 
 bench: all python
@@ -99,3 +108,7 @@ install: all
 
 clean:
 	rm -rf build
+
+# The venv is kept by clean; distclean removes it too.
+distclean: clean
+	rm -rf $(VENV)

@@ -408,17 +408,31 @@ typedef struct ft_save_opts {
     const char *const *metadata; /**< NULL or key, value, key, value, ..., NULL (strings) */
 } ft_save_opts;
 
+/** ft_ckpt_save's result when the new checkpoint is installed but a step after its commit
+ * point failed (the directory fsync that makes it durable, or removing the previous
+ * checkpoint's files): ft_last_error says which. Not an error: nothing needs redoing, though
+ * the save may not survive a power loss until the directory is synced. */
+#define FT_SAVE_WARNING 1
+
 /**
- * Save tensors as a safetensors checkpoint at @p path, atomically: data goes to a temporary
- * file in the same directory, which is fdatasync'ed, renamed over @p path and the directory
- * fsync'ed; a crash leaves the old file or the new one, never a torn one. The data section
- * starts on a 4096-byte boundary (the header is padded with spaces) and xxh3 checksums of
- * fixed-size blocks go into __metadata__ under "fastensor.*" keys. Tensors are stored in the
- * order given. With opts->shard_size, the data is split into NAME-0000i-of-0000N.safetensors
- * files beside an index NAME.safetensors.index.json (Hugging Face layout), @p path naming
- * the index's stem ("dir/model.safetensors"); shards are written in parallel.
- * @return 0, or -errno: -EINVAL (bad tensor, name, shape or size: nothing written),
- *         -ENOSPC, -EIO, ... (the previous file at @p path, if any, is left as it was).
+ * Save tensors as a safetensors checkpoint at @p path, atomically. The data section starts on
+ * a 4096-byte boundary (the header is padded with spaces) and xxh3 checksums of fixed-size
+ * blocks go into __metadata__ under "fastensor.*" keys; tensors are stored in the order given.
+ * With opts->shard_size the data is split into shards beside an index
+ * NAME.safetensors.index.json (Hugging Face layout; @p path names the index's stem,
+ * "dir/model.safetensors"), written in parallel.
+ *
+ * Every file is written under a temporary name ("….fastensor-tmp-PID-N", flock'ed while the
+ * save runs) and fdatasync'ed. One rename then installs the checkpoint: of the file over
+ * @p path, or, for shards (named for this save: "model-00001-of-00004.GEN.safetensors", made
+ * durable first), of the index. Only then are the previous checkpoint's files removed: the
+ * other form of the name too (a single-file save replaces an earlier sharded one and the
+ * reverse), and leftovers of saves that died (see ft_ckpt_gc). A crash or an error at any
+ * point leaves the previous checkpoint complete, or the new one: never a mix.
+ * @return 0; FT_SAVE_WARNING (installed, a step after the commit failed); or -errno, with the
+ *         previous checkpoint at @p path, if any, still the one installed and no file of
+ *         this save left behind: -EINVAL (bad tensor, name, shape or size: nothing
+ *         written), -ENOSPC, -EIO, ...
  */
 int ft_ckpt_save(ft_ctx *ctx, const char *path, const ft_tensor *tensors, size_t count,
                  const ft_save_opts *opts);
@@ -477,6 +491,13 @@ int64_t ft_ckpt_shard_data_start(const ft_ckpt *ckpt, unsigned shard);
 /** @return the path of shard @p shard, or NULL. */
 const char *ft_ckpt_shard_path(const ft_ckpt *ckpt, unsigned shard);
 
+/**
+ * The descriptor shard @p shard was opened and parsed through (owned by the checkpoint:
+ * do not close it). Map or read the shard through it, never by its name: a file replaced
+ * under that name since the open is another checkpoint. @return the fd or -ERANGE.
+ */
+int ft_ckpt_shard_fd(const ft_ckpt *ckpt, unsigned shard);
+
 /** @return 1 when the checkpoint carries fastensor checksums (for every shard), else 0. */
 int ft_ckpt_has_checksums(const ft_ckpt *ckpt);
 
@@ -533,6 +554,17 @@ int64_t ft_ckpt_load_tensor(ft_ckpt *ckpt, size_t index, const ft_buf *dst,
  */
 int ft_ckpt_verify(ft_ckpt *ckpt, const ft_load_opts *opts,
                    void (*progress)(uint64_t done, uint64_t total, void *arg), void *arg);
+
+/**
+ * Remove what dead saves left in directory @p dir: temporaries ("*.fastensor-tmp-PID-N",
+ * and the older "*.safetensors.tmp-PID-N") of processes that are gone, and shards of
+ * generations ("NAME-0000i-of-0000N.GEN.safetensors") that no index in @p dir lists. A file
+ * flock'ed by a save in progress, or whose pid is alive, is kept. @p removed, when not NULL,
+ * is called with each removed path. Checkpoints themselves are never touched.
+ * @return the number of files removed, or -errno (-ENOTDIR, ...).
+ */
+int64_t ft_ckpt_gc(ft_ctx *ctx, const char *dir,
+                   void (*removed)(const char *path, void *arg), void *arg);
 
 /* ------------------------------------------------------------------------------------------
  * Spill store: tensors parked on local storage and brought back (activation offload)

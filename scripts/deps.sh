@@ -3,8 +3,8 @@
 # otherwise it prints the exact command to run and fails.
 set -eu
 # Build: compiler, make, pkg-config, liburing (io_uring), jansson (JSON), xxhash (checksums).
-# Tests and benchmarks: fio; Python package and its tests: python3-dev, setuptools, numpy,
-# pytest, torch.
+# Tests and benchmarks: fio; fuzz targets: clang; Python package and its tests:
+# python3-dev and python3-venv (the packages themselves go into the project venv, `make venv`).
 pkgs_needed=()
 need_header() { [ -f "/usr/include/$1" ] || pkgs_needed+=("$2"); }
 need_cmd() { command -v "$1" >/dev/null 2>&1 || pkgs_needed+=("$2"); }
@@ -15,13 +15,13 @@ need_header liburing.h liburing-dev
 need_header jansson.h libjansson-dev
 need_header xxhash.h libxxhash-dev
 need_cmd fio fio
+need_cmd clang clang
+[ -n "$(ls /usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a 2>/dev/null)" ] || pkgs_needed+=(libclang-rt-14-dev)
 if [ "${FT_DEPS_PYTHON:-1}" = 1 ]; then
     py=/usr/bin/python3
     [ -x $py ] || pkgs_needed+=(python3)
     [ -x $py ] && ! $py -c 'import sysconfig,os,sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"],"Python.h")))' 2>/dev/null && pkgs_needed+=(python3-dev)
-    for m in setuptools:python3-setuptools numpy:python3-numpy pytest:python3-pytest torch:python3-torch; do
-        [ -x $py ] && $py -c "import ${m%%:*}" 2>/dev/null || pkgs_needed+=("${m##*:}")
-    done
+    [ -x $py ] && ! $py -c 'import ensurepip, venv' 2>/dev/null && pkgs_needed+=(python3-venv)
 fi
 [ ${#pkgs_needed[@]} -eq 0 ] && exit 0
 cmd="apt-get install -y --no-install-recommends ${pkgs_needed[*]}"

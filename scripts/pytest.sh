@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Build the Python extension in place and run the Python tests with Debian's interpreter
-# (/usr/bin/python3: the one with python3-numpy, python3-pytest, python3-torch).
+# Build the Python extension in place and run the Python tests with the project venv's
+# interpreter (made by `make venv`), or $FT_PYTHON.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-PY=${FT_PYTHON:-/usr/bin/python3}
 cd "$root"
+PY=${FT_PYTHON:-$root/.venv/bin/python}
 FT_REMAKE=0 $PY setup.py -q build_ext --inplace --force >/dev/null
 export PYTHONPATH="$root/python${PYTHONPATH:+:$PYTHONPATH}"
 set +e

@@ -332,7 +332,7 @@ static void case_validation(void)
         {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,4]}}", 4, "does not match"},
         {"{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,0]}}", 4, "end before"},
         {"{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 8, "cover 4 bytes"},
-        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 4, "cover 8 bytes"},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 4, "truncated"},
         {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
          "\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}", 8, "overlaps"},
         {"{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}", 8, "a hole"},
@@ -398,7 +398,7 @@ static void case_index_paths(void)
     char dir[4200], inner[4300], path[4400], outside[4400], link[4400];
     snprintf(dir, sizeof dir, "%s/idx", t_dir());
     mkdir(dir, 0755);
-    snprintf(inner, sizeof inner, "%s/m.safetensors", dir);
+    snprintf(inner, sizeof inner, "%s/a..b.safetensors", dir); /* a plain name, dots and all */
     uint32_t v = 7;
     ft_tensor t = {"w", FT_DTYPE_U32, 0, NULL, ft_host_buf(&v, 4)};
     T_EQ(ft_ckpt_save(ctx, inner, &t, 1, NULL), 0);
@@ -408,11 +408,17 @@ static void case_index_paths(void)
     T_EQ(symlink(outside, link), 0);
     snprintf(path, sizeof path, "%s/m.safetensors.index.json", dir);
     static const struct { const char *json; int rc; const char *expect; } cases[] = {
-        {"{\"weight_map\":{\"w\":\"../outside.safetensors\"}}", -EINVAL, "not a plain name"},
-        {"{\"weight_map\":{\"w\":\"/etc/passwd\"}}", -EINVAL, "not a plain name"},
+        {"{\"weight_map\":{\"w\":\"../outside.safetensors\"}}", -EINVAL, "not a plain"},
+        {"{\"weight_map\":{\"w\":\"/etc/passwd\"}}", -EINVAL, "not a plain"},
+        {"{\"weight_map\":{\"w\":\"..\"}}", -EINVAL, "not a plain"},
+        {"{\"weight_map\":{\"w\":\"a\\u0000b\"}}", -EBADMSG, "u0000"},
+        {"{\"metadata\":{\"total_size\":8},\"weight_map\":{\"w\":\"a..b.safetensors\"}}",
+         -EBADMSG, "total_size is 8"},
+        {"{\"metadata\":{\"total_size\":\"4\"},\"weight_map\":{\"w\":\"a..b.safetensors\"}}",
+         -EBADMSG, "not an integer"},
         {"{\"weight_map\":{\"w\":\"link.safetensors\"}}", -EINVAL, "outside"},
         {"{\"weight_map\":{\"w\":\"missing.safetensors\"}}", -ENOENT, "missing"},
-        {"{\"weight_map\":{\"x\":\"m.safetensors\"}}", -EBADMSG, "not in the weight map"},
+        {"{\"weight_map\":{\"x\":\"a..b.safetensors\"}}", -EBADMSG, "not in the weight map"},
         {"{\"weight_map\":{}}", -EBADMSG, "non-empty"},
         {"{\"weight_map\":{\"w\":3}}", -EBADMSG, "not a file name"},
         {"[]", -EBADMSG, "weight_map"},
@@ -424,7 +430,7 @@ static void case_index_paths(void)
         if (rc != cases[i].rc || !strstr(ft_last_error(), cases[i].expect))
             T_FAIL("index case %zu: rc %d, message '%s'", i, rc, ft_last_error());
     }
-    write_text(path, "{\"metadata\":{\"total_size\":4},\"weight_map\":{\"w\":\"m.safetensors\"}}");
+    write_text(path, "{\"metadata\":{\"total_size\":4},\"weight_map\":{\"w\":\"a..b.safetensors\"}}");
     ft_ckpt *c;
     T_EQ(ft_ckpt_open(ctx, &c, path), 0);
     ft_ckpt_close(c);

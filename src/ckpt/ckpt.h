@@ -4,6 +4,8 @@
 
 #include "../core/internal.h"
 
+struct json_t;
+
 /* safetensors' own limit on the header. */
 #define FT__ST_HEADER_MAX 100000000ull
 /* Our data sections start on this boundary. */
@@ -88,5 +90,60 @@ struct ft_ckpt {
 
 /** The name of the tensor overlapping data byte @p at of shard @p s (for messages). */
 const char *ft__shard_tensor_at(const ft__shard *s, uint64_t at);
+
+/* ---- reading small files and indexes (open.c) ---- */
+
+/** Read a whole regular file of at most @p max bytes (NUL-terminated). @return 0 or -errno. */
+int ft__slurp(ft_ctx *ctx, const char *path, uint64_t max, char **out, size_t *len);
+/**
+ * Read an index: its JSON (*root, for json_decref) and the distinct file names its weight
+ * map lists (*names, sorted, pointing into *root; free the array). Every name must be a
+ * plain file name. @return 0, or -EBADMSG / -errno with a detail.
+ */
+int ft__index_read(ft_ctx *ctx, const char *path, struct json_t **root, const char ***names,
+                   size_t *count);
+
+/* ---- installing a save (commit.c) ---- */
+
+/** Whether @p name (of @p len bytes, no NUL inside) is a plain file name: not empty, no
+ * slash or backslash, not "." or "..". */
+bool ft__plain_name(const char *name, size_t len);
+
+/** A checkpoint's name: the path a save is given, its index beside it, and what is there. */
+typedef struct ft__ckpt_name {
+    char *path;        /* "dir/model.safetensors" */
+    char *index;       /* "dir/model.safetensors.index.json" */
+    char *dir;         /* "dir" ("." when the path has none) */
+    const char *base;  /* inside path: "model.safetensors" */
+    size_t stem_len;   /* base without ".safetensors": "model" */
+    bool had_single;   /* path existed before the save */
+    bool had_index;    /* index existed before the save */
+    char **old;        /* file names the previous index listed */
+    size_t nold;
+} ft__ckpt_name;
+
+int ft__name_init(ft__ckpt_name *n, const char *path);
+void ft__name_free(ft__ckpt_name *n);
+/** Note what the name holds now (the file, the index and its shards). @return 0. */
+int ft__name_installed(ft_ctx *ctx, ft__ckpt_name *n);
+/** "FINAL.fastensor-tmp-PID-N", unique in this process; NULL on ENOMEM. */
+char *ft__tmp_name(const char *final);
+/** Create temporary @p tmp exclusively and flock it: held for as long as the descriptor
+ * (the save) lives, it tells ft_ckpt_gc the file is in use. @return the fd or -errno. */
+int ft__tmp_lock(const char *tmp);
+/** A generation for @p nshards shards: none of its names exists or is the old index's. */
+uint32_t ft__generation(const ft__ckpt_name *n, unsigned nshards);
+/** "dir/STEM-0000k-of-0000N.GEN.safetensors" for shard k (0-based); NULL on ENOMEM. */
+char *ft__shard_name(const ft__ckpt_name *n, unsigned k, unsigned nshards, uint32_t gen);
+/** fsync a directory. @return 0 or -errno. */
+int ft__fsync_dir(const char *dir);
+/**
+ * After the commit: make it durable (when @p sync), remove the other form of the name (the
+ * index and its shards after a single-file save, the file after a sharded one), the previous
+ * index's shards not in @p keep (plain names), and leftovers of dead saves of this name.
+ * @return 0, or the first failure (the new checkpoint is installed all the same).
+ */
+int ft__after_commit(ft_ctx *ctx, ft__ckpt_name *n, bool sharded, const char *const *keep,
+                     size_t nkeep, bool sync);
 
 #endif

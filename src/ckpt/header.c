@@ -206,12 +206,11 @@ static int parse_root(const json_t *root, uint64_t data_size, const char *where,
     if (!h->tensors)
         return ft__err(-ENOMEM, "%s: header", where);
     const char *key;
-    json_t *v;
+    json_t *v, *meta = NULL;
     int rc;
     json_object_foreach((json_t *)root, key, v) {
         if (strcmp(key, "__metadata__") == 0) {
-            if ((rc = parse_metadata(v, data_size, where, h)) < 0)
-                return rc;
+            meta = v; /* parsed once the tensors say how large the data section is */
             continue;
         }
         ft__st_tensor *t = &h->tensors[h->ntensors];
@@ -232,13 +231,18 @@ static int parse_root(const json_t *root, uint64_t data_size, const char *where,
                        h->tensors[i - 1].name);
         at = t->end;
     }
+    if (at > data_size)
+        return ft__err(-EBADMSG, "%s: the file is truncated: its header describes %llu bytes "
+                                 "of tensor data, the file holds %llu (%llu missing)", where,
+                       (unsigned long long)at, (unsigned long long)data_size,
+                       (unsigned long long)(at - data_size));
     if (at != data_size) {
         char a[32], b[32];
         snprintf(a, sizeof a, "%llu", (unsigned long long)at);
         snprintf(b, sizeof b, "%llu", (unsigned long long)data_size);
         return bad(where, "tensors cover %s bytes but the data section holds %s", a, b);
     }
-    return 0;
+    return meta ? parse_metadata(meta, data_size, where, h) : 0;
 }
 
 int ft__st_parse(const char *json, size_t len, uint64_t data_size, const char *where,

@@ -11,14 +11,15 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "../core/syscall.h"
+
 static bool ends_with(const char *s, const char *suffix)
 {
     size_t a = strlen(s), b = strlen(suffix);
     return a >= b && strcmp(s + a - b, suffix) == 0;
 }
 
-/* Read a whole small file (at most @p max bytes) into a NUL-terminated buffer. */
-static int slurp(ft_ctx *ctx, const char *path, uint64_t max, char **out, size_t *len)
+int ft__slurp(ft_ctx *ctx, const char *path, uint64_t max, char **out, size_t *len)
 {
     ft_file *f;
     int rc = ft_file_open(ctx, &f, path, FT_OPEN_READ, 0);
@@ -103,9 +104,6 @@ static char *dir_of(const char *path)
 /* A shard name from an index: relative, no "..", and resolving inside @p dir. */
 static int shard_path(const char *index, const char *dir, const char *name, char **out)
 {
-    if (!*name || name[0] == '/' || strstr(name, "..") || strchr(name, '\\'))
-        return ft__err(-EINVAL, "%s: shard file '%s' is not a plain name inside the index's "
-                                "directory", index, name);
     char *joined = NULL;
     if (asprintf(&joined, "%s/%s", dir, name) < 0)
         return ft__err(-ENOMEM, "%s", index);
@@ -130,13 +128,12 @@ static int cmp_str(const void *a, const void *b)
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-/* Parse an index: fill c->shards with paths (sorted, distinct) and check the weight map
- * against the shards' contents once they are open. */
-static int index_load(ft_ckpt *c, const char *path, json_t **map_out)
+int ft__index_read(ft_ctx *ctx, const char *path, json_t **root_out, const char ***names_out,
+                   size_t *count)
 {
     char *text = NULL;
     size_t len = 0;
-    int rc = slurp(c->ctx, path, FT__ST_HEADER_MAX, &text, &len);
+    int rc = ft__slurp(ctx, path, FT__ST_HEADER_MAX, &text, &len);
     if (rc < 0)
         return rc;
     json_error_t jerr;
@@ -151,7 +148,7 @@ static int index_load(ft_ckpt *c, const char *path, json_t **map_out)
         return ft__err(-EBADMSG, "%s: an index needs a non-empty \"weight_map\" object", path);
     }
     size_t n = json_object_size(map), nfiles = 0;
-    char **files = calloc(n, sizeof *files);
+    const char **files = calloc(n, sizeof *files);
     if (!files) {
         json_decref(root);
         return ft__err(-ENOMEM, "%s", path);
@@ -159,20 +156,46 @@ static int index_load(ft_ckpt *c, const char *path, json_t **map_out)
     const char *key;
     json_t *v;
     json_object_foreach(map, key, v) {
-        if (!json_is_string(v)) {
+        if (!json_is_string(v))
             rc = ft__err(-EBADMSG, "%s: weight_map entry '%s' is not a file name", path, key);
-            free(files);
-            json_decref(root);
-            return rc;
-        }
-        files[nfiles++] = (char *)json_string_value(v);
+        else if (!ft__plain_name(json_string_value(v), json_string_length(v)))
+            rc = ft__err(-EINVAL, "%s: shard file '%s' is not a plain file name inside the "
+                                  "index's directory", path, json_string_value(v));
+        if (rc < 0)
+            break;
+        files[nfiles++] = json_string_value(v);
+    }
+    if (rc < 0) {
+        free(files);
+        json_decref(root);
+        return rc;
     }
     qsort(files, nfiles, sizeof *files, cmp_str);
+    size_t distinct = 0;
+    for (size_t i = 0; i < nfiles; i++)
+        if (!distinct || strcmp(files[i], files[distinct - 1]) != 0)
+            files[distinct++] = files[i];
+    *root_out = root;
+    *names_out = files;
+    *count = distinct;
+    return 0;
+}
+
+/* Parse an index: fill c->shards with paths (sorted, distinct) and check the weight map
+ * against the shards' contents once they are open. */
+static int index_load(ft_ckpt *c, const char *path, json_t **map_out)
+{
+    json_t *root;
+    const char **files;
+    size_t nfiles;
+    int rc = ft__index_read(c->ctx, path, &root, &files, &nfiles);
+    if (rc < 0)
+        return rc;
     c->shards = calloc(nfiles, sizeof *c->shards);
     char *dir = dir_of(path);
+    if (!c->shards || !dir)
+        rc = ft__err(-ENOMEM, "%s", path);
     for (size_t i = 0; rc == 0 && i < nfiles; i++) {
-        if (i && strcmp(files[i], files[i - 1]) == 0)
-            continue;
         rc = shard_path(path, dir, files[i], &c->shards[c->nshards].path);
         if (rc == 0)
             c->nshards++;
@@ -212,13 +235,47 @@ static int index_check(const ft_ckpt *c, const char *path, const json_t *root)
     if (seen != json_object_size(map))
         return ft__err(-EBADMSG, "%s: the weight map names %zu tensors, the shards hold %zu",
                        path, json_object_size(map), seen);
+    /* metadata.total_size, where given, is the tensors' bytes (Hugging Face's meaning). */
+    const json_t *total = json_object_get(json_object_get(root, "metadata"), "total_size");
+    if (!total)
+        return 0;
+    uint64_t bytes = 0;
+    for (unsigned k = 0; k < c->nshards; k++)
+        for (size_t i = 0; i < c->shards[k].header.ntensors; i++)
+            bytes += c->shards[k].header.tensors[i].end - c->shards[k].header.tensors[i].begin;
+    if (!json_is_integer(total) || json_integer_value(total) < 0 ||
+        (uint64_t)json_integer_value(total) != bytes)
+        return ft__err(-EBADMSG, "%s: metadata.total_size is %s%lld but the shards' tensors "
+                                 "hold %llu bytes (an index of another checkpoint?)", path,
+                       json_is_integer(total) ? "" : "not an integer: ",
+                       json_is_integer(total) ? (long long)json_integer_value(total) : 0ll,
+                       (unsigned long long)bytes);
     return 0;
+}
+
+/* A name with both forms installed (an index and the file it is named after): a save of one
+ * form over the other was interrupted between its commit and its cleanup. */
+static int refuse_both(const char *single, const char *index)
+{
+    struct stat a, b;
+    const char *newer = ft__sys.stat(single, &a) == 0 && ft__sys.stat(index, &b) == 0 &&
+                                a.st_mtim.tv_sec > b.st_mtim.tv_sec
+                            ? single : index;
+    return ft__err(-EINVAL, "two checkpoints under one name: %s and %s (a save was "
+                            "interrupted; %s looks newer): open one by its path, or save "
+                            "again to replace both", single, index, newer);
+}
+
+/* The file named like the index @p index, minus ".index.json" (NULL on ENOMEM). */
+static char *single_of(const char *index)
+{
+    return strndup(index, strlen(index) - strlen(".index.json"));
 }
 
 /* A directory: its one index, else its one .safetensors file. */
 static int pick_in_dir(const char *dir, char **out)
 {
-    DIR *d = opendir(dir);
+    DIR *d = ft__sys.opendir(dir);
     if (!d)
         return ft__err(-errno, "cannot list %s", dir);
     char *index = NULL, *single = NULL;
@@ -242,6 +299,24 @@ static int pick_in_dir(const char *dir, char **out)
         rc = ft__err(-ENOMEM, "%s", dir);
     free(index);
     free(single);
+    return rc;
+}
+
+/* Refuse a name that holds both forms (see refuse_both). */
+static int one_form(const char *path)
+{
+    bool is_index = ends_with(path, ".index.json");
+    char *single = is_index ? single_of(path) : strdup(path), *index = NULL;
+    if (!single || (!is_index && asprintf(&index, "%s.index.json", path) < 0))
+        index = NULL;
+    else if (is_index)
+        index = strdup(path);
+    int rc = !single || !index ? ft__err(-ENOMEM, "%s", path) : 0;
+    struct stat st;
+    if (rc == 0 && ft__sys.stat(is_index ? single : index, &st) == 0 && S_ISREG(st.st_mode))
+        rc = refuse_both(single, index);
+    free(single);
+    free(index);
     return rc;
 }
 
@@ -286,13 +361,17 @@ int ft_ckpt_open(ft_ctx *ctx, ft_ckpt **out, const char *path_in)
     if (!ctx || !out || !path_in || !*path_in)
         return ft__err(-EINVAL, "ft_ckpt_open: missing context, output or path");
     struct stat st;
-    if (stat(path_in, &st) != 0)
+    if (ft__sys.stat(path_in, &st) != 0)
         return ft__err(-errno, "cannot open checkpoint %s", path_in);
     char *picked = NULL;
     int rc = 0;
     if (S_ISDIR(st.st_mode) && (rc = pick_in_dir(path_in, &picked)) < 0)
         return rc;
     const char *path = picked ? picked : path_in;
+    if ((rc = one_form(path)) < 0) {
+        free(picked);
+        return rc;
+    }
     ft_ckpt *c = calloc(1, sizeof *c);
     if (!c) {
         free(picked);
@@ -422,6 +501,11 @@ int ft_ckpt_shard_cached(const ft_ckpt *c, unsigned k)
         return -ERANGE;
     const ft__shard *s = &c->shards[k];
     return s->data_size && ft__probe_cache(s->file->fd, s->data_start, s->data_size) == 2;
+}
+
+int ft_ckpt_shard_fd(const ft_ckpt *c, unsigned k)
+{
+    return c && k < c->nshards ? c->shards[k].file->fd : -ERANGE;
 }
 
 int ft_ckpt_has_checksums(const ft_ckpt *c)

@@ -1,7 +1,8 @@
 /*
- * Saving checkpoints: validate, lay out, then per shard: a temporary file in the same
+ * Saving checkpoints: validate, lay out, then per shard a locked temporary file in the same
  * directory, the data gathered into aligned pieces written in parallel (checksummed as they
- * go), the header written last, fdatasync, rename, fsync of the directory.
+ * go), the header written last, fdatasync. Then one commit point (commit.c): the rename of
+ * the single file, or of the index once every shard is durable under its generation's name.
  */
 #include "ckpt.h"
 #include "../core/syscall.h"
@@ -23,6 +24,8 @@ typedef struct save_shard {
     uint64_t header_size;     /* 8 + padded JSON: where the data starts */
     char *path;               /* final name */
     char *tmp;                /* temporary name, while it exists */
+    int lock_fd;              /* holds the temporary's flock until the save ends, or -1 */
+    bool renamed;             /* path is ours, not yet listed by an installed index */
     uint64_t *csums;
     uint64_t ncsums;
 } save_shard;
@@ -34,6 +37,7 @@ typedef struct save_job {
     save_shard *shards;
     unsigned nshards;
     const char *const *metadata;
+    uint32_t gen;             /* the shards' generation (several shards) */
     char detail[FT__DETAIL_MAX];
 } save_job;
 
@@ -185,25 +189,6 @@ static int64_t write_piece(void *arg, unsigned i)
     return r;
 }
 
-static int fsync_dir_of(const char *path)
-{
-    char dir[4096];
-    snprintf(dir, sizeof dir, "%s", path);
-    char *slash = strrchr(dir, '/');
-    if (slash == dir)
-        dir[1] = '\0';
-    else if (slash)
-        *slash = '\0';
-    else
-        snprintf(dir, sizeof dir, ".");
-    int fd = ft__sys.open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
-    if (fd < 0)
-        return ft__err(-errno, "cannot open directory %s to sync it", dir);
-    int rc = ft__sys.fsync(fd) == 0 ? 0 : ft__err(-errno, "fsync of directory %s", dir);
-    ft__sys.close(fd);
-    return rc;
-}
-
 /* Staging buffers of @p piece bytes (pinned where there is a GPU: device tensors are copied
  * into them at DMA speed): the context's kept pool for the usual piece size (made on first
  * use), else a pool of this save's own, returned in *own for destruction. */
@@ -238,9 +223,10 @@ static int write_shard(save_job *job, save_shard *s)
         return ft__err(-EINVAL, "%s: header of %llu bytes exceeds safetensors' 100 MB limit",
                        s->path, (unsigned long long)s->header_size);
     ft_file *f;
-    int rc = ft_file_open(job->ctx, &f, s->tmp,
-                          FT_OPEN_READ | FT_OPEN_WRITE | FT_OPEN_CREATE | FT_OPEN_EXCL, 0644);
+    int rc = s->lock_fd = ft__tmp_lock(s->tmp);
     if (rc < 0)
+        return rc;
+    if ((rc = ft_file_open(job->ctx, &f, s->tmp, FT_OPEN_READ | FT_OPEN_WRITE, 0)) < 0)
         return rc;
     if ((rc = ft_file_allocate(f, 0, s->header_size + s->data_size)) == -EOPNOTSUPP)
         rc = 0; /* reserving is an optimisation (and an early ENOSPC), not a need */
@@ -306,13 +292,16 @@ static char *strdupf(const char *fmt, ...)
     return s;
 }
 
-/* Split into shards (each at most shard_size unless one tensor is larger) and name them. */
-static int plan_shards(save_job *job, const char *path, const ft_tensor *t, size_t n,
+/* Split into shards (each at most shard_size unless one tensor is larger) and name them:
+ * the name itself for one, the names of a fresh generation for several. */
+static int plan_shards(save_job *job, ft__ckpt_name *nm, const ft_tensor *t, size_t n,
                        uint64_t shard_size)
 {
     job->shards = calloc(n + 1, sizeof *job->shards);
     if (!job->shards)
         return ft__err(-ENOMEM, "shards");
+    for (size_t k = 0; k <= n; k++)
+        job->shards[k].lock_fd = -1;
     save_shard *cur = &job->shards[0];
     cur->tensors = t;
     job->nshards = 1;
@@ -324,12 +313,7 @@ static int plan_shards(save_job *job, const char *path, const ft_tensor *t, size
         cur->count++;
         cur->data_size += t[i].data.len;
     }
-    static unsigned long counter;
-    unsigned long unique = __atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED);
-    size_t plen = strlen(path);
-    const char *ext = ".safetensors";
-    size_t stem_len = plen > strlen(ext) && !strcmp(path + plen - strlen(ext), ext)
-                          ? plen - strlen(ext) : plen;
+    job->gen = job->nshards > 1 ? ft__generation(nm, job->nshards) : 0;
     for (unsigned k = 0; k < job->nshards; k++) {
         save_shard *s = &job->shards[k];
         s->begin = calloc(s->count + 1, sizeof *s->begin);
@@ -337,57 +321,140 @@ static int plan_shards(save_job *job, const char *path, const ft_tensor *t, size
             s->begin[i] = s->begin[i - 1] + s->tensors[i - 1].data.len;
         s->ncsums = job->block ? (s->data_size + job->block - 1) / job->block : 0;
         s->csums = calloc(s->ncsums + 1, sizeof *s->csums);
-        s->path = job->nshards == 1
-                      ? strdupf("%s", path)
-                      : strdupf("%.*s-%05u-of-%05u%s", (int)stem_len, path, k + 1, job->nshards,
-                                ext);
-        s->tmp = s->path ? strdupf("%s.tmp-%d-%lu", s->path, (int)getpid(), unique) : NULL;
+        s->path = job->nshards == 1 ? strdupf("%s", nm->path)
+                                    : ft__shard_name(nm, k, job->nshards, job->gen);
+        s->tmp = s->path ? ft__tmp_name(s->path) : NULL;
         if (!s->begin || !s->csums || !s->tmp)
             return ft__err(-ENOMEM, "shards");
     }
     return 0;
 }
 
-static int write_index(save_job *job, const char *path)
+static const char *base_of(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    return slash ? slash + 1 : path;
+}
+
+/* Write the index under a locked temporary name, durably, and rename it into place: the
+ * commit point of a sharded save. */
+static int write_index(save_job *job, const ft__ckpt_name *nm)
 {
     json_t *root = json_object(), *map = json_object(), *meta = json_object();
     uint64_t total = 0;
     for (unsigned k = 0; k < job->nshards; k++) {
         const save_shard *s = &job->shards[k];
-        const char *base = strrchr(s->path, '/');
-        base = base ? base + 1 : s->path;
         for (size_t i = 0; i < s->count; i++)
-            json_object_set_new(map, s->tensors[i].name, json_string(base));
+            json_object_set_new(map, s->tensors[i].name, json_string(base_of(s->path)));
         total += s->data_size;
     }
+    char gen[16];
+    snprintf(gen, sizeof gen, "%08x", job->gen);
     json_object_set_new(meta, "total_size", json_integer((json_int_t)total));
+    json_object_set_new(meta, "fastensor.generation", json_string(gen));
     json_object_set_new(root, "metadata", meta);
     json_object_set_new(root, "weight_map", map);
     char *text = json_dumps(root, JSON_INDENT(2));
     json_decref(root);
-    char *final = strdupf("%s.index.json", path), *tmp = strdupf("%s.index.json.tmp-%d", path,
-                                                                  (int)getpid());
-    int rc = text && final && tmp ? 0 : ft__err(-ENOMEM, "index");
+    char *tmp = ft__tmp_name(nm->index);
+    int rc = text && tmp ? 0 : ft__err(-ENOMEM, "index");
+    int lock = rc == 0 ? ft__tmp_lock(tmp) : -1;
     ft_file *f = NULL;
-    if (rc == 0)
-        rc = ft_file_open(job->ctx, &f, tmp, FT_OPEN_WRITE | FT_OPEN_CREATE | FT_OPEN_TRUNC,
-                          0644);
-    if (rc == 0) {
+    if (rc == 0 && lock < 0)
+        rc = lock;
+    if (rc == 0 && (rc = ft_file_open(job->ctx, &f, tmp, FT_OPEN_WRITE, 0)) == 0) {
         ft_buf b = ft_host_buf(text, strlen(text));
-        ft_io_opts o = {.engine = FT_ENGINE_POSIX, .flags = FT_IO_SYNC};
+        ft_io_opts o = {.engine = FT_ENGINE_POSIX};
         int64_t w = ft_write(f, &b, 0, &o);
         rc = w < 0 ? (int)w : 0;
+        if (rc == 0 && !(job->opts && (job->opts->flags & FT_SAVE_NO_SYNC)))
+            rc = ft_file_sync(f);
         int crc = ft_file_close(f);
         rc = rc ? rc : crc;
-        if (rc == 0 && ft__sys.rename(tmp, final) != 0)
-            rc = ft__err(-errno, "cannot rename %s to %s", tmp, final);
-        if (rc < 0)
-            ft__sys.unlink(tmp);
     }
+    if (rc == 0 && ft__sys.rename(tmp, nm->index) != 0)
+        rc = ft__err(-errno, "cannot rename %s to %s", tmp, nm->index);
+    if (rc < 0 && lock >= 0)
+        ft__sys.unlink(tmp);
+    if (lock >= 0)
+        ft__sys.close(lock);
     free(text);
-    free(final);
     free(tmp);
     return rc;
+}
+
+static int write_shards(save_job *job)
+{
+    int64_t *results = calloc(job->nshards, sizeof *results);
+    if (!results)
+        return ft__err(-ENOMEM, "shards");
+    int rc = ft__pool_run(job->ctx->pool, job->nshards, write_shard_task, job, results);
+    for (unsigned k = 0; rc == 0 && k < job->nshards; k++)
+        if (results[k] < 0) {
+            rc = (int)results[k];
+            ft__detail_restore(job->detail);
+        }
+    free(results);
+    return rc;
+}
+
+/* Everything durable under temporary names: install the new checkpoint by one rename.
+ * @return 0 once installed, else -errno (nothing installed). */
+static int commit(save_job *job, ft__ckpt_name *nm, bool sync)
+{
+    if (job->nshards == 1) {
+        save_shard *s = &job->shards[0];
+        if (ft__sys.rename(s->tmp, s->path) != 0)
+            return ft__err(-errno, "cannot rename %s to %s", s->tmp, s->path);
+        free(s->tmp);
+        s->tmp = NULL;
+        return 0;
+    }
+    for (unsigned k = 0; k < job->nshards; k++) {
+        save_shard *s = &job->shards[k];
+        if (ft__sys.rename(s->tmp, s->path) != 0)
+            return ft__err(-errno, "cannot rename %s to %s", s->tmp, s->path);
+        free(s->tmp);
+        s->tmp = NULL;
+        s->renamed = true;
+    }
+    int rc = sync ? ft__fsync_dir(nm->dir) : 0; /* the shards' names before the index's */
+    if (rc == 0)
+        rc = write_index(job, nm);
+    if (rc == 0)
+        for (unsigned k = 0; k < job->nshards; k++)
+            job->shards[k].renamed = false;
+    return rc;
+}
+
+static int after_commit(save_job *job, ft__ckpt_name *nm, bool sync)
+{
+    const char **keep = calloc(job->nshards, sizeof *keep);
+    if (!keep)
+        return ft__err(-ENOMEM, "shards");
+    for (unsigned k = 0; k < job->nshards; k++)
+        keep[k] = base_of(job->shards[k].path);
+    int rc = ft__after_commit(job->ctx, nm, job->nshards > 1, keep, job->nshards, sync);
+    free(keep);
+    return rc;
+}
+
+static void free_job(save_job *job)
+{
+    for (unsigned k = 0; job->shards && k < job->nshards; k++) {
+        save_shard *s = &job->shards[k];
+        if (s->tmp && s->lock_fd >= 0)
+            ft__sys.unlink(s->tmp); /* a failed save leaves no file of its own behind */
+        if (s->renamed)
+            ft__sys.unlink(s->path);
+        if (s->lock_fd >= 0)
+            ft__sys.close(s->lock_fd);
+        free(s->tmp);
+        free(s->path);
+        free(s->begin);
+        free(s->csums);
+    }
+    free(job->shards);
 }
 
 int ft_ckpt_save(ft_ctx *ctx, const char *path, const ft_tensor *tensors, size_t count,
@@ -408,47 +475,24 @@ int ft_ckpt_save(ft_ctx *ctx, const char *path, const ft_tensor *tensors, size_t
     int rc = check_tensors(tensors, count, opts ? opts->metadata : NULL);
     if (rc < 0)
         return rc;
+    bool sync = !(opts && (opts->flags & FT_SAVE_NO_SYNC));
+    ft__ckpt_name nm;
+    if ((rc = ft__name_init(&nm, path)) < 0)
+        return rc;
+    ft__name_installed(ctx, &nm);
     save_job job = {.ctx = ctx, .opts = opts, .block = block,
                     .metadata = opts ? opts->metadata : NULL};
-    rc = plan_shards(&job, path, tensors, count, opts ? opts->shard_size : 0);
-    if (rc == 0) {
-        int64_t *results = calloc(job.nshards, sizeof *results);
-        if (!results)
-            rc = ft__err(-ENOMEM, "shards");
-        else if ((rc = ft__pool_run(ctx->pool, job.nshards, write_shard_task, &job, results)) ==
-                 0)
-            for (unsigned k = 0; k < job.nshards && rc == 0; k++)
-                if (results[k] < 0) {
-                    rc = (int)results[k];
-                    ft__detail_restore(job.detail);
-                }
-        free(results);
-    }
-    /* Every shard is durable under its temporary name: now the renames, then the index. */
-    for (unsigned k = 0; rc == 0 && k < job.nshards; k++)
-        if (ft__sys.rename(job.shards[k].tmp, job.shards[k].path) != 0)
-            rc = ft__err(-errno, "cannot rename %s to %s", job.shards[k].tmp,
-                         job.shards[k].path);
-        else {
-            free(job.shards[k].tmp);
-            job.shards[k].tmp = NULL;
-        }
-    if (rc == 0 && job.nshards > 1)
-        rc = write_index(&job, path);
-    if (rc == 0 && !(opts && (opts->flags & FT_SAVE_NO_SYNC)))
-        rc = fsync_dir_of(path);
+    rc = plan_shards(&job, &nm, tensors, count, opts ? opts->shard_size : 0);
+    if (rc == 0)
+        rc = write_shards(&job);
+    if (rc == 0)
+        rc = commit(&job, &nm, sync);
+    if (rc == 0 && after_commit(&job, &nm, sync) < 0)
+        rc = FT_SAVE_WARNING; /* installed; the detail says which step after it failed */
     char keep[FT__DETAIL_MAX];
     ft__detail_save(keep);
-    for (unsigned k = 0; job.shards && k < job.nshards; k++) {
-        save_shard *s = &job.shards[k];
-        if (s->tmp)
-            ft__sys.unlink(s->tmp); /* a failed save leaves no temporary behind */
-        free(s->tmp);
-        free(s->path);
-        free(s->begin);
-        free(s->csums);
-    }
-    free(job.shards);
+    free_job(&job);
+    ft__name_free(&nm);
     ft__detail_restore(keep);
     return rc;
 }

@@ -29,7 +29,9 @@ int ft_file_open(ft_ctx *ctx, ft_file **out, const char *path, unsigned flags, m
                        path, flags);
     if ((flags & (FT_OPEN_CREATE | FT_OPEN_TRUNC)) && !(flags & FT_OPEN_WRITE))
         return ft__err(-EINVAL, "%s: CREATE and TRUNC need WRITE", path);
-    int extra = O_CLOEXEC;
+    /* O_NONBLOCK: opening a FIFO or a device must not block before the type check below
+     * refuses it; it is cleared once the file is known to be a regular one. */
+    int extra = O_CLOEXEC | O_NONBLOCK;
     if (flags & FT_OPEN_CREATE)
         extra |= O_CREAT;
     if (flags & FT_OPEN_TRUNC)
@@ -45,7 +47,13 @@ int ft_file_open(ft_ctx *ctx, ft_file **out, const char *path, unsigned flags, m
     }
     if (fd < 0)
         return ft__err(-errno, "cannot open %s", path);
-    return ft__file_adopt(ctx, out, fd, path, flags, access);
+    int rc = ft__file_adopt(ctx, out, fd, path, flags, access);
+    if (rc == 0 && ft__sys.fcntl(fd, F_SETFL, access) != 0) {
+        rc = ft__err(-errno, "cannot clear O_NONBLOCK on %s", path);
+        ft_file_close(*out);
+        *out = NULL;
+    }
+    return rc;
 }
 
 int ft__file_adopt(ft_ctx *ctx, ft_file **out, int fd, const char *path, unsigned flags,
@@ -58,7 +66,7 @@ int ft__file_adopt(ft_ctx *ctx, ft_file **out, int fd, const char *path, unsigne
     else if (S_ISDIR(st.st_mode))
         rc = ft__err(-EISDIR, "%s", path);
     else if (!S_ISREG(st.st_mode))
-        rc = ft__err(-EINVAL, "%s is not a regular file", path);
+        rc = ft__err(-EINVAL, "%s is not a regular file (a FIFO, socket or device)", path);
     ft_file *f = rc ? NULL : calloc(1, sizeof *f);
     if (!rc && (!f || !(f->path = strdup(path)))) {
         free(f);

@@ -13,6 +13,8 @@
 #include <sys/types.h>
 #include <sys/uio.h>
 
+#include <dirent.h>
+
 struct io_uring;
 struct io_uring_params;
 struct io_uring_cqe;
@@ -35,14 +37,35 @@ typedef struct ft__syscalls {
     int (*mincore)(void *addr, size_t len, unsigned char *vec);
     /* cachestat(2): resident pages of [off, off+len); -1 and errno (ENOSYS before 6.5) */
     int (*cachestat)(int fd, uint64_t off, uint64_t len, uint64_t *cached_pages);
+    int (*fcntl)(int fd, int cmd, int arg);
+    int (*flock)(int fd, int op);
     int (*rename)(const char *from, const char *to);
     int (*unlink)(const char *path);
+    int (*stat)(const char *path, struct stat *st);
+    int (*mkdir)(const char *path, mode_t mode);
+    DIR *(*opendir)(const char *path);
+    int (*kill)(pid_t pid, int sig);
     int (*uring_init)(unsigned entries, struct io_uring *ring, struct io_uring_params *p);
     int (*uring_register_buffers)(struct io_uring *ring, const struct iovec *iov, unsigned n);
     int (*uring_submit)(struct io_uring *ring);
     int (*uring_wait_cqe)(struct io_uring *ring, struct io_uring_cqe **cqe);
     void (*uring_exit)(struct io_uring *ring);
 } ft__syscalls;
+
+/* The real implementations, one initializer for both tables (C wants constants). */
+#define FT__SYSCALLS_REAL                                                                     \
+    {                                                                                         \
+        .open = ft__sys_open, .close = close, .pread = pread, .pwrite = pwrite,               \
+        .fstat = fstat, .fstatfs = fstatfs, .fdatasync = fdatasync, .fsync = fsync,           \
+        .ftruncate = ftruncate, .fallocate = fallocate, .fadvise = posix_fadvise,             \
+        .mmap = mmap, .munmap = munmap, .madvise = madvise, .mincore = mincore,               \
+        .cachestat = ft__sys_cachestat, .fcntl = ft__sys_fcntl, .flock = flock,               \
+        .rename = rename, .unlink = unlink, .stat = stat, .mkdir = mkdir,                     \
+        .opendir = opendir, .kill = kill, .uring_init = io_uring_queue_init_params,           \
+        .uring_register_buffers = io_uring_register_buffers,                                  \
+        .uring_submit = io_uring_submit, .uring_wait_cqe = ft__sys_uring_wait_cqe,            \
+        .uring_exit = io_uring_queue_exit,                                                    \
+    }
 
 /** The live table. Tests may overwrite entries; ft__sys_reset() restores the real ones. */
 extern ft__syscalls ft__sys;
