@@ -31,7 +31,8 @@ LIB_SRC := $(wildcard src/core/*.c src/engine/*.c src/ckpt/*.c src/select/*.c sr
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
 CLI_SRC := $(wildcard tools/*.c)
 CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/%.o)
-TEST_SRC := $(filter-out tests/testlib.c,$(wildcard tests/test_*.c))
+TEST_SRC := $(wildcard tests/test_*.c)
+TEST_LIB := $(BUILD)/tests/testlib.o $(BUILD)/tests/testfault.o
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 
 .PHONY: all lib cli tests test demo deps venv install clean bench bench-offload python
@@ -57,8 +58,8 @@ $(BUILD)/fastensor: $(CLI_OBJ) $(BUILD)/libfastensor.a
 	$(CC) -pthread $(SANFLAGS) -o $@ $(CLI_OBJ) $(BUILD)/libfastensor.a $(LIBS) -lm
 
 # Tests link the static library so they can reach the internal syscall table.
-$(BUILD)/tests/%: $(BUILD)/tests/%.o $(BUILD)/tests/testlib.o $(BUILD)/libfastensor.a
-	$(CC) -pthread $(SANFLAGS) -o $@ $< $(BUILD)/tests/testlib.o $(BUILD)/libfastensor.a $(LIBS) -lm
+$(BUILD)/tests/%: $(BUILD)/tests/%.o $(TEST_LIB) $(BUILD)/libfastensor.a
+	$(CC) -pthread $(SANFLAGS) -rdynamic -o $@ $< $(TEST_LIB) $(BUILD)/libfastensor.a $(LIBS) -lm
 
 tests: $(TEST_BIN)
 

@@ -87,10 +87,18 @@ bool t_large_tests(void);
 void *t_alloc_misaligned(size_t n, size_t misalign);
 void t_free_misaligned(void *p, size_t misalign);
 
-/* ---- fault injection (wraps ft__sys entries) ---- */
-enum t_fault_op { T_OP_PREAD, T_OP_PWRITE, T_OP_URING_CQE, T_OP_FDATASYNC, T_OP_OPEN,
-                  T_OP_MMAP, T_OP_FALLOCATE };
+/* ---- fault injection (testfault.c: wraps ft__sys entries) ---- */
+/* One per entry of the library's syscall table; T_OP_URING_CQE rewrites completions. */
+enum t_fault_op {
+    T_OP_PREAD, T_OP_PWRITE, T_OP_URING_CQE, T_OP_FDATASYNC, T_OP_OPEN, T_OP_MMAP,
+    T_OP_FALLOCATE, T_OP_CLOSE, T_OP_FSTAT, T_OP_FSTATFS, T_OP_FSYNC, T_OP_FTRUNCATE,
+    T_OP_FADVISE, T_OP_MUNMAP, T_OP_MADVISE, T_OP_MINCORE, T_OP_CACHESTAT, T_OP_FCNTL,
+    T_OP_FLOCK, T_OP_RENAME, T_OP_UNLINK, T_OP_STAT, T_OP_MKDIR, T_OP_OPENDIR, T_OP_KILL,
+    T_OP_URING_INIT, T_OP_URING_REGISTER, T_OP_URING_SUBMIT, T_OP_URING_WAIT, T_OP_COUNT
+};
 enum t_fault_kind { T_FAULT_ERRNO, T_FAULT_SHORT, T_FAULT_EINTR };
+/* The op's name ("pread", ...). */
+const char *t_fault_op_name(enum t_fault_op op);
 /* From the @p nth call of @p op on (1-based), for @p count calls (0: every later call),
  * inject the fault: an error (err, e.g. EIO), a short transfer (half, at least 1 byte) or
  * an EINTR. */
@@ -98,6 +106,11 @@ void t_fault_set(enum t_fault_op op, enum t_fault_kind kind, int err, unsigned n
                  unsigned count);
 /* Remove all faults and restore the real syscall table. @return how many were injected. */
 unsigned t_fault_clear(void);
+/* Calls of the armed op since t_fault_set (injected or not). */
+unsigned t_fault_calls(void);
+/* With $FT_FAULT_SITES naming a file, every injected call's site (its return address, as
+ * an offset in the binary) is appended there at exit, as "injected BINARY 0xOFFSET", so a
+ * check can map sites to source lines (tests/check-fault-sites.sh). */
 
 /* Run the cases (only those whose name contains $FT_TEST_CASE when set); prints a summary;
  * returns the exit code (0 pass, 1 fail). */

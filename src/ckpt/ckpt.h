@@ -131,6 +131,9 @@ char *ft__tmp_name(const char *final);
 /** Create temporary @p tmp exclusively and flock it: held for as long as the descriptor
  * (the save) lives, it tells ft_ckpt_gc the file is in use. @return the fd or -errno. */
 int ft__tmp_lock(const char *tmp);
+/** Whether @p name is a shard of a generation ("STEM-00001-of-00004.3fa9c2d1.safetensors"):
+ * one of a sharded save's, never a checkpoint alone. Its stem's length goes to *stem_len. */
+bool ft__generation_shard(const char *name, size_t *stem_len);
 /** A generation for @p nshards shards: none of its names exists or is the old index's. */
 uint32_t ft__generation(const ft__ckpt_name *n, unsigned nshards);
 /** "dir/STEM-0000k-of-0000N.GEN.safetensors" for shard k (0-based); NULL on ENOMEM. */

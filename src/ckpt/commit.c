@@ -218,9 +218,7 @@ static long tmp_owner(const char *name)
     return pid;
 }
 
-/* Whether @p name is a shard of a generation ("STEM-00001-of-00004.3fa9c2d1.safetensors");
- * its stem's length goes to *stem_len. */
-static bool generation_shard(const char *name, size_t *stem_len)
+bool ft__generation_shard(const char *name, size_t *stem_len)
 {
     size_t len = strlen(name), tail = strlen("-00001-of-00004.3fa9c2d1" EXT);
     if (len <= tail || !ends_with(name, EXT))
@@ -341,7 +339,7 @@ static int sweep_dir(sweep *w)
         if (pid) {
             if (!pid_alive(pid))
                 sweep_remove(w, name);
-        } else if (!unreadable && generation_shard(name, &stem_len) &&
+        } else if (!unreadable && ft__generation_shard(name, &stem_len) &&
                    (!w->stem || stem_len == w->stem_len) && !listed(w, name)) {
             sweep_remove(w, name);
         }

@@ -253,8 +253,9 @@ static int index_check(const ft_ckpt *c, const char *path, const json_t *root)
     return 0;
 }
 
-/* A name with both forms installed (an index and the file it is named after): a save of one
- * form over the other was interrupted between its commit and its cleanup. */
+/* A directory with both forms of one name (an index and the file it is named after): a save
+ * of one form over the other was interrupted between its commit and its cleanup. Each is a
+ * whole checkpoint; which one is meant, only the caller can say. */
 static int refuse_both(const char *single, const char *index)
 {
     struct stat a, b;
@@ -281,7 +282,10 @@ static int pick_in_dir(const char *dir, char **out)
     char *index = NULL, *single = NULL;
     int nindex = 0, nsingle = 0;
     struct dirent *e;
+    size_t stem;
     while ((e = readdir(d))) {
+        if (ft__generation_shard(e->d_name, &stem))
+            continue; /* listed by an index, or left by a save that died */
         if (ends_with(e->d_name, ".safetensors.index.json") && ++nindex == 1)
             index = strdup(e->d_name);
         else if (ends_with(e->d_name, ".safetensors") && ++nsingle == 1)
@@ -297,26 +301,16 @@ static int pick_in_dir(const char *dir, char **out)
         rc = ft__err(-ENOENT, "%s holds no .safetensors file or index", dir);
     else if (asprintf(out, "%s/%s", dir, pick) < 0)
         rc = ft__err(-ENOMEM, "%s", dir);
-    free(index);
-    free(single);
-    return rc;
-}
-
-/* Refuse a name that holds both forms (see refuse_both). */
-static int one_form(const char *path)
-{
-    bool is_index = ends_with(path, ".index.json");
-    char *single = is_index ? single_of(path) : strdup(path), *index = NULL;
-    if (!single || (!is_index && asprintf(&index, "%s.index.json", path) < 0))
-        index = NULL;
-    else if (is_index)
-        index = strdup(path);
-    int rc = !single || !index ? ft__err(-ENOMEM, "%s", path) : 0;
+    char *also = rc == 0 && nindex == 1 ? single_of(*out) : NULL;
     struct stat st;
-    if (rc == 0 && ft__sys.stat(is_index ? single : index, &st) == 0 && S_ISREG(st.st_mode))
-        rc = refuse_both(single, index);
-    free(single);
+    if (also && ft__sys.stat(also, &st) == 0 && S_ISREG(st.st_mode)) {
+        rc = refuse_both(also, *out);
+        free(*out);
+        *out = NULL;
+    }
+    free(also);
     free(index);
+    free(single);
     return rc;
 }
 
@@ -368,10 +362,6 @@ int ft_ckpt_open(ft_ctx *ctx, ft_ckpt **out, const char *path_in)
     if (S_ISDIR(st.st_mode) && (rc = pick_in_dir(path_in, &picked)) < 0)
         return rc;
     const char *path = picked ? picked : path_in;
-    if ((rc = one_form(path)) < 0) {
-        free(picked);
-        return rc;
-    }
     ft_ckpt *c = calloc(1, sizeof *c);
     if (!c) {
         free(picked);
