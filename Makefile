@@ -35,7 +35,8 @@ TEST_SRC := $(wildcard tests/test_*.c)
 TEST_LIB := $(BUILD)/tests/testlib.o $(BUILD)/tests/testfault.o
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 
-.PHONY: all lib cli tests test demo deps venv install clean bench bench-offload python
+.PHONY: all lib cli tests test demo deps venv install clean bench bench-offload python \
+	check-faults fuzz fuzz-run
 all: lib cli
 
 lib: $(BUILD)/libfastensor.so $(BUILD)/libfastensor.a
@@ -79,6 +80,17 @@ venv: $(VENV)/.stamp
 test: deps venv
 	$(MAKE) --no-print-directory all tests
 	@BUILD=$(BUILD) SAN="$(SAN)" FT_PYTHON=$(abspath $(PYTHON)) tests/run.sh
+
+# The long fault and crash runs: every call of every syscall-table entry failed in turn for
+# each operation, 250 kill trials, and the site coverage check over both.
+check-faults: all tests
+	@mkdir -p $(BUILD)/test-tmp
+	rm -f $(BUILD)/test-tmp/fault-sites.txt
+	FT_SWEEP_FULL=1 FT_TEST_DIR=$(abspath $(BUILD)/test-tmp) \
+	    FT_FAULT_SITES=$(abspath $(BUILD)/test-tmp/fault-sites.txt) $(BUILD)/tests/test_sweep
+	FT_KILL_TRIALS=250 FT_TEST_DIR=$(abspath $(BUILD)/test-tmp) \
+	    FT_FAULT_SITES=$(abspath $(BUILD)/test-tmp/fault-sites.txt) $(BUILD)/tests/test_commit
+	FT_FAULT_SITES=$(abspath $(BUILD)/test-tmp/fault-sites.txt) tests/check-fault-sites.sh
 
 demo: deps venv
 	$(MAKE) --no-print-directory all

@@ -11,6 +11,9 @@ export FT_TEST_DIR=${FT_TEST_DIR:-$PWD/$BUILD/test-tmp}
 # AUTO learns a profile; keep the tests' away from the user's ~/.cache.
 export FASTENSOR_PROFILE=${FASTENSOR_PROFILE:-off}
 mkdir -p "$FT_TEST_DIR"
+# The binaries append the call sites they injected faults at; check-fault-sites.sh reads them.
+export FT_FAULT_SITES=${FT_FAULT_SITES:-$FT_TEST_DIR/fault-sites.txt}
+rm -f "$FT_FAULT_SITES"
 if [ -n "${SAN:-}" ]; then
     export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0}
     export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}

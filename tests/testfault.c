@@ -31,13 +31,24 @@ static struct {
     unsigned nth, count;
     atomic_uint calls;
     atomic_uint injected;
+    uint64_t also;          /* ops that fail at every call too (1 << op) */
+    atomic_uint also_injected;
 } fault;
 
+/* The error of the call being failed: the armed one's, or EIO for the others in "also". */
+static _Thread_local bool failing_also;
+
 /* ---- sites ---- */
+static void sites_dump(void);
 #define MAX_SITES 1024
 static pthread_mutex_t sites_lock = PTHREAD_MUTEX_INITIALIZER;
 static void *sites[MAX_SITES];
 static unsigned nsites;
+
+void t_fault_sites_flush(void)
+{
+    sites_dump();
+}
 
 static void sites_dump(void)
 {
@@ -73,6 +84,13 @@ static void site_add(void *ret)
 /* Whether this call of @p op gets the fault; @p ret is the caller's return address. */
 static bool fault_hit(enum t_fault_op op, void *ret)
 {
+    failing_also = false;
+    if (fault.on && fault.op != op && (fault.also >> op & 1) && atomic_load(&fault.injected)) {
+        atomic_fetch_add(&fault.also_injected, 1);
+        site_add(ret);
+        failing_also = true;
+        return true;
+    }
     if (!fault.on || fault.op != op)
         return false;
     unsigned call = atomic_fetch_add(&fault.calls, 1) + 1;
@@ -83,8 +101,11 @@ static bool fault_hit(enum t_fault_op op, void *ret)
     return true;
 }
 
+
 static int fault_errno(void)
 {
+    if (failing_also)
+        return EIO;
     return fault.kind == T_FAULT_EINTR ? EINTR : fault.err;
 }
 
@@ -173,7 +194,7 @@ static DIR *f_opendir(const char *p)
 static ssize_t f_pread(int fd, void *buf, size_t len, off_t off)
 {
     if (fault_hit(T_OP_PREAD, RET)) {
-        if (fault.kind != T_FAULT_SHORT) {
+        if (failing_also || fault.kind != T_FAULT_SHORT) {
             errno = fault_errno();
             return -1;
         }
@@ -185,7 +206,7 @@ static ssize_t f_pread(int fd, void *buf, size_t len, off_t off)
 static ssize_t f_pwrite(int fd, const void *buf, size_t len, off_t off)
 {
     if (fault_hit(T_OP_PWRITE, RET)) {
-        if (fault.kind != T_FAULT_SHORT) {
+        if (failing_also || fault.kind != T_FAULT_SHORT) {
             errno = fault_errno();
             return -1;
         }
@@ -219,7 +240,7 @@ static int f_uring_wait_cqe(struct io_uring *ring, struct io_uring_cqe **cqe)
         return -fault_errno();
     int rc = ft__sys_real.uring_wait_cqe(ring, cqe);
     if (rc == 0 && (*cqe)->res > 0 && fault_hit(T_OP_URING_CQE, RET)) {
-        if (fault.kind == T_FAULT_SHORT)
+        if (!failing_also && fault.kind == T_FAULT_SHORT)
             (*cqe)->res = (*cqe)->res > 1 ? (*cqe)->res / 2 : 1;
         else
             (*cqe)->res = -fault_errno();
@@ -238,6 +259,8 @@ void t_fault_set(enum t_fault_op op, enum t_fault_kind kind, int err, unsigned n
     fault.count = count;
     atomic_store(&fault.calls, 0);
     atomic_store(&fault.injected, 0);
+    atomic_store(&fault.also_injected, 0);
+    fault.also = 0;
     fault.on = true;
     ft__syscalls *t = &ft__sys;
     t->open = f_open, t->close = f_close, t->pread = f_pread, t->pwrite = f_pwrite;
@@ -251,9 +274,15 @@ void t_fault_set(enum t_fault_op op, enum t_fault_kind kind, int err, unsigned n
     t->uring_submit = f_uring_submit, t->uring_wait_cqe = f_uring_wait_cqe;
 }
 
+void t_fault_also(uint64_t ops)
+{
+    fault.also = ops;
+}
+
 unsigned t_fault_clear(void)
 {
     fault.on = false;
+    fault.also = 0;
     ft__sys_reset();
     return atomic_load(&fault.injected);
 }

@@ -104,10 +104,15 @@ const char *t_fault_op_name(enum t_fault_op op);
  * an EINTR. */
 void t_fault_set(enum t_fault_op op, enum t_fault_kind kind, int err, unsigned nth,
                  unsigned count);
-/* Remove all faults and restore the real syscall table. @return how many were injected. */
+/* Once the armed op has failed, also fail every later call of the ops in the mask
+ * (1ull << T_OP_...) with EIO: the error paths behind a first failure (cleanups failing). */
+void t_fault_also(uint64_t ops);
+/* Remove all faults and restore the real syscall table. @return how many the armed op got. */
 unsigned t_fault_clear(void);
 /* Calls of the armed op since t_fault_set (injected or not). */
 unsigned t_fault_calls(void);
+/* Write the sites now (a forked child that leaves with _exit, not running atexit). */
+void t_fault_sites_flush(void);
 /* With $FT_FAULT_SITES naming a file, every injected call's site (its return address, as
  * an offset in the binary) is appended there at exit, as "injected BINARY 0xOFFSET", so a
  * check can map sites to source lines (tests/check-fault-sites.sh). */

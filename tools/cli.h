@@ -18,9 +18,14 @@ int cmd_tune(int argc, char **argv);
 int bench_mixed(const ft_engine *engines, int nengines, int rounds, bool json, const char *dir);
 int bench_overhead(bool json);
 int cmd_profile(int argc, char **argv);
+int cmd_gc(int argc, char **argv);
 
 /** Print "fastensor <cmd>: message" to stderr (printf-style). */
+/* Messages to stderr; control characters (from file contents: tensor names, metadata) are
+ * written as \xNN, never raw. */
 void cli_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* @p s with control characters and backslashes escaped (\xNN, \\) into @p buf. @return buf. */
+const char *cli_escape(const char *s, char *buf, size_t len);
 /** Report a failed library call: the error and the library's detail message. */
 void cli_ft_error(const char *cmd, const char *what, int err);
 

@@ -9,19 +9,33 @@
 #include <time.h>
 #include <unistd.h>
 
+const char *cli_escape(const char *s, char *buf, size_t len)
+{
+    size_t at = 0;
+    for (const unsigned char *p = (const unsigned char *)s; *p && at + 5 < len; p++) {
+        if (*p < 0x20 || *p == 0x7f || *p == '\\')
+            at += (size_t)snprintf(buf + at, len - at, *p == '\\' ? "\\\\" : "\\x%02x", *p);
+        else
+            buf[at++] = (char)*p;
+    }
+    buf[at] = '\0';
+    return buf;
+}
+
 void cli_error(const char *cmd, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    fprintf(stderr, "fastensor %s: ", cmd);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    char raw[1024], safe[4096];
+    vsnprintf(raw, sizeof raw, fmt, ap);
+    fprintf(stderr, "fastensor %s: %s\n", cmd, cli_escape(raw, safe, sizeof safe));
     va_end(ap);
 }
 
 void cli_ft_error(const char *cmd, const char *what, int err)
 {
-    const char *detail = ft_last_error();
+    char safe[4096];
+    const char *detail = cli_escape(ft_last_error(), safe, sizeof safe);
     fprintf(stderr, "fastensor %s: %s: %s%s%s\n", cmd, what, ft_strerror(err),
             *detail ? "\n  detail: " : "", detail);
 }

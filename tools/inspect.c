@@ -72,21 +72,24 @@ static void print_json(const ft_ckpt *c, const char *path)
 static void print_table(const ft_ckpt *c, const char *path)
 {
     uint64_t total = 0;
+    char e1[4096], e2[4096];
     for (unsigned k = 0; k < ft_ckpt_shard_count(c); k++)
         total += (uint64_t)ft_ckpt_shard_size(c, k);
+    path = cli_escape(path, e1, sizeof e1);
     printf("%s: %zu tensors, %.3f GB in %u shard(s), checksums: %s\n", path, ft_ckpt_count(c),
            (double)total / 1e9, ft_ckpt_shard_count(c),
            ft_ckpt_has_checksums(c) ? "xxh3-64 blocks" : "none");
     for (unsigned k = 0; k < ft_ckpt_shard_count(c); k++) {
         int64_t start = ft_ckpt_shard_data_start(c, k);
-        printf("  shard %u: %s, data at %lld (%s), %lld bytes\n", k, ft_ckpt_shard_path(c, k),
+        printf("  shard %u: %s, data at %lld (%s), %lld bytes\n", k,
+               cli_escape(ft_ckpt_shard_path(c, k), e2, sizeof e2),
                (long long)start, start % 4096 == 0 ? "4K-aligned" : "unaligned",
                (long long)ft_ckpt_shard_size(c, k));
     }
     for (size_t i = 0; i < ft_ckpt_metadata_count(c); i++) {
         const char *k, *v;
         ft_ckpt_metadata(c, i, &k, &v);
-        printf("  metadata %s = %s\n", k, v);
+        printf("  metadata %s = %s\n", cli_escape(k, e1, sizeof e1), cli_escape(v, e2, sizeof e2));
     }
     printf("\n%-40s %-8s %-20s %14s %5s %14s\n", "tensor", "dtype", "shape", "bytes", "shard",
            "file offset");
@@ -95,7 +98,8 @@ static void print_table(const ft_ckpt *c, const char *path)
         ft_ckpt_info(c, i, &t);
         char shape[512];
         shape_text(&t, shape, sizeof shape);
-        printf("%-40s %-8s %-20s %14llu %5u %14llu\n", t.name, ft_dtype_name(t.dtype), shape,
+        printf("%-40s %-8s %-20s %14llu %5u %14llu\n", cli_escape(t.name, e1, sizeof e1),
+               ft_dtype_name(t.dtype), shape,
                (unsigned long long)t.nbytes, t.shard, (unsigned long long)t.file_offset);
     }
 }
@@ -109,7 +113,7 @@ static int open_ckpt(const char *cmd, const char *path, ft_ctx **ctx, ft_ckpt **
     }
     rc = ft_ckpt_open(*ctx, c, path);
     if (rc < 0) {
-        fprintf(stderr, "fastensor %s: %s\n", cmd, ft_last_error());
+        cli_error(cmd, "%s", ft_last_error());
         ft_ctx_destroy(*ctx);
         return EXIT_ERR;
     }
@@ -202,7 +206,7 @@ int cmd_verify(int argc, char **argv)
                "(%.2f GB/s)\n", argv[optind], ft_ckpt_count(ck), (unsigned long long)total,
                ft_ckpt_shard_count(ck), (double)total / secs / 1e9);
     else {
-        fprintf(stderr, "fastensor verify: %s\n", ft_last_error());
+        cli_error("verify", "%s", ft_last_error());
         status = EXIT_ERR;
     }
     ft_ckpt_close(ck);

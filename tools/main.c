@@ -13,6 +13,7 @@ static const struct {
     {"demo", cmd_demo, "save, load and verify a synthetic model checkpoint; compare engines"},
     {"inspect", cmd_inspect, "list a checkpoint's tensors, metadata, shards and alignment"},
     {"verify", cmd_verify, "check a checkpoint's block checksums"},
+    {"gc", cmd_gc, "remove what interrupted saves left in a directory"},
     {"tune", cmd_tune, "build the AUTO selector's profile for a filesystem"},
     {"profile", cmd_profile, "profile show: print the AUTO selector's dictionary"},
 };

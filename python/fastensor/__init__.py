@@ -235,5 +235,7 @@ def verify(path, *, engine: str = "auto") -> None:
 
 
 from .store import SpillStore  # noqa: E402  (needs the helpers above)
+from ._ckpt import SaveWarning, gc  # noqa: E402
 
-__all__ = ["File", "Request", "SpillStore", "configure", "context", "inspect", "verify", "ENGINES"]
+__all__ = ["File", "Request", "SaveWarning", "SpillStore", "configure", "context", "gc",
+           "inspect", "verify", "ENGINES"]

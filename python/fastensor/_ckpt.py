@@ -4,8 +4,14 @@ from __future__ import annotations
 
 import mmap as _mmap
 import os
+import warnings
 
 from . import _C, context, engine_id
+
+
+class SaveWarning(UserWarning):
+    """A save installed the new checkpoint, but a step after its commit failed (the directory
+    fsync that makes it durable, or removing the previous checkpoint's files)."""
 
 _MADV_POPULATE_READ = getattr(_mmap, "MADV_POPULATE_READ", 22)  # Linux 5.14
 
@@ -20,8 +26,17 @@ def save(path, items, metadata, *, engine="auto", shard_size=None, checksums=Tru
     flags = (0 if checksums else _C.SAVE_NO_CHECKSUM) | (0 if durable else _C.SAVE_NO_SYNC)
     if shard_size is not None and shard_size <= 0:
         raise ValueError("shard_size must be positive")
-    _C.ckpt_save(context(), os.fspath(path), items, meta, engine_id(engine),
-                 int(shard_size or 0), flags)
+    warning = _C.ckpt_save(context(), os.fspath(path), items, meta, engine_id(engine),
+                           int(shard_size or 0), flags)
+    if warning is not None:
+        warnings.warn(f"{os.fspath(path)}: saved, but {warning}", SaveWarning, stacklevel=3)
+
+
+def gc(directory) -> list:
+    """Remove what dead saves left in ``directory`` (temporaries of processes that are gone,
+    shards of generations no index lists); saves in progress and checkpoints are left alone.
+    Returns the removed paths."""
+    return _C.ckpt_gc(context(), os.fspath(directory))
 
 
 def open_checkpoint(path):
@@ -55,11 +70,11 @@ def mapped_shard(ck, shard, info, *, engine="auto", verify=False, mmap=None):
         return None
     if mmap is None and (engine != "auto" or not _C.ckpt_shard_cached(ck, shard)):
         return None
-    with open(path, "rb") as f:
-        if os.fstat(f.fileno()).st_size < start + size:
-            return None
-        m = _mmap.mmap(f.fileno(), start + size, flags=_mmap.MAP_PRIVATE,
-                       prot=_mmap.PROT_READ | _mmap.PROT_WRITE)
+    fd = _C.ckpt_shard_fd(ck, shard)
+    if os.fstat(fd).st_size < start + size:
+        return None
+    m = _mmap.mmap(fd, start + size, flags=_mmap.MAP_PRIVATE,
+                   prot=_mmap.PROT_READ | _mmap.PROT_WRITE)
     # Map the cached pages in now, read-only (MAP_POPULATE on a writable private mapping
     # would copy every page up front); kernels before 5.14 fault them in on first use.
     try:

@@ -371,8 +371,12 @@ static PyObject *py_ckpt_save(PyObject *self, PyObject *args)
     Py_BEGIN_ALLOW_THREADS
     rc = ft_ckpt_save(ctx, path, t, (size_t)n, &so);
     Py_END_ALLOW_THREADS
+    /* the warning's text (the new checkpoint is installed), or None */
     if (rc < 0)
         raise_ft(rc, path);
+    else if (rc == FT_SAVE_WARNING)
+        result = PyUnicode_DecodeUTF8(ft_last_error(), (Py_ssize_t)strlen(ft_last_error()),
+                                      "replace");
     else
         result = (Py_INCREF(Py_None), Py_None);
 out:
@@ -518,7 +522,54 @@ static PyObject *py_ckpt_shard_cached(PyObject *self, PyObject *args)
     return rc < 0 ? raise_ft(rc, NULL) : PyBool_FromLong(rc);
 }
 
+/* (ckpt, shard) -> the descriptor the shard was parsed through (owned by the checkpoint) */
+static PyObject *py_ckpt_shard_fd(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *cap;
+    unsigned shard;
+    if (!PyArg_ParseTuple(args, "OI", &cap, &shard))
+        return NULL;
+    ft_ckpt *c = cap_get(cap, CAP_CKPT);
+    if (!c)
+        return NULL;
+    int fd = ft_ckpt_shard_fd(c, shard);
+    return fd < 0 ? raise_ft(fd, NULL) : PyLong_FromLong(fd);
+}
+
+static void gc_note(const char *path, void *arg)
+{
+    PyObject *list = arg, *s = PyUnicode_DecodeFSDefault(path);
+    if (s) {
+        PyList_Append(list, s);
+        Py_DECREF(s);
+    }
+    PyErr_Clear();
+}
+
+/* (ctx, dir) -> [removed paths] */
+static PyObject *py_ckpt_gc(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *ctxcap;
+    const char *dir;
+    if (!PyArg_ParseTuple(args, "Os", &ctxcap, &dir))
+        return NULL;
+    ft_ctx *ctx = cap_get(ctxcap, CAP_CTX);
+    PyObject *list = ctx ? PyList_New(0) : NULL;
+    if (!list)
+        return NULL;
+    int64_t rc = ft_ckpt_gc(ctx, dir, gc_note, list); /* the GIL held: gc_note appends */
+    if (rc < 0) {
+        Py_DECREF(list);
+        return raise_ft((int)rc, dir);
+    }
+    return list;
+}
+
 static PyMethodDef methods[] = {
+    {"ckpt_shard_fd", py_ckpt_shard_fd, METH_VARARGS, "ckpt_shard_fd(ckpt, shard) -> int"},
+    {"ckpt_gc", py_ckpt_gc, METH_VARARGS, "ckpt_gc(ctx, dir) -> [removed paths]"},
     {"ctx_create", py_ctx_create, METH_VARARGS, "ctx_create(threads, chunk, qd, bounce, engine)"},
     {"engine_id", py_engine_id, METH_VARARGS, "engine_id(name) -> int"},
     {"file_open", py_file_open, METH_VARARGS, "file_open(ctx, path, flags, mode) -> file"},

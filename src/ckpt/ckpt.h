@@ -88,6 +88,10 @@ struct ft_ckpt {
     size_t nmeta;
 };
 
+/** The names of the tensors overlapping data bytes [from, to) of shard @p s, quoted, for
+ * messages: "'a'", or "'a', 'b' (2 tensors share the block)". */
+void ft__shard_tensors_in(const ft__shard *s, uint64_t from, uint64_t to, char *buf,
+                          size_t len);
 /** The name of the tensor overlapping data byte @p at of shard @p s (for messages). */
 const char *ft__shard_tensor_at(const ft__shard *s, uint64_t at);
 
@@ -124,7 +128,8 @@ typedef struct ft__ckpt_name {
 
 int ft__name_init(ft__ckpt_name *n, const char *path);
 void ft__name_free(ft__ckpt_name *n);
-/** Note what the name holds now (the file, the index and its shards). @return 0. */
+/** Note what the name holds now (the file, the index and its shards). @return 0 or -errno
+ * (what is there cannot be told: the save must not go on). */
 int ft__name_installed(ft_ctx *ctx, ft__ckpt_name *n);
 /** "FINAL.fastensor-tmp-PID-N", unique in this process; NULL on ENOMEM. */
 char *ft__tmp_name(const char *final);

@@ -107,21 +107,33 @@ static int index_names(ft_ctx *ctx, const char *index, char ***out, size_t *coun
     return 0;
 }
 
+/* Whether @p path exists: 1, 0, or -errno when that cannot be told. */
+static int present(const char *path)
+{
+    struct stat st;
+    if (ft__sys.stat(path, &st) == 0)
+        return 1;
+    return errno == ENOENT ? 0 : ft__err(-errno, "cannot stat %s", path);
+}
+
 int ft__name_installed(ft_ctx *ctx, ft__ckpt_name *n)
 {
-    n->had_single = exists(n->path);
-    n->had_index = exists(n->index);
+    int single = present(n->path), index = single < 0 ? single : present(n->index);
+    if (single < 0 || index < 0)
+        return single < 0 ? single : index;
+    n->had_single = single;
+    n->had_index = index;
     if (!n->had_index)
         return 0;
-    /* An index that cannot be read is replaced all the same; its shards, unknown, stay. */
-    char keep[FT__DETAIL_MAX];
-    ft__detail_save(keep);
-    if (index_names(ctx, n->index, &n->old, &n->nold) < 0) {
+    /* An invalid index is replaced all the same (its shards, unknown, are left); one that
+     * cannot be read fails the save, which would otherwise leave them behind. */
+    int rc = index_names(ctx, n->index, &n->old, &n->nold);
+    if (rc == -EBADMSG || rc == -EINVAL) {
         n->old = NULL;
         n->nold = 0;
+        rc = 0;
     }
-    ft__detail_restore(keep);
-    return 0;
+    return rc;
 }
 
 char *ft__tmp_name(const char *final)
@@ -195,12 +207,15 @@ int ft__fsync_dir(const char *dir)
 
 /* ---- leftovers ---- */
 
-/* The pid of a temporary's name ("…" TMP_MARK "PID-N", or the older "….tmp-PID-N"), else 0. */
+/* The pid of a temporary's name ("…" TMP_MARK "PID-N", the older "….tmp-PID-N", or a
+ * spill store's ".fastensor-spill-PID-N-M" between its open and unlink), else 0. */
 static long tmp_owner(const char *name)
 {
     const char *m = strstr(name, TMP_MARK);
     const char *digits = m ? m + strlen(TMP_MARK) : NULL;
-    if (!m) {
+    if (!m && strncmp(name, ".fastensor-spill-", 17) == 0) /* a spill file not yet unlinked */
+        digits = name + 17;
+    if (!m && !digits) {
         const char *legacy[] = {EXT ".tmp-", EXT ".index.json.tmp-", ".index.json.tmp-"};
         for (size_t i = 0; !digits && i < sizeof legacy / sizeof *legacy; i++)
             if ((m = strstr(name, legacy[i])))
@@ -213,7 +228,7 @@ static long tmp_owner(const char *name)
     if (pid <= 0 || (*end && *end != '-'))
         return 0;
     for (const char *p = *end ? end + 1 : end; *p; p++)
-        if (!isdigit((unsigned char)*p))
+        if (!isdigit((unsigned char)*p) && *p != '-')
             return 0;
     return pid;
 }
@@ -370,14 +385,16 @@ int64_t ft_ckpt_gc(ft_ctx *ctx, const char *dir,
 
 /* ---- after the commit ---- */
 
+/* Unlink a file of the previous checkpoint. @return 1 removed, 0 absent, or -errno. */
 static int remove_file(const char *dir, const char *name, bool in_dir)
 {
     char *path = NULL;
     if (in_dir ? asprintf(&path, "%s/%s", dir, name) < 0 : !(path = strdup(name)))
         return ft__err(-ENOMEM, "%s", name);
-    int rc = 0;
-    if (ft__sys.unlink(path) != 0 && errno != ENOENT)
-        rc = ft__err(-errno, "cannot remove %s of the previous checkpoint", path);
+    int rc = 1;
+    if (ft__sys.unlink(path) != 0)
+        rc = errno == ENOENT ? 0
+                             : ft__err(-errno, "cannot remove %s of the previous checkpoint", path);
     free(path);
     return rc;
 }
@@ -386,16 +403,22 @@ int ft__after_commit(ft_ctx *ctx, ft__ckpt_name *n, bool sharded, const char *co
                      size_t nkeep, bool sync)
 {
     int first = sync ? ft__fsync_dir(n->dir) : 0, rc;
-    /* The other form of the name goes first: from here on the name has one checkpoint. */
-    if (sharded && n->had_single && (rc = remove_file(n->dir, n->path, false)) && !first)
-        first = rc;
-    if (!sharded && n->had_index && (rc = remove_file(n->dir, n->index, false)) && !first)
+    unsigned removed = 0;
+    /* The other form of the name goes first (tried whether or not it was seen before the
+     * save): from here on the name has one checkpoint. */
+    rc = remove_file(n->dir, sharded ? n->path : n->index, false);
+    removed += rc > 0;
+    if (rc < 0 && !first)
         first = rc;
     for (size_t i = 0; i < n->nold; i++) {
         bool kept = false;
         for (size_t j = 0; j < nkeep && !kept; j++)
             kept = strcmp(keep[j], n->old[i]) == 0;
-        if (!kept && (rc = remove_file(n->dir, n->old[i], true)) && !first)
+        if (kept)
+            continue;
+        rc = remove_file(n->dir, n->old[i], true);
+        removed += rc > 0;
+        if (rc < 0 && !first)
             first = rc;
     }
     char stem[4096];
@@ -403,8 +426,7 @@ int ft__after_commit(ft_ctx *ctx, ft__ckpt_name *n, bool sharded, const char *co
     sweep w = {.ctx = ctx, .dir = n->dir, .stem = stem, .stem_len = n->stem_len};
     if ((rc = sweep_dir(&w)) && !first)
         first = rc;
-    if (sync && (n->nold || n->had_single || n->had_index || w.count) &&
-        (rc = ft__fsync_dir(n->dir)) && !first)
+    if (sync && (removed || w.count) && (rc = ft__fsync_dir(n->dir)) && !first)
         first = rc;
     return first;
 }

@@ -72,11 +72,12 @@ static int bad_block_error(const ft__shard *s, uint64_t k)
 {
     uint64_t block = s->header.csum_block, from = k * block;
     uint64_t to = FT__MIN(from + block, s->data_size);
+    char names[FT__DETAIL_MAX / 2];
+    ft__shard_tensors_in(s, from, to, names, sizeof names);
     return ft__err(-EBADMSG, "%s: block %llu (data bytes %llu..%llu, file offset %llu) does "
-                             "not match its checksum; it holds tensor '%s'",
+                             "not match its checksum; the bad bytes are in %s",
                    s->path, (unsigned long long)k, (unsigned long long)from,
-                   (unsigned long long)to, (unsigned long long)(s->data_start + from),
-                   ft__shard_tensor_at(s, from));
+                   (unsigned long long)to, (unsigned long long)(s->data_start + from), names);
 }
 
 /*

@@ -303,8 +303,11 @@ static int pick_in_dir(const char *dir, char **out)
         rc = ft__err(-ENOMEM, "%s", dir);
     char *also = rc == 0 && nindex == 1 ? single_of(*out) : NULL;
     struct stat st;
-    if (also && ft__sys.stat(also, &st) == 0 && S_ISREG(st.st_mode)) {
+    if (also && ft__sys.stat(also, &st) == 0 && S_ISREG(st.st_mode))
         rc = refuse_both(also, *out);
+    else if (also && errno != ENOENT)
+        rc = ft__err(-errno, "cannot stat %s", also);
+    if (rc < 0 && also) {
         free(*out);
         *out = NULL;
     }
@@ -504,6 +507,30 @@ int ft_ckpt_has_checksums(const ft_ckpt *c)
         if (!c->shards[k].header.csum_block)
             return 0;
     return c && c->nshards > 0;
+}
+
+void ft__shard_tensors_in(const ft__shard *s, uint64_t from, uint64_t to, char *buf,
+                          size_t len)
+{
+    const ft__st_header *h = &s->header;
+    size_t n = 0, at = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; i < h->ntensors; i++) {
+        const ft__st_tensor *t = &h->tensors[i];
+        if (t->end <= from || t->begin >= to || t->end == t->begin)
+            continue;
+        if (n++ < 4 && at < len)
+            at += (size_t)snprintf(buf + at, len - at, "%s'%s'", n > 1 ? ", " : "", t->name);
+    }
+    if (n == 1)
+        return; /* "'name'" */
+    char tail[64];
+    snprintf(tail, sizeof tail, n > 4 ? ", ... (%zu tensors share the block)"
+                                      : " (%zu tensors share the block)", n);
+    if (at < len)
+        snprintf(buf + at, len - at, "%s", tail);
+    if (n == 0)
+        snprintf(buf, len, "no tensor (padding)");
 }
 
 const char *ft__shard_tensor_at(const ft__shard *s, uint64_t at)

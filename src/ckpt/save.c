@@ -479,7 +479,10 @@ int ft_ckpt_save(ft_ctx *ctx, const char *path, const ft_tensor *tensors, size_t
     ft__ckpt_name nm;
     if ((rc = ft__name_init(&nm, path)) < 0)
         return rc;
-    ft__name_installed(ctx, &nm);
+    if ((rc = ft__name_installed(ctx, &nm)) < 0) {
+        ft__name_free(&nm);
+        return rc;
+    }
     save_job job = {.ctx = ctx, .opts = opts, .block = block,
                     .metadata = opts ? opts->metadata : NULL};
     rc = plan_shards(&job, &nm, tensors, count, opts ? opts->shard_size : 0);

@@ -12,6 +12,7 @@
 #include <liburing.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 typedef struct uring_ring uring_ring;
 struct uring_ring {
@@ -248,7 +249,7 @@ static int64_t transfer_run(transfer *t)
                                : io->piece && io->piece != UINT64_MAX ? io->piece
                                                                      : io->ctx->cfg.chunk_size;
     uint64_t next = 0;  /* bytes of io handed to slots */
-    unsigned inflight = 0;
+    unsigned inflight = 0, stalls = 0;
     bool ring_broken = false;
     for (;;) {
         for (unsigned i = 0; i < t->depth && next < io->len && !t->err; i++) {
@@ -266,7 +267,19 @@ static int64_t transfer_run(transfer *t)
         if (inflight == 0)
             break;
         int rc = ft__sys.uring_submit(&t->r->ring);
-        if (rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY) {
+        if (rc == -EINTR)
+            continue; /* the requests are still queued: submit them again */
+        /* Out of resources: wait for a completion, unless the kernel holds none of ours,
+         * in which case nothing would ever complete; then try again shortly. */
+        if ((rc == -EAGAIN || rc == -EBUSY) && inflight == io_uring_sq_ready(&t->r->ring)) {
+            if (++stalls <= 1000) {
+                usleep(100);
+                continue;
+            }
+        } else if (rc == -EAGAIN || rc == -EBUSY) {
+            rc = 0;
+        }
+        if (rc < 0) {
             transfer_fail(t, ft__err(rc, "io_uring_submit"));
             ring_broken = true;
             break;

@@ -61,10 +61,16 @@ unsigned ft__probe_cache(int fd, uint64_t off, uint64_t len)
     return cached * 10 >= total * 9 ? 2 : 1;
 }
 
+static _Atomic uint64_t last_ns;
+static _Atomic unsigned last_class;
+
+void ft__probe_cpu_forget(void)
+{
+    atomic_store_explicit(&last_ns, 0, memory_order_relaxed);
+}
+
 unsigned ft__probe_cpu(void)
 {
-    static _Atomic uint64_t last_ns;
-    static _Atomic unsigned last_class;
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
     uint64_t now = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;

@@ -17,18 +17,13 @@
 
 #define PROFILE_MAGIC "fastensor-profile 1"
 
-int ft__sel_save(ft__selector *sel, const char *path, const char *tag)
+/* The profile's text (malloc'ed, *len bytes), or NULL on ENOMEM. */
+static char *profile_text(ft__selector *sel, const char *tag, size_t *len)
 {
-    char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.tmp-%d", path, (int)getpid());
-    int fd = ft__sys.open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0)
-        return ft__err(-errno, "cannot write profile %s", tmp);
-    FILE *f = fdopen(fd, "w");
-    if (!f) {
-        ft__sys.close(fd);
-        return ft__err(-ENOMEM, "profile");
-    }
+    char *text = NULL;
+    FILE *f = open_memstream(&text, len); /* memory only: no system call */
+    if (!f)
+        return NULL;
     fprintf(f, "%s\ntag %s\n", PROFILE_MAGIC, tag);
     for (unsigned i = 0; i < FT__SEL_KEYS; i++) {
         ft__sel_entry *e = ft__sel_entry_at(sel, i, false);
@@ -50,19 +45,40 @@ int ft__sel_save(ft__selector *sel, const char *path, const char *tag)
         }
         pthread_mutex_unlock(&e->lock);
     }
-    int bad = ferror(f);
-    if (fflush(f) != 0 || fdatasync(fileno(f)) != 0)
-        bad = 1;
+    bool bad = ferror(f) != 0;
     if (fclose(f) != 0 || bad) {
-        ft__sys.unlink(tmp);
-        return ft__err(-EIO, "cannot write profile %s", tmp);
+        free(text);
+        return NULL;
     }
-    if (ft__sys.rename(tmp, path) != 0) {
-        int e = -errno;
-        ft__sys.unlink(tmp);
-        return ft__err(e, "cannot rename profile to %s", path);
+    return text;
+}
+
+int ft__sel_save(ft__selector *sel, const char *path, const char *tag)
+{
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp-%d", path, (int)getpid());
+    size_t len = 0;
+    char *text = profile_text(sel, tag, &len);
+    if (!text)
+        return ft__err(-ENOMEM, "profile");
+    int fd = ft__sys.open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        free(text);
+        return ft__err(-errno, "cannot write profile %s", tmp);
     }
-    return 0;
+    int64_t w = ft__pwrite_full(fd, text, len, 0);
+    free(text);
+    int rc = w < 0 ? (int)w : 0;
+    while (rc == 0 && ft__sys.fdatasync(fd) != 0)
+        if (errno != EINTR)
+            rc = ft__err(-errno, "fdatasync of profile %s", tmp);
+    if (ft__sys.close(fd) != 0 && rc == 0 && errno != EINTR)
+        rc = ft__err(-errno, "close of profile %s", tmp);
+    if (rc == 0 && ft__sys.rename(tmp, path) != 0)
+        rc = ft__err(-errno, "cannot rename profile to %s", path);
+    if (rc < 0)
+        ft__sys.unlink(tmp);
+    return rc;
 }
 
 typedef struct loaded {

@@ -129,6 +129,8 @@ int ft__sel_load(ft__selector *sel, const char *path, const char *tag);
 unsigned ft__probe_cache(int fd, uint64_t off, uint64_t len);
 /** CPU load class: 1 when more tasks are runnable than there are CPUs (sampled every 0.5 s). */
 unsigned ft__probe_cpu(void);
+/** Make the next ft__probe_cpu read /proc/loadavg again (tests). */
+void ft__probe_cpu_forget(void);
 
 /* ---- stints (stint.c): stream reads beside other transfers, measured a run at a time ---- */
 

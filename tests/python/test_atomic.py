@@ -1,0 +1,122 @@
+"""Checkpoints that are never torn, seen from Python: loads bound to the file whose header they
+parsed while another thread replaces it, a save replacing the other form of its name, gc of
+dead saves' leftovers, warnings for failures after the commit, clear errors for FIFOs and
+truncated files."""
+import os
+import threading
+import warnings
+
+import numpy as np
+import pytest
+
+import fastensor
+import fastensor.numpy as ftn
+
+REPLACEMENTS = int(os.environ.get("FT_REPLACEMENTS", "300"))
+
+
+def version(v, n=6, size=64 << 10):
+    rng = np.random.default_rng(1000 + v)
+    return {f"t{i}": rng.integers(0, 255, size + 4096 * i, dtype=np.uint8) for i in range(n)}
+
+
+def which(loaded, versions):
+    """The version every tensor of ``loaded`` comes from, or None for a mix."""
+    found = set()
+    for name, arr in loaded.items():
+        found |= {v for v, want in versions.items() if np.array_equal(arr, want[name])}
+    return found.pop() if len(found) == 1 else None
+
+
+@pytest.mark.parametrize("mmap", [True, False], ids=["mapped", "read"])
+def test_loads_never_mix_a_replaced_file(tmp, mmap):
+    path = os.path.join(tmp, "m.safetensors")
+    versions = {v: version(v) for v in (0, 1)}
+    ftn.save_file(versions[0], path)
+    ftn.load_file(path)  # cached, so the mapped path is taken
+    done = threading.Event()
+    errors = []
+
+    def writer():
+        try:
+            for i in range(REPLACEMENTS):
+                ftn.save_file(versions[(i + 1) % 2], path)
+        except Exception as e:  # reported below
+            errors.append(e)
+        finally:
+            done.set()
+
+    t = threading.Thread(target=writer)
+    t.start()
+    loads = mixed = 0
+    while not done.is_set() or loads < 50:
+        got = ftn.load_file(path, mmap=mmap)
+        loads += 1
+        if which(got, versions) is None:
+            mixed += 1
+    t.join()
+    assert not errors
+    print(f"{loads} loads against {REPLACEMENTS} replacements: {mixed} mixed")
+    assert mixed == 0
+
+
+def test_a_save_replaces_the_other_form(tmp):
+    path = os.path.join(tmp, "model.safetensors")
+    a, b = version(0), version(1)
+    ftn.save_file(a, path, shard_size=100 << 10)
+    assert os.path.exists(path + ".index.json")
+    ftn.save_file(b, path)
+    assert sorted(os.listdir(tmp)) == ["model.safetensors"]
+    assert which(ftn.load_file(tmp), {1: b}) == 1
+    ftn.save_file(a, path, shard_size=100 << 10)
+    names = sorted(os.listdir(tmp))
+    assert "model.safetensors" not in names and "model.safetensors.index.json" in names
+    assert all(n.startswith("model-0000") for n in names if n != "model.safetensors.index.json")
+    assert which(ftn.load_file(tmp), {0: a}) == 0
+
+
+def test_gc_removes_dead_saves_only(tmp):
+    path = os.path.join(tmp, "model.safetensors")
+    ftn.save_file(version(0), path, shard_size=100 << 10)
+    before = sorted(os.listdir(tmp))
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    os.waitpid(pid, 0)
+    junk = [f"model.safetensors.fastensor-tmp-{pid}-0",
+            "model-00003-of-00007.deadbeef.safetensors"]
+    for j in junk:
+        open(os.path.join(tmp, j), "wb").close()
+    removed = fastensor.gc(tmp)
+    assert sorted(os.path.basename(r) for r in removed) == sorted(junk)
+    assert sorted(os.listdir(tmp)) == before
+    with pytest.raises(NotADirectoryError):
+        fastensor.gc(path + ".index.json")
+
+
+def test_fifo_is_refused(tmp):
+    p = os.path.join(tmp, "fifo.safetensors")
+    os.mkfifo(p)
+    with pytest.raises(ValueError, match="not a regular file"):
+        ftn.load_file(p)
+
+
+def test_truncation_is_named(tmp):
+    p = os.path.join(tmp, "t.safetensors")
+    ftn.save_file(version(0, n=2), p)
+    size = os.path.getsize(p)
+    os.truncate(p, size - 1000)
+    with pytest.raises(ValueError, match="truncated.*1000 missing"):
+        ftn.load_file(p)
+
+
+def test_warning_after_commit_is_a_warning_not_an_error(tmp, monkeypatch):
+    # A directory whose fsync fails cannot be made here without faults; the C tests inject
+    # it. What Python adds is the translation: FT_SAVE_WARNING becomes a SaveWarning.
+    from fastensor import _ckpt
+    calls = []
+    monkeypatch.setattr(_ckpt._C, "ckpt_save", lambda *a: calls.append(a) or "fsync failed")
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        _ckpt.save(os.path.join(tmp, "x.safetensors"), [], None)
+    assert calls and any(issubclass(x.category, fastensor.SaveWarning) for x in w)
