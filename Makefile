@@ -5,6 +5,7 @@
 #   make demo       the demo of `fastensor demo`
 #   make install    PREFIX=/usr/local DESTDIR=
 
+SHELL := /bin/bash
 VERSION := 0.1.0
 PREFIX ?= /usr/local
 DESTDIR ?=
@@ -62,7 +63,38 @@ $(BUILD)/fastensor: $(CLI_OBJ) $(BUILD)/libfastensor.a
 $(BUILD)/tests/%: $(BUILD)/tests/%.o $(TEST_LIB) $(BUILD)/libfastensor.a
 	$(CC) -pthread $(SANFLAGS) -rdynamic -o $@ $< $(TEST_LIB) $(BUILD)/libfastensor.a $(LIBS) -lm
 
-tests: $(TEST_BIN)
+# The fuzz targets' corpora replayed (no libFuzzer needed): tests/check-fuzz-corpus.sh.
+FUZZ_TARGETS := header index profile
+REPLAY_BIN := $(FUZZ_TARGETS:%=$(BUILD)/fuzz-replay/fuzz_%)
+$(BUILD)/fuzz-replay/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/replay.c $(BUILD)/libfastensor.a
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -o $@ $< tests/fuzz/replay.c $(BUILD)/libfastensor.a $(LIBS) -lm
+
+tests: $(TEST_BIN) $(REPLAY_BIN)
+
+# libFuzzer builds (clang): the library instrumented for coverage, ASan and UBSan.
+FUZZ_SAN := fuzzer-no-link,address,undefined
+FUZZ_BUILD := build/fuzz
+FUZZ_SECONDS ?= 60
+fuzz:
+	$(MAKE) --no-print-directory lib CC=clang SAN=$(FUZZ_SAN) BUILD=$(FUZZ_BUILD)
+	@for t in $(FUZZ_TARGETS); do \
+	    echo "  FUZZ $$t"; \
+	    clang -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined \
+	        -fno-sanitize-recover=undefined -Iinclude tests/fuzz/fuzz_$$t.c \
+	        $(FUZZ_BUILD)/libfastensor.a $(LIBS) -lm -o $(FUZZ_BUILD)/fuzz_$$t || exit 1; \
+	done
+
+# Each target for FUZZ_SECONDS from its corpus; new inputs go to build/fuzz/corpus-T.
+fuzz-run: fuzz
+	@for t in $(FUZZ_TARGETS); do \
+	    mkdir -p $(FUZZ_BUILD)/corpus-$$t; \
+	    echo "== fuzz_$$t for $(FUZZ_SECONDS) s"; \
+	    FASTENSOR_PROFILE=off $(FUZZ_BUILD)/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) \
+	        -print_final_stats=1 -max_len=65536 $(FUZZ_BUILD)/corpus-$$t \
+	        tests/fuzz/corpus/$$t 2>&1 | grep -E "^#[0-9]+.*DONE|stat::number_of_executed|stat::peak|cov:|ERROR|SUMMARY" | tail -4; \
+	    test $${PIPESTATUS[0]} -eq 0 || exit 1; \
+	done
 
 deps:
 	@scripts/deps.sh

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define PROFILE_MAGIC "fastensor-profile 1"
@@ -86,22 +87,58 @@ typedef struct loaded {
     float tput[FT__SEL_WINDOW];
 } loaded;
 
+/* The whole profile file (NUL-terminated), through the syscall table. 0 with *text NULL
+ * when there is none. */
+static int read_profile(const char *path, char **text)
+{
+    *text = NULL;
+    int fd = ft__sys.open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK, 0);
+    if (fd < 0)
+        return errno == ENOENT ? 0 : ft__err(-errno, "cannot read profile %s", path);
+    struct stat st;
+    int rc = 0;
+    if (ft__sys.fstat(fd, &st) != 0)
+        rc = ft__err(-errno, "cannot stat profile %s", path);
+    else if (!S_ISREG(st.st_mode) || st.st_size > (64 << 20))
+        rc = ft__err(-EINVAL, "%s: not a regular file of at most 64 MiB", path);
+    char *buf = rc == 0 ? malloc((size_t)st.st_size + 1) : NULL;
+    if (rc == 0 && !buf)
+        rc = ft__err(-ENOMEM, "profile");
+    int64_t n = rc == 0 ? ft__pread_full(fd, buf, (uint64_t)st.st_size, 0) : 0;
+    if (n < 0)
+        rc = (int)n;
+    ft__sys.close(fd);
+    if (rc < 0) {
+        free(buf);
+        return rc;
+    }
+    buf[n] = '\0';
+    *text = buf;
+    return 0;
+}
+
 int ft__sel_load(ft__selector *sel, const char *path, const char *tag)
 {
-    FILE *f = fopen(path, "re");
-    if (!f)
-        return errno == ENOENT ? 0 : ft__err(-errno, "cannot read profile %s", path);
-    char line[1024];
+    char *text;
+    int rc = read_profile(path, &text);
+    if (rc < 0 || !text)
+        return rc;
+    rc = ft__sel_parse(sel, text, path, tag);
+    free(text);
+    return rc;
+}
+
+int ft__sel_parse(ft__selector *sel, char *text, const char *path, const char *tag)
+{
     int rc = 0, lineno = 0;
     size_t count = 0, cap = 256;
     loaded *rows = malloc(cap * sizeof *rows);
-    if (!rows) {
-        fclose(f);
+    if (!rows)
         return ft__err(-ENOMEM, "profile");
-    }
-    while (rc == 0 && fgets(line, sizeof line, f)) {
+    char *save = NULL;
+    for (char *line = strtok_r(text, "\n", &save); rc == 0 && line;
+         line = strtok_r(NULL, "\n", &save)) {
         lineno++;
-        line[strcspn(line, "\n")] = '\0';
         if (lineno == 1) {
             if (strcmp(line, PROFILE_MAGIC) != 0)
                 rc = ft__err(-EINVAL, "%s: not a version-1 fastensor profile", path);
@@ -152,7 +189,6 @@ int ft__sel_load(ft__selector *sel, const char *path, const char *tag)
     }
     if (rc == 0 && lineno < 2)
         rc = ft__err(-EINVAL, "%s: truncated profile", path);
-    fclose(f);
     for (size_t i = 0; rc == 0 && i < count; i++) { /* all good: take it */
         ft__sel_entry *e = ft__sel_entry_at(sel, rows[i].key, true);
         if (!e) {

@@ -120,6 +120,9 @@ int ft__sel_save(ft__selector *sel, const char *path, const char *tag);
  * another version or with another @p tag is -EINVAL (detail says why) and loads nothing.
  */
 int ft__sel_load(ft__selector *sel, const char *path, const char *tag);
+/** Parse a profile's text (changed in place: lines are cut out), @p path naming it in
+ * messages. @return as ft__sel_load. */
+int ft__sel_parse(ft__selector *sel, char *text, const char *path, const char *tag);
 
 /* ---- context probes (probe.c) ---- */
 

@@ -1,0 +1,26 @@
+/* libFuzzer target: the AUTO profile parser. */
+#include "../../src/select/select.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static uint64_t zero_clock(void)
+{
+    return 0;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    ft__selector *sel;
+    if (ft__sel_create(&sel, 8, zero_clock, 1) < 0)
+        abort();
+    char *text = malloc(size + 1);
+    memcpy(text, data, size);
+    text[size] = '\0';
+    ft__sel_parse(sel, text, "fuzz", "fuzz-tag");
+    free(text);
+    ft__sel_destroy(sel);
+    return 0;
+}
