@@ -482,6 +482,44 @@ static void case_flipped_bit(void)
     free_tensors(o, n);
 }
 
+/* Flip a byte of each tensor of a block that 40 small tensors share: each time, exactly the
+ * tensor whose byte was flipped is named (by its part checksum). */
+static void case_flipped_shared_block(void)
+{
+    size_t n = 40;
+    owned_tensor *o = make_tensors(n, FT_DTYPE_F32, 5, 2000);
+    ft_tensor *list = list_of(o, n);
+    const char *path = t_path("shared.safetensors");
+    T_EQ(ft_ckpt_save(ctx, path, list, n, NULL), 0);
+    for (size_t victim = 0; victim < n; victim += 7) {
+        if (!o[victim].t.data.len)
+            continue;
+        ft_ckpt *c;
+        T_EQ(ft_ckpt_open(ctx, &c, path), 0);
+        ft_tensor_info info;
+        T_EQ(ft_ckpt_info(c, (size_t)ft_ckpt_find(c, o[victim].name), &info), 0);
+        ft_ckpt_close(c);
+        uint64_t at = info.file_offset + info.nbytes / 3;
+        int fd = open(path, O_RDWR);
+        uint8_t byte;
+        T_EQ(pread(fd, &byte, 1, (off_t)at), 1);
+        byte ^= 0x41;
+        T_EQ(pwrite(fd, &byte, 1, (off_t)at), 1);
+        T_EQ(ft_ckpt_open(ctx, &c, path), 0);
+        T_EQ(ft_ckpt_verify(c, NULL, NULL, NULL), -EBADMSG);
+        char want[128];
+        snprintf(want, sizeof want, "bad bytes are in tensor '%s'", o[victim].name);
+        if (!strstr(ft_last_error(), want))
+            T_FAIL("flipped a byte of %s, the error says: %s", o[victim].name, ft_last_error());
+        ft_ckpt_close(c);
+        byte ^= 0x41; /* mend it for the next round */
+        T_EQ(pwrite(fd, &byte, 1, (off_t)at), 1);
+        close(fd);
+    }
+    free(list);
+    free_tensors(o, n);
+}
+
 static bool file_equals(const char *path, const char *content)
 {
     char buf[64] = {0};
@@ -594,6 +632,7 @@ int main(void)
         {"every header validation failure", case_validation},
         {"index paths that escape, mismatched weight maps", case_index_paths},
         {"a flipped bit is found by verify and verified loads", case_flipped_bit},
+        {"a flipped byte in a shared block names its tensor", case_flipped_shared_block},
         {"failed saves keep the old file and leave no temporaries", case_failed_saves},
         {"crash atomicity: SIGKILL during saves", case_crash_atomicity},
     };

@@ -19,6 +19,7 @@ struct json_t;
 #define FT__META_CSUM_BLOCK "fastensor.block_size"
 #define FT__META_CSUMS "fastensor.checksums"
 #define FT__META_VERSION "fastensor.version"
+#define FT__META_PARTS "fastensor.part_checksums"
 #define FT__CSUM_ALGO "xxh3-64"
 
 typedef struct ft__st_tensor {
@@ -44,7 +45,24 @@ typedef struct ft__st_header {
     uint64_t csum_block;    /* 0 when the file has no checksums */
     uint64_t *csums;        /* ceil(data_size / csum_block) values */
     uint64_t ncsums;
+    uint64_t *parts;        /* part checksums (see ft__parts_layout), NULL when absent */
+    uint64_t nparts;
 } ft__st_header;
+
+/* A tensor's bytes in the data section, [begin, end). */
+typedef struct ft__span {
+    uint64_t begin, end;
+} ft__span;
+
+/**
+ * Part checksums tell which tensor of a block shared by several holds bad bytes: for each
+ * checksum block that two or more non-empty tensors overlap, one xxh3-64 per such tensor of
+ * its bytes within the block, blocks in order, tensors in data order. Given the tensors'
+ * spans (sorted by begin), fill first[b] (for b < nblocks) with the index of block b's first
+ * part, or UINT64_MAX when one tensor alone (or none) has the block. @return the parts' count.
+ */
+uint64_t ft__parts_layout(const ft__span *spans, size_t n, uint64_t block, uint64_t nblocks,
+                          uint64_t *first);
 
 /**
  * Parse and validate a safetensors header of @p len bytes whose data section holds

@@ -312,7 +312,8 @@ static int gather_listed(sweep *w, DIR *d, bool *unreadable)
             return ft__err(-ENOMEM, "%s", w->dir);
         }
         w->listed = grown;
-        memcpy(w->listed + w->nlisted, names, n * sizeof *names);
+        if (n)
+            memcpy(w->listed + w->nlisted, names, n * sizeof *names);
         w->nlisted += n;
         free(names);
     }

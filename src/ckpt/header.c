@@ -80,7 +80,26 @@ void ft__st_header_free(ft__st_header *h)
     free(h->tensors);
     free(h->meta);
     free(h->csums);
+    free(h->parts);
     memset(h, 0, sizeof *h);
+}
+
+uint64_t ft__parts_layout(const ft__span *spans, size_t n, uint64_t block, uint64_t nblocks,
+                          uint64_t *first)
+{
+    for (uint64_t b = 0; b < nblocks; b++)
+        first[b] = 0; /* first counts the block's tensors until the second pass */
+    for (size_t i = 0; i < n; i++)
+        for (uint64_t b = spans[i].begin / block;
+             spans[i].end > spans[i].begin && b <= (spans[i].end - 1) / block && b < nblocks; b++)
+            first[b]++;
+    uint64_t parts = 0;
+    for (uint64_t b = 0; b < nblocks; b++) {
+        uint64_t count = first[b];
+        first[b] = count >= 2 ? parts : UINT64_MAX;
+        parts += count >= 2 ? count : 0;
+    }
+    return parts;
 }
 
 static int bad(const char *where, const char *fmt, const char *a, const char *b)
@@ -167,6 +186,35 @@ static int parse_checksums(const json_t *meta, uint64_t data_size, const char *w
     return 0;
 }
 
+/* The part checksums, when present, once the tensors and blocks are known. */
+static int parse_parts(const json_t *meta, const char *where, ft__st_header *h)
+{
+    const json_t *hex = json_object_get(meta, FT__META_PARTS);
+    if (!hex || !h->csum_block)
+        return 0;
+    ft__span *spans = malloc((h->ntensors + 1) * sizeof *spans);
+    uint64_t *first = malloc((h->ncsums + 1) * sizeof *first);
+    if (!spans || !first) {
+        free(spans);
+        free(first);
+        return ft__err(-ENOMEM, "%s: checksums", where);
+    }
+    for (size_t i = 0; i < h->ntensors; i++)
+        spans[i] = (ft__span){h->tensors[i].begin, h->tensors[i].end};
+    uint64_t n = ft__parts_layout(spans, h->ntensors, h->csum_block, h->ncsums, first);
+    free(spans);
+    free(first);
+    h->parts = malloc((n + 1) * sizeof *h->parts);
+    if (!h->parts)
+        return ft__err(-ENOMEM, "%s: checksums", where);
+    h->nparts = n;
+    if (!json_is_string(hex) ||
+        ft__csum_decode(json_string_value(hex), json_string_length(hex), h->parts, n) < 0)
+        return bad(where, "metadata %s does not hold one 16-digit hex value per part%s",
+                   FT__META_PARTS, "");
+    return 0;
+}
+
 static int parse_metadata(const json_t *meta, uint64_t data_size, const char *where,
                           ft__st_header *h)
 {
@@ -186,7 +234,8 @@ static int parse_metadata(const json_t *meta, uint64_t data_size, const char *wh
         if (!(m->key = strdup(key)) || !(m->value = strdup(json_string_value(v))))
             return ft__err(-ENOMEM, "%s: metadata", where);
     }
-    return parse_checksums(meta, data_size, where, h);
+    int rc = parse_checksums(meta, data_size, where, h);
+    return rc < 0 ? rc : parse_parts(meta, where, h);
 }
 
 static int by_begin(const void *a, const void *b)

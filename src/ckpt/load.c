@@ -68,12 +68,54 @@ static int64_t verify_piece(void *arg, unsigned i)
     return r;
 }
 
-static int bad_block_error(const ft__shard *s, uint64_t k)
+/* Which tensors of shared block @p k hold the bad bytes, by its part checksums (the block
+ * read again): their names into @p buf. @return false where that cannot be told. */
+static bool bad_parts(ft__shard *s, uint64_t k, char *buf, size_t len)
+{
+    const ft__st_header *h = &s->header;
+    uint64_t block = h->csum_block, from = k * block, to = FT__MIN(from + block, s->data_size);
+    uint64_t *first = h->parts ? malloc((h->ncsums + 1) * sizeof *first) : NULL;
+    ft__span *spans = first ? malloc((h->ntensors + 1) * sizeof *spans) : NULL;
+    uint8_t *data = spans ? malloc((size_t)(to - from) + 1) : NULL;
+    bool told = false;
+    if (data) {
+        for (size_t i = 0; i < h->ntensors; i++)
+            spans[i] = (ft__span){h->tensors[i].begin, h->tensors[i].end};
+        ft__parts_layout(spans, h->ntensors, block, h->ncsums, first);
+        ft_buf b = ft_host_buf(data, (size_t)(to - from));
+        ft_io_opts o = {.engine = FT_ENGINE_POSIX};
+        uint64_t part = first[k];
+        if (part != UINT64_MAX &&
+            ft__transfer(s->file, &b, s->data_start + from, &o, false) == (int64_t)(to - from)) {
+            size_t at = 0, n = 0;
+            buf[0] = '\0';
+            for (size_t i = 0; i < h->ntensors && part < h->nparts; i++) {
+                uint64_t tb = FT__MAX(spans[i].begin, from), te = FT__MIN(spans[i].end, to);
+                if (te <= tb)
+                    continue;
+                if (ft__csum(data + (tb - from), (size_t)(te - tb)) != h->parts[part++] &&
+                    at < len)
+                    at += (size_t)snprintf(buf + at, len - at, "%stensor '%s'", n++ ? " and " : "",
+                                           h->tensors[i].name);
+            }
+            told = n > 0;
+        }
+    }
+    free(data);
+    free(spans);
+    free(first);
+    return told;
+}
+
+static int bad_block_error(ft__shard *s, uint64_t k)
 {
     uint64_t block = s->header.csum_block, from = k * block;
     uint64_t to = FT__MIN(from + block, s->data_size);
-    char names[FT__DETAIL_MAX / 2];
-    ft__shard_tensors_in(s, from, to, names, sizeof names);
+    char names[FT__DETAIL_MAX / 2], keep[FT__DETAIL_MAX];
+    ft__detail_save(keep);
+    if (!bad_parts(s, k, names, sizeof names))
+        ft__shard_tensors_in(s, from, to, names, sizeof names);
+    ft__detail_restore(keep);
     return ft__err(-EBADMSG, "%s: block %llu (data bytes %llu..%llu, file offset %llu) does "
                              "not match its checksum; the bad bytes are in %s",
                    s->path, (unsigned long long)k, (unsigned long long)from,

@@ -522,15 +522,26 @@ void ft__shard_tensors_in(const ft__shard *s, uint64_t from, uint64_t to, char *
         if (n++ < 4 && at < len)
             at += (size_t)snprintf(buf + at, len - at, "%s'%s'", n > 1 ? ", " : "", t->name);
     }
-    if (n == 1)
-        return; /* "'name'" */
-    char tail[64];
-    snprintf(tail, sizeof tail, n > 4 ? ", ... (%zu tensors share the block)"
-                                      : " (%zu tensors share the block)", n);
+    if (n == 1) {
+        char one[FT__DETAIL_MAX];
+        snprintf(one, sizeof one, "tensor %s", buf);
+        snprintf(buf, len, "%s", one);
+        return;
+    }
+    char tail[96];
+    snprintf(tail, sizeof tail, n > 4 ? ", ... (%zu tensors share the block; it has no part "
+                                        "checksums to tell which)"
+                                      : " (%zu tensors share the block; it has no part "
+                                        "checksums to tell which)", n);
     if (at < len)
         snprintf(buf + at, len - at, "%s", tail);
     if (n == 0)
         snprintf(buf, len, "no tensor (padding)");
+    else if (n > 1) { /* "one of 'a', 'b' (...)" */
+        char many[FT__DETAIL_MAX];
+        snprintf(many, sizeof many, "one of %s", buf);
+        snprintf(buf, len, "%s", many);
+    }
 }
 
 const char *ft__shard_tensor_at(const ft__shard *s, uint64_t at)

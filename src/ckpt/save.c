@@ -28,6 +28,9 @@ typedef struct save_shard {
     bool renamed;             /* path is ours, not yet listed by an installed index */
     uint64_t *csums;
     uint64_t ncsums;
+    uint64_t *first_part;     /* per block: its first part checksum, or UINT64_MAX */
+    uint64_t *parts;          /* part checksums (see ft__parts_layout) */
+    uint64_t nparts;
 } save_shard;
 
 typedef struct save_job {
@@ -100,10 +103,13 @@ static char *header_json(const save_job *job, const save_shard *s, size_t *len)
         json_object_set_new(meta, FT__META_VERSION, json_string("1"));
         json_object_set_new(meta, FT__META_CSUM_ALGO, json_string(FT__CSUM_ALGO));
         json_object_set_new(meta, FT__META_CSUM_BLOCK, json_string(blk));
-        char *hex = malloc(s->ncsums * 16 + 1);
+        char *hex = malloc(FT__MAX(s->ncsums, s->nparts) * 16 + 1);
         if (hex) {
             ft__csum_encode(s->csums, s->ncsums, hex);
             json_object_set_new(meta, FT__META_CSUMS, json_stringn(hex, s->ncsums * 16));
+            ft__csum_encode(s->parts, s->nparts, hex);
+            if (s->nparts)
+                json_object_set_new(meta, FT__META_PARTS, json_stringn(hex, s->nparts * 16));
             free(hex);
         }
     }
@@ -156,6 +162,28 @@ static int gather(const save_shard *s, uint64_t at, uint64_t len, uint8_t *dst)
     return 0;
 }
 
+/* The part checksums of block @p k (its bytes at @p data, data offset @p from), if shared. */
+static void part_sums(save_shard *s, uint64_t k, uint64_t block, const uint8_t *data,
+                      uint64_t from)
+{
+    uint64_t part = s->first_part[k], to = FT__MIN(from + block, s->data_size);
+    if (part == UINT64_MAX)
+        return;
+    size_t lo = 0, hi = s->count; /* first tensor ending after from */
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (s->begin[mid] + s->tensors[mid].data.len <= from)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    for (size_t i = lo; i < s->count && s->begin[i] < to; i++) {
+        uint64_t tb = FT__MAX(s->begin[i], from), te = FT__MIN(s->begin[i] + s->tensors[i].data.len, to);
+        if (te > tb)
+            s->parts[part++] = ft__csum(data + (tb - from), (size_t)(te - tb));
+    }
+}
+
 typedef struct piece_job {
     save_job *job;
     save_shard *s;
@@ -178,8 +206,10 @@ static int64_t write_piece(void *arg, unsigned i)
         return grc;
     }
     uint64_t block = pj->job->block;
-    for (uint64_t b = 0; block && b < len; b += block)
+    for (uint64_t b = 0; block && b < len; b += block) {
         s->csums[(at + b) / block] = ft__csum(buf + b, (size_t)FT__MIN(block, len - b));
+        part_sums(s, (at + b) / block, block, buf + b, at + b);
+    }
     ft_buf fb = ft_host_buf(buf, (size_t)len);
     ft_io_opts o = {.engine = pj->job->opts ? pj->job->opts->engine : FT_ENGINE_AUTO,
                     .flags = pj->job->opts && (pj->job->opts->flags & FT_SAVE_NO_SYNC)
@@ -321,6 +351,18 @@ static int plan_shards(save_job *job, ft__ckpt_name *nm, const ft_tensor *t, siz
             s->begin[i] = s->begin[i - 1] + s->tensors[i - 1].data.len;
         s->ncsums = job->block ? (s->data_size + job->block - 1) / job->block : 0;
         s->csums = calloc(s->ncsums + 1, sizeof *s->csums);
+        s->first_part = calloc(s->ncsums + 1, sizeof *s->first_part);
+        ft__span *spans = calloc(s->count + 1, sizeof *spans);
+        if (!spans || !s->begin)
+            return ft__err(-ENOMEM, "shards");
+        for (size_t i = 0; i < s->count; i++)
+            spans[i] = (ft__span){s->begin[i], s->begin[i] + s->tensors[i].data.len};
+        if (job->block && s->first_part)
+            s->nparts = ft__parts_layout(spans, s->count, job->block, s->ncsums, s->first_part);
+        free(spans);
+        s->parts = calloc(s->nparts + 1, sizeof *s->parts);
+        if (!s->first_part || !s->parts)
+            return ft__err(-ENOMEM, "shards");
         s->path = job->nshards == 1 ? strdupf("%s", nm->path)
                                     : ft__shard_name(nm, k, job->nshards, job->gen);
         s->tmp = s->path ? ft__tmp_name(s->path) : NULL;
@@ -453,6 +495,8 @@ static void free_job(save_job *job)
         free(s->path);
         free(s->begin);
         free(s->csums);
+        free(s->first_part);
+        free(s->parts);
     }
     free(job->shards);
 }
