@@ -17,7 +17,8 @@
 
 static ft_ctx *ctx;
 static fx_state *st;
-#define SHARD (96u << 10) /* four or five shards of the fixture's ~384 KiB */
+/* four or five shards of the fixture (~384 KiB, or FT_KILL_MIB) */
+static uint64_t SHARD = 96u << 10;
 
 /* A fresh directory under t_dir() and the checkpoint name in it. */
 static void fresh(const char *tag, char *dir, char *path, char *index)
@@ -262,8 +263,9 @@ static int judge(const char *dir, const char *path, const char *index, int a, in
  * and are killed at random moments. */
 static void case_kill_random(void)
 {
-    const char *env = getenv("FT_KILL_TRIALS");
+    const char *env = getenv("FT_KILL_TRIALS"), *ms = getenv("FT_KILL_DELAY_MS");
     unsigned trials = env ? (unsigned)atoi(env) : 60, mixed = 0, leftovers = 0;
+    unsigned delay_us = 1000u * (ms ? (unsigned)atoi(ms) : 60);
     unsigned saw[2] = {0, 0};
     char dir[4200], path[4300], index[4400];
     fresh("kill", dir, path, index);
@@ -277,7 +279,7 @@ static void case_kill_random(void)
             for (unsigned i = 0;; i++)
                 fx_save(cc, st, path, (int)(i % 2 ? 0 : 1), forms && i % 3 == 1 ? 0 : SHARD);
         }
-        usleep((useconds_t)(rand() % 60000));
+        usleep((useconds_t)((unsigned)rand() % delay_us));
         kill(pid, SIGKILL);
         waitpid(pid, NULL, 0);
         int j = judge(dir, path, index, 0, 1, saw);
@@ -337,7 +339,11 @@ int main(void)
         t_skip("no O_DIRECT on the filesystem of %s (set FT_TEST_DIR to an ext4/xfs "
                "directory)", t_dir());
     ctx = t_ctx(4);
-    st = fx_make(384u << 10);
+    /* FT_KILL_MIB: a larger state dict (with FT_KILL_DELAY_MS to match its save time) */
+    const char *mib = getenv("FT_KILL_MIB");
+    st = fx_make(mib ? (size_t)atoi(mib) << 20 : 384u << 10);
+    if (mib)
+        SHARD = ((uint64_t)atoi(mib) << 20) / 4;
     const t_case cases[] = {
         {"a save replaces the other form of its name", case_replace_forms},
         {"both forms in a directory are refused, naming both", case_both_forms_refused},

@@ -123,3 +123,16 @@ def test_warning_after_commit_is_a_warning_not_an_error(tmp, monkeypatch):
         warnings.simplefilter("always")
         _ckpt.save(os.path.join(tmp, "x.safetensors"), [], None)
     assert calls and any(issubclass(x.category, fastensor.SaveWarning) for x in w)
+
+
+def test_cli_escapes_control_characters(tmp):
+    import subprocess
+    cli = os.path.join(os.environ.get("BUILD", "build"), "fastensor")
+    if not os.path.exists(cli):
+        pytest.skip(f"no CLI at {cli} (make builds it)")
+    p = os.path.join(tmp, "names.safetensors")
+    ftn.save_file({"evil\x1b[2J\x07name": np.zeros(4, np.float32)}, p,
+                  metadata={"k\x1b": "v\r\n"})
+    out = subprocess.run([cli, "inspect", p], capture_output=True, text=True, check=True).stdout
+    assert "\x1b" not in out and "\x07" not in out and "\r" not in out
+    assert "evil\\x1b[2J\\x07name" in out and "k\\x1b = v\\x0d\\x0a" in out
