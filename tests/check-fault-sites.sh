@@ -11,6 +11,10 @@ if [ -z "$sites" ] || [ ! -s "$sites" ]; then
     echo "SKIP: no injected sites recorded (run through tests/run.sh, which sets FT_FAULT_SITES)"
     exit 77
 fi
+case ${SAN:-} in *thread*)
+    echo "SKIP: under ThreadSanitizer the fork-based cases do not run (the plain and ASan runs check the sites)"
+    exit 77 ;;
+esac
 command -v addr2line >/dev/null || { echo "SKIP: addr2line (binutils) is not installed"; exit 77; }
 
 # Sites that cannot fail in a way the library could see: void calls.

@@ -574,6 +574,8 @@ static void case_failed_saves(void)
  * the old one or the new one. */
 static void case_crash_atomicity(void)
 {
+    if (!t_fork_threads_ok())
+        return;
     const char *path = t_path("crash.safetensors");
     size_t n = 8, rounds = 30;
     owned_tensor *a = make_tensors(n, FT_DTYPE_F32, 10, 400000);

@@ -263,6 +263,8 @@ static int judge(const char *dir, const char *path, const char *index, int a, in
  * and are killed at random moments. */
 static void case_kill_random(void)
 {
+    if (!t_fork_threads_ok())
+        return;
     const char *env = getenv("FT_KILL_TRIALS"), *ms = getenv("FT_KILL_DELAY_MS");
     unsigned trials = env ? (unsigned)atoi(env) : 60, mixed = 0, leftovers = 0;
     unsigned delay_us = 1000u * (ms ? (unsigned)atoi(ms) : 60);
@@ -295,6 +297,8 @@ static void case_kill_random(void)
 /* One save of version 1 over version 0, killed at the nth call of each step's syscall. */
 static void case_kill_at_steps(void)
 {
+    if (!t_fork_threads_ok())
+        return;
     static const struct { enum t_fault_op op; const char *name; } steps[] = {
         {T_OP_RENAME, "rename"}, {T_OP_FSYNC, "fsync"}, {T_OP_FDATASYNC, "fdatasync"},
         {T_OP_UNLINK, "unlink"}};

@@ -652,6 +652,8 @@ static void sweep_op(const op *p)
 /* io_uring's availability is probed once per process: each fault there in a child. */
 static void case_uring_probe(void)
 {
+    if (!t_fork_threads_ok())
+        return;
     unsigned bad = 0;
     for (int err = 0; err < 3; err++)
         for (unsigned nth = 1; nth <= 2; nth++) {

@@ -147,6 +147,24 @@ void t_free_misaligned(void *p, size_t misalign)
         free((uint8_t *)p - misalign);
 }
 
+#if defined(__SANITIZE_THREAD__)
+#define T_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define T_TSAN 1
+#endif
+#endif
+
+bool t_fork_threads_ok(void)
+{
+#ifdef T_TSAN
+    printf("  skipped: ThreadSanitizer cannot run forked children that start threads\n");
+    return false;
+#else
+    return true;
+#endif
+}
+
 int t_run(const t_case *cases, size_t n)
 {
     int failed_cases = 0;

@@ -79,6 +79,10 @@ void t_skip(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2))
 
 /* Whether the filesystem holding t_dir() accepts O_DIRECT. */
 bool t_have_odirect(void);
+/* Whether a forked child may start threads: not under ThreadSanitizer, which kills such a
+ * child ("starting new threads after multi-threaded fork is not supported"). Cases that
+ * fork savers print why they skip when this is false. */
+bool t_fork_threads_ok(void);
 /* Whether large tests (> 1 GiB) should run: FT_TEST_QUICK unset. */
 bool t_large_tests(void);
 

@@ -41,7 +41,7 @@ typedef struct save_job {
     unsigned nshards;
     const char *const *metadata;
     uint32_t gen;             /* the shards' generation (several shards) */
-    char detail[FT__DETAIL_MAX];
+    ft__first_err failed;     /* the first shard that failed */
 } save_job;
 
 static int check_tensors(const ft_tensor *t, size_t n, const char *const *meta)
@@ -306,7 +306,7 @@ static int64_t write_shard_task(void *arg, unsigned i)
     save_job *job = arg;
     int rc = write_shard(job, &job->shards[i]);
     if (rc < 0)
-        ft__detail_save(job->detail);
+        ft__first_err_note(&job->failed, i, rc);
     return rc;
 }
 
@@ -430,14 +430,11 @@ static int write_shards(save_job *job)
     int64_t *results = calloc(job->nshards, sizeof *results);
     if (!results)
         return ft__err(-ENOMEM, "shards");
+    ft__first_err_init(&job->failed);
     int rc = ft__pool_run(job->ctx->pool, job->nshards, write_shard_task, job, results);
-    for (unsigned k = 0; rc == 0 && k < job->nshards; k++)
-        if (results[k] < 0) {
-            rc = (int)results[k];
-            ft__detail_restore(job->detail);
-        }
+    int first = ft__first_err_take(&job->failed);
     free(results);
-    return rc;
+    return rc < 0 ? rc : first;
 }
 
 /* Everything durable under temporary names: install the new checkpoint by one rename.

@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -27,6 +28,34 @@ void ft__detail_restore(const char *src)
 {
     if (src != detail)
         snprintf(detail, sizeof detail, "%s", src);
+}
+
+void ft__first_err_init(ft__first_err *c)
+{
+    pthread_mutex_init(&c->lock, NULL);
+    c->index = UINT32_MAX;
+    c->err = 0;
+    c->detail[0] = '\0';
+}
+
+void ft__first_err_note(ft__first_err *c, unsigned index, int err)
+{
+    pthread_mutex_lock(&c->lock);
+    if (index < c->index) {
+        c->index = index;
+        c->err = err;
+        ft__detail_save(c->detail);
+    }
+    pthread_mutex_unlock(&c->lock);
+}
+
+int ft__first_err_take(ft__first_err *c)
+{
+    pthread_mutex_destroy(&c->lock);
+    if (c->index == UINT32_MAX)
+        return 0;
+    ft__detail_restore(c->detail);
+    return c->err;
 }
 
 const char *ft_last_error(void)

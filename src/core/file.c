@@ -48,7 +48,9 @@ int ft_file_open(ft_ctx *ctx, ft_file **out, const char *path, unsigned flags, m
     if (fd < 0)
         return ft__err(-errno, "cannot open %s", path);
     int rc = ft__file_adopt(ctx, out, fd, path, flags, access);
-    if (rc == 0 && ft__sys.fcntl(fd, F_SETFL, access) != 0) {
+    /* the status flags the file was opened with were O_NONBLOCK alone (O_CLOEXEC is the
+     * descriptor's, not the file's) */
+    if (rc == 0 && ft__sys.fcntl(fd, F_SETFL, 0) != 0) {
         rc = ft__err(-errno, "cannot clear O_NONBLOCK on %s", path);
         ft_file_close(*out);
         *out = NULL;

@@ -27,6 +27,20 @@ void ft__detail_save(char *dst);
 /** Make @p src the thread's detail message. */
 void ft__detail_restore(const char *src);
 
+/** The first failure of parallel tasks (the lowest task index), with its detail. */
+typedef struct ft__first_err {
+    pthread_mutex_t lock;
+    unsigned index; /* UINT32_MAX: none yet */
+    int err;
+    char detail[FT__DETAIL_MAX];
+} ft__first_err;
+
+void ft__first_err_init(ft__first_err *c);
+/** From task @p index that failed with @p err (its thread's detail set): kept if first. */
+void ft__first_err_note(ft__first_err *c, unsigned index, int err);
+/** @return the kept -errno (its detail made the thread's), or 0; then frees the lock. */
+int ft__first_err_take(ft__first_err *c);
+
 /* ---- settings (config.c) ---- */
 
 /** Fill zero fields of @p cfg with defaults and check the rest. @return 0 or -EINVAL. */

@@ -1,0 +1,400 @@
+#!/usr/bin/env python3
+"""Checkpoint workflows, the way users run them: every tool side by side, interleaved rounds.
+
+Scenarios (each load in a fresh process, defaults, timed from the call to the last byte on
+the device; interpreter start and imports are not counted):
+  save     durable save (every tool's time includes making its files durable)
+  cold     first load after a page-cache drop (needs root to drop the cache)
+  repeat2  second load, a fresh process, no drop between (a restarted job)
+  repeat3  third load, likewise (an evaluation after it)
+  procsN   N processes loading the same checkpoint at once after a drop (the ranks of a node):
+           aggregate GB/s = N x size / (last end - first start)
+  big      first and second load of a checkpoint larger than the page cache may keep: the
+           workers run in a cgroup whose memory.max is half the checkpoint (cgroup v2, root);
+           skipped with the reason where that cannot be set up
+Tools: fastensor with a fresh profile (what a new user has: one empty profile directory for
+the run) and with a tuned one (`fastensor tune` first), safetensors, torch.save/torch.load
+(and torch.load(mmap=True), every byte touched), torch.distributed.checkpoint's default
+writer/reader, numpy (one .npy per tensor), and the raw ceiling of the disk in the same run
+(fio, sequential O_DIRECT, 16 MiB blocks, 16 in flight; else a Python O_DIRECT dd).
+
+Each round runs every (scenario, tool) once, tools in a shuffled order; the table gives the
+median GB/s of the rounds with the range, and fastensor's ratios to safetensors and to the
+raw ceiling of the same rounds.
+
+    PYTHONPATH=python .venv/bin/python bench/scenarios.py --size 1G --rounds 3 \\
+        --dir /nvme/bench --json docs/benchmarks/scenarios-dev.json [--device cuda] [--plot x.png]
+"""
+import argparse
+import json
+import os
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+TOOLS = ["fastensor", "fastensor-tuned", "safetensors", "torch", "torch-mmap", "dcp", "numpy",
+         "raw"]
+SCENARIOS = ["save", "cold", "repeat2", "repeat3", "procs", "big"]
+
+
+# ---- the state dict (made in each worker from a seed: the same bytes everywhere) ----
+
+def state_dict(size, seed=0):
+    import torch
+    g = torch.Generator().manual_seed(seed)
+    d = 2048
+    per_layer = 4 * d * d + 3 * d * 5504 + 2 * d  # q k v o, gate up down, norms (elements)
+    layers = max(1, size // (2 * per_layer))
+    sd = {}
+    for i in range(layers):
+        for n, shape in (("q", (d, d)), ("k", (d, d)), ("v", (d, d)), ("o", (d, d)),
+                         ("gate", (5504, d)), ("up", (5504, d)), ("down", (d, 5504)),
+                         ("ln1", (d,)), ("ln2", (d,))):
+            sd[f"layers.{i}.{n}.weight"] = torch.randn(shape, generator=g).to(torch.bfloat16)
+    return sd
+
+
+def nbytes(sd):
+    return sum(t.numel() * t.element_size() for t in sd.values())
+
+
+def fsync_tree(path):
+    paths = [path] if os.path.isfile(path) else [os.path.join(r, f) for r, _, fs in os.walk(path)
+                                                  for f in fs]
+    for p in paths:
+        fd = os.open(p, os.O_RDONLY)
+        os.fsync(fd)
+        os.close(fd)
+    d = os.open(os.path.dirname(os.path.abspath(path)) or ".", os.O_RDONLY)
+    os.fsync(d)
+    os.close(d)
+
+
+def target(tool, base):
+    ext = {"safetensors": ".safetensors", "torch": ".pt", "torch-mmap": ".pt", "dcp": ".dcp",
+           "numpy": ".npy.d", "raw": ".raw"}.get(tool, ".safetensors")
+    name = "torch" if tool == "torch-mmap" else "fastensor" if tool.startswith("fastensor") else tool
+    return os.path.join(base, name + ext)
+
+
+# ---- one measurement, in a worker process ----
+
+def do_save(tool, path, sd):
+    import torch
+    if tool.startswith("fastensor"):
+        import fastensor.torch as ftt
+        ftt.save_file(sd, path)  # durable by default
+        return
+    if tool == "safetensors":
+        import safetensors.torch as st
+        st.save_file(sd, path)
+    elif tool in ("torch", "torch-mmap"):
+        torch.save(sd, path)
+    elif tool == "dcp":
+        import torch.distributed.checkpoint as dcp
+        shutil.rmtree(path, ignore_errors=True)
+        dcp.save(sd, checkpoint_id=path)
+    elif tool == "numpy":
+        import numpy as np
+        os.makedirs(path, exist_ok=True)
+        for k, t in sd.items():
+            np.save(os.path.join(path, k + ".npy"), t.view(torch.int16).numpy())
+    fsync_tree(path)
+
+
+def do_load(tool, path, device, template=None):
+    import torch
+    if tool.startswith("fastensor"):
+        import fastensor.torch as ftt
+        out = ftt.load_file(path, device=device)
+    elif tool == "safetensors":
+        import safetensors.torch as st
+        out = st.load_file(path, device=device)
+    elif tool == "torch":
+        out = torch.load(path, map_location=device, weights_only=True)
+    elif tool == "torch-mmap":
+        out = torch.load(path, map_location="cpu", mmap=True, weights_only=True)
+        out = {k: (v.to(device) if device != "cpu" else v.clone()) for k, v in out.items()}
+    elif tool == "dcp":
+        import torch.distributed.checkpoint as dcp
+        out = {k: torch.empty_like(v, device=device) for k, v in template.items()}
+        dcp.load(out, checkpoint_id=path)
+    elif tool == "numpy":
+        import numpy as np
+        out = {}
+        for f in sorted(os.listdir(path)):
+            a = torch.from_numpy(np.load(os.path.join(path, f))).view(torch.bfloat16)
+            out[f[:-4]] = a.to(device) if device != "cpu" else a
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+    return out
+
+
+def raw_io(path, size, write):
+    """The disk's sequential O_DIRECT ceiling for @p size bytes: fio where installed."""
+    fio = shutil.which("fio")
+    if fio:
+        args = [fio, "--name=ceiling", f"--filename={path}", f"--size={size}", "--bs=16M",
+                "--iodepth=16", "--ioengine=libaio", "--direct=1", "--output-format=json",
+                f"--rw={'write' if write else 'read'}"] + (["--end_fsync=1"] if write else [])
+        r = json.loads(subprocess.run(args, capture_output=True, text=True, check=True).stdout)
+        job = r["jobs"][0]["write" if write else "read"]
+        return job["io_bytes"], job["runtime"] / 1000.0
+    import mmap
+    block = 16 << 20
+    buf = mmap.mmap(-1, block)
+    fd = os.open(path, (os.O_WRONLY | os.O_CREAT if write else os.O_RDONLY) | os.O_DIRECT, 0o644)
+    t0 = time.perf_counter()
+    done = 0
+    while done < size:
+        n = os.pwritev(fd, [buf], done) if write else os.preadv(fd, [buf], done)
+        if n <= 0:
+            break
+        done += n
+    if write:
+        os.fsync(fd)
+    os.close(fd)
+    return done, time.perf_counter() - t0
+
+
+def worker(spec):
+    import torch
+    if spec.get("cgroup"):
+        with open(os.path.join(spec["cgroup"], "cgroup.procs"), "w") as f:
+            f.write(str(os.getpid()))
+    tool, path, op, device = spec["tool"], spec["path"], spec["op"], spec["device"]
+    if tool == "raw":
+        n, secs = raw_io(path, spec["size"], op == "save")
+        return {"bytes": n, "seconds": secs, "start": time.time() - secs, "end": time.time()}
+    if device.startswith("cuda"):
+        torch.zeros(1, device=device)  # the context, outside the timing
+    sd = state_dict(spec["size"]) if op == "save" or tool == "dcp" else None
+    if spec.get("barrier"):
+        while not os.path.exists(spec["barrier"]):
+            time.sleep(0.001)
+    start = time.time()
+    t0 = time.perf_counter()
+    if op == "save":
+        do_save(tool, path, sd)
+        n = nbytes(sd)
+    else:
+        out = do_load(tool, path, device, sd)
+        n = nbytes(out)
+    secs = time.perf_counter() - t0
+    return {"bytes": n, "seconds": secs, "start": start, "end": start + secs}
+
+
+# ---- the driver ----
+
+def drop_caches():
+    try:
+        os.sync()
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("3\n")
+        return True
+    except OSError:
+        return False
+
+
+def spawn(spec, env):
+    cmd = [sys.executable, os.path.abspath(__file__), "--worker", json.dumps(spec)]
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env)
+
+
+def collect(p):
+    out, err = p.communicate()
+    if p.returncode != 0:
+        raise RuntimeError(f"worker failed ({p.returncode}): {err.strip()[-800:]}")
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def env_for(tool, profiles):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.path.join(ROOT, "python") + os.pathsep + env.get("PYTHONPATH", "")
+    env["FASTENSOR_QUIET"] = "1"
+    if tool == "fastensor":
+        env["FASTENSOR_PROFILE"] = profiles["fresh"]
+    elif tool == "fastensor-tuned":
+        env["FASTENSOR_PROFILE"] = profiles["tuned"]
+    return env
+
+
+def make_cgroup(limit):
+    """A cgroup v2 child with memory.max = @p limit, or (None, why not)."""
+    base = "/sys/fs/cgroup"
+    try:
+        if "memory" not in open(os.path.join(base, "cgroup.controllers")).read().split():
+            return None, "cgroup v2 has no memory controller here"
+        ctl = os.path.join(base, "cgroup.subtree_control")
+        if "memory" not in open(ctl).read().split():
+            with open(ctl, "w") as f:
+                f.write("+memory")
+        cg = os.path.join(base, f"fastensor-bench-{os.getpid()}")
+        os.makedirs(cg, exist_ok=True)
+        with open(os.path.join(cg, "memory.max"), "w") as f:
+            f.write(str(limit))
+        return cg, None
+    except OSError as e:
+        return None, f"cannot set a cgroup memory limit ({e.strerror})"
+
+
+def measure(args, tool, scenario, profiles, paths, cgroup):
+    env = env_for(tool, profiles)
+    spec = {"tool": tool, "path": paths[tool], "device": args.device, "size": args.size_bytes,
+            "op": "save" if scenario == "save" else "load"}
+    if scenario in ("cold", "procs", "big") and not drop_caches():
+        return None
+    if scenario == "procs":
+        barrier = os.path.join(args.work, f"go-{tool}-{time.time_ns()}")
+        procs = [spawn(dict(spec, barrier=barrier), env) for _ in range(args.procs)]
+        time.sleep(0.5 + 0.3 * args.procs)  # let them import and wait at the barrier
+        open(barrier, "w").close()
+        rs = [collect(p) for p in procs]
+        os.unlink(barrier)
+        span = max(r["end"] for r in rs) - min(r["start"] for r in rs)
+        return sum(r["bytes"] for r in rs) / span / 1e9
+    if scenario == "big":
+        spec["cgroup"] = cgroup
+    if scenario in ("repeat2", "repeat3", "big"):
+        collect(spawn(spec, env))  # the load before (repeat3: two before) in a process of its own
+        if scenario == "repeat3":
+            collect(spawn(spec, env))
+    if scenario == "big" and not drop_caches():
+        return None
+    r = collect(spawn(spec, env))
+    return r["bytes"] / r["seconds"] / 1e9
+
+
+def table(results, scenarios, tools):
+    lines = ["| scenario | " + " | ".join(tools) + " | fastensor / safetensors | fastensor / raw |",
+             "|---" * (len(tools) + 3) + "|"]
+    for s in scenarios:
+        cells, med = [], {}
+        for t in tools:
+            v = [x for x in results.get(s, {}).get(t, []) if x is not None]
+            if v:
+                med[t] = statistics.median(v)
+                cells.append(f"{med[t]:.2f} ({min(v):.2f}-{max(v):.2f})")
+            else:
+                cells.append("-")
+        def ratio(a, b):
+            return f"{med[a] / med[b]:.2f}x" if a in med and b in med and med[b] else "-"
+        lines.append(f"| {s} | " + " | ".join(cells) + f" | {ratio('fastensor', 'safetensors')} |"
+                     f" {ratio('fastensor', 'raw')} |")
+    return "\n".join(lines)
+
+
+def plot(results, scenarios, tools, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(12, 5))
+    w = 0.8 / len(tools)
+    for i, t in enumerate(tools):
+        ys = [statistics.median(v) if (v := [x for x in results.get(s, {}).get(t, [])
+                                              if x is not None]) else 0 for s in scenarios]
+        ax.bar([k + i * w for k in range(len(scenarios))], ys, w, label=t)
+    ax.set_xticks([k + 0.4 - w / 2 for k in range(len(scenarios))], scenarios)
+    ax.set_ylabel("GB/s (median of rounds)")
+    ax.legend(ncol=4, fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def parse_size(s):
+    m = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    return int(float(s[:-1]) * m[s[-1].upper()]) if s[-1].upper() in m else int(s)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--worker", help=argparse.SUPPRESS)
+    ap.add_argument("--size", default="1G", help="checkpoint bytes (bf16 state dict), e.g. 3G")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--procs", type=int, default=4, help="processes of the procsN scenario")
+    ap.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
+    ap.add_argument("--dir", default=None, help="where the checkpoints go (a real disk)")
+    ap.add_argument("--tools", default=",".join(TOOLS))
+    ap.add_argument("--scenarios", default=",".join(SCENARIOS))
+    ap.add_argument("--tune-seconds", type=int, default=20)
+    ap.add_argument("--json", help="write every sample and the table's medians here")
+    ap.add_argument("--plot", help="a PNG of the medians")
+    args = ap.parse_args()
+    if args.worker:
+        print(json.dumps(worker(json.loads(args.worker))))
+        return
+    args.size_bytes = parse_size(args.size)
+    tools = [t for t in args.tools.split(",") if t]
+    scenarios = [s for s in args.scenarios.split(",") if s]
+    try:
+        import safetensors  # noqa: F401
+    except ImportError:
+        tools = [t for t in tools if t != "safetensors"]
+    args.work = tempfile.mkdtemp(prefix="ft-scenarios-", dir=args.dir)
+    profiles = {"fresh": os.path.join(args.work, "profile-fresh"),
+                "tuned": os.path.join(args.work, "profile-tuned")}
+    for p in profiles.values():
+        os.makedirs(p)
+    skipped = {}
+    if "fastensor-tuned" in tools:
+        cli = os.path.join(ROOT, os.environ.get("BUILD", "build"), "fastensor")
+        subprocess.run([cli, "tune", "--file", os.path.join(args.work, "tune.bin"), "--seconds",
+                        str(args.tune_seconds)] + (["--memory", "cuda"] if args.device != "cpu"
+                                                   else []),
+                       env=dict(os.environ, FASTENSOR_PROFILE=profiles["tuned"]), check=True,
+                       stdout=subprocess.DEVNULL)
+    if not drop_caches():
+        skipped["cold, procs, big"] = "the page cache cannot be dropped (not root)"
+    cgroup, why = make_cgroup(args.size_bytes // 2) if "big" in scenarios else (None, None)
+    if "big" in scenarios and not cgroup:
+        skipped["big"] = why
+        scenarios.remove("big")
+    paths = {t: target(t, args.work) for t in tools}
+    results = {s: {t: [] for t in tools} for s in scenarios}
+    try:
+        for t in tools:  # every tool's checkpoint exists before the first load
+            measure(args, t, "save", profiles, paths, cgroup)
+        for r in range(args.rounds):
+            for s in scenarios:
+                order = tools[:]
+                random.shuffle(order)
+                for t in order:
+                    gbps = measure(args, t, s, profiles, paths, cgroup)
+                    results[s][t].append(gbps)
+                    print(f"round {r + 1} {s:8s} {t:16s} "
+                          f"{'-' if gbps is None else f'{gbps:.2f} GB/s'}", file=sys.stderr)
+    finally:
+        if cgroup:
+            try:
+                os.rmdir(cgroup)
+            except OSError:
+                pass
+        shutil.rmtree(args.work, ignore_errors=True)
+    names = [s if s != "procs" else f"procs{args.procs}" for s in scenarios]
+    res = {n: results[s] for n, s in zip(names, scenarios)}
+    md = table(res, names, tools)
+    print(f"\n{args.size} bf16 state dict, device {args.device}, {args.rounds} rounds, "
+          f"GB/s median (range)\n\n{md}")
+    for k, v in skipped.items():
+        print(f"\nskipped {k}: {v}")
+    if args.json:
+        commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
+                                capture_output=True, text=True).stdout.strip()
+        with open(args.json, "w") as f:
+            json.dump({"command": " ".join(sys.argv), "commit": commit, "size": args.size_bytes,
+                       "device": args.device, "rounds": args.rounds, "machine": os.uname().nodename,
+                       "cpus": os.cpu_count(), "samples_gbps": res, "skipped": skipped,
+                       "table": md}, f, indent=1)
+    if args.plot:
+        plot(res, names, tools, args.plot)
+
+
+if __name__ == "__main__":
+    main()
