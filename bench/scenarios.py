@@ -45,19 +45,26 @@ SCENARIOS = ["save", "cold", "repeat2", "repeat3", "procs", "big"]
 
 # ---- the state dict (made in each worker from a seed: the same bytes everywhere) ----
 
+def shapes(size):
+    """Names and shapes of a Llama-style decoder's weights (d 2048, ffn 5504) of about @p size
+    bytes in bf16."""
+    d, ffn = 2048, 5504
+    per_layer = 4 * d * d + 3 * d * ffn + 2 * d  # q k v o, gate up down, norms (elements)
+    out = []
+    for i in range(max(1, size // (2 * per_layer))):
+        for n, shape in (("q", (d, d)), ("k", (d, d)), ("v", (d, d)), ("o", (d, d)),
+                         ("gate", (ffn, d)), ("up", (ffn, d)), ("down", (d, ffn)),
+                         ("ln1", (d,)), ("ln2", (d,))):
+            out.append((f"layers.{i}.{n}.weight", shape))
+    return out
+
+
 def state_dict(size, seed=0):
+    """The state dict: random bytes as bf16 (one pass; the same in every worker)."""
     import torch
     g = torch.Generator().manual_seed(seed)
-    d = 2048
-    per_layer = 4 * d * d + 3 * d * 5504 + 2 * d  # q k v o, gate up down, norms (elements)
-    layers = max(1, size // (2 * per_layer))
-    sd = {}
-    for i in range(layers):
-        for n, shape in (("q", (d, d)), ("k", (d, d)), ("v", (d, d)), ("o", (d, d)),
-                         ("gate", (5504, d)), ("up", (5504, d)), ("down", (d, 5504)),
-                         ("ln1", (d,)), ("ln2", (d,))):
-            sd[f"layers.{i}.{n}.weight"] = torch.randn(shape, generator=g).to(torch.bfloat16)
-    return sd
+    return {name: torch.randint(-32768, 32768, shape, dtype=torch.int16, generator=g)
+            .view(torch.bfloat16) for name, shape in shapes(size)}
 
 
 def nbytes(sd):
@@ -121,9 +128,10 @@ def do_load(tool, path, device, template=None):
     elif tool == "torch-mmap":
         out = torch.load(path, map_location="cpu", mmap=True, weights_only=True)
         out = {k: (v.to(device) if device != "cpu" else v.clone()) for k, v in out.items()}
-    elif tool == "dcp":
+    elif tool == "dcp":  # DCP loads in place: the destination is allocated here
         import torch.distributed.checkpoint as dcp
-        out = {k: torch.empty_like(v, device=device) for k, v in template.items()}
+        out = {k: torch.empty(shape, dtype=torch.bfloat16, device=device)
+               for k, shape in template}
         dcp.load(out, checkpoint_id=path)
     elif tool == "numpy":
         import numpy as np
@@ -174,7 +182,7 @@ def worker(spec):
         return {"bytes": n, "seconds": secs, "start": time.time() - secs, "end": time.time()}
     if device.startswith("cuda"):
         torch.zeros(1, device=device)  # the context, outside the timing
-    sd = state_dict(spec["size"]) if op == "save" or tool == "dcp" else None
+    sd = state_dict(spec["size"]) if op == "save" else shapes(spec["size"])
     if spec.get("barrier"):
         while not os.path.exists(spec["barrier"]):
             time.sleep(0.001)
