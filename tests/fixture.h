@@ -102,6 +102,20 @@ static inline int fx_cmp(const void *a, const void *b)
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
+/* @p n names (freed here) sorted, one a line, in @p len bytes (malloc'ed). */
+static inline char *fx_join(char **names, size_t n, size_t len)
+{
+    qsort(names, n, sizeof *names, fx_cmp);
+    char *out = malloc(len);
+    out[0] = '\0';
+    for (size_t i = 0; i < n; i++) {
+        strcat(out, names[i]);
+        strcat(out, "\n");
+        free(names[i]);
+    }
+    return out;
+}
+
 /* The names in @p dir, sorted, one a line (malloc'ed). */
 static inline char *fx_listing(const char *dir)
 {
@@ -116,15 +130,7 @@ static inline char *fx_listing(const char *dir)
         }
     if (d)
         closedir(d);
-    qsort(names, n, sizeof *names, fx_cmp);
-    char *out = malloc(len);
-    out[0] = '\0';
-    for (size_t i = 0; i < n; i++) {
-        strcat(out, names[i]);
-        strcat(out, "\n");
-        free(names[i]);
-    }
-    return out;
+    return fx_join(names, n, len);
 }
 
 /* The listing a directory holding only the checkpoint at @p path (a file or an index)
@@ -146,15 +152,7 @@ static inline char *fx_expected(ft_ctx *ctx, const char *path)
     ft_ckpt_close(c);
     for (size_t i = 0; i < n; i++)
         len += strlen(names[i]) + 1;
-    qsort(names, n, sizeof *names, fx_cmp);
-    char *out = malloc(len);
-    out[0] = '\0';
-    for (size_t i = 0; i < n; i++) {
-        strcat(out, names[i]);
-        strcat(out, "\n");
-        free(names[i]);
-    }
-    return out;
+    return fx_join(names, n, len);
 }
 
 /* Whether @p dir holds exactly the checkpoint at @p path and nothing else. */

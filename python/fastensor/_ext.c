@@ -504,16 +504,23 @@ static PyObject *py_ckpt_verify(PyObject *self, PyObject *args)
     return rc < 0 ? raise_ft(rc, NULL) : (Py_INCREF(Py_None), Py_None);
 }
 
+/* The (ckpt, shard) arguments. @return 1, or 0 with the exception set. */
+static int ckpt_shard_args(PyObject *args, ft_ckpt **c, unsigned *shard)
+{
+    PyObject *cap;
+    if (!PyArg_ParseTuple(args, "OI", &cap, shard))
+        return 0;
+    *c = cap_get(cap, CAP_CKPT);
+    return *c != NULL;
+}
+
 /* (ckpt, shard) -> whether the shard's data section is in the page cache */
 static PyObject *py_ckpt_shard_cached(PyObject *self, PyObject *args)
 {
     (void)self;
-    PyObject *cap;
+    ft_ckpt *c;
     unsigned shard;
-    if (!PyArg_ParseTuple(args, "OI", &cap, &shard))
-        return NULL;
-    ft_ckpt *c = cap_get(cap, CAP_CKPT);
-    if (!c)
+    if (!ckpt_shard_args(args, &c, &shard))
         return NULL;
     int rc;
     Py_BEGIN_ALLOW_THREADS
@@ -526,12 +533,9 @@ static PyObject *py_ckpt_shard_cached(PyObject *self, PyObject *args)
 static PyObject *py_ckpt_shard_fd(PyObject *self, PyObject *args)
 {
     (void)self;
-    PyObject *cap;
+    ft_ckpt *c;
     unsigned shard;
-    if (!PyArg_ParseTuple(args, "OI", &cap, &shard))
-        return NULL;
-    ft_ckpt *c = cap_get(cap, CAP_CKPT);
-    if (!c)
+    if (!ckpt_shard_args(args, &c, &shard))
         return NULL;
     int fd = ft_ckpt_shard_fd(c, shard);
     return fd < 0 ? raise_ft(fd, NULL) : PyLong_FromLong(fd);

@@ -133,11 +133,10 @@ static char *header_json(const save_job *job, const save_shard *s, size_t *len)
     return out;
 }
 
-/* Gather data bytes [at, at+len) of @p s from its tensors (host or device) into @p dst.
- * @return 0 or -errno. */
-static int gather(const save_shard *s, uint64_t at, uint64_t len, uint8_t *dst)
+/* The first of @p s's tensors that ends after data byte @p at (its count when none). */
+static size_t first_ending_after(const save_shard *s, uint64_t at)
 {
-    size_t lo = 0, hi = s->count; /* first tensor ending after at */
+    size_t lo = 0, hi = s->count;
     while (lo < hi) {
         size_t mid = (lo + hi) / 2;
         if (s->begin[mid] + s->tensors[mid].data.len <= at)
@@ -145,7 +144,14 @@ static int gather(const save_shard *s, uint64_t at, uint64_t len, uint8_t *dst)
         else
             hi = mid;
     }
-    for (size_t i = lo; i < s->count && s->begin[i] < at + len; i++) {
+    return lo;
+}
+
+/* Gather data bytes [at, at+len) of @p s from its tensors (host or device) into @p dst.
+ * @return 0 or -errno. */
+static int gather(const save_shard *s, uint64_t at, uint64_t len, uint8_t *dst)
+{
+    for (size_t i = first_ending_after(s, at); i < s->count && s->begin[i] < at + len; i++) {
         uint64_t tb = s->begin[i], te = tb + s->tensors[i].data.len;
         uint64_t from = FT__MAX(tb, at), to = FT__MIN(te, at + len);
         if (to <= from)
@@ -169,15 +175,7 @@ static void part_sums(save_shard *s, uint64_t k, uint64_t block, const uint8_t *
     uint64_t part = s->first_part[k], to = FT__MIN(from + block, s->data_size);
     if (part == UINT64_MAX)
         return;
-    size_t lo = 0, hi = s->count; /* first tensor ending after from */
-    while (lo < hi) {
-        size_t mid = (lo + hi) / 2;
-        if (s->begin[mid] + s->tensors[mid].data.len <= from)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    for (size_t i = lo; i < s->count && s->begin[i] < to; i++) {
+    for (size_t i = first_ending_after(s, from); i < s->count && s->begin[i] < to; i++) {
         uint64_t tb = FT__MAX(s->begin[i], from), te = FT__MIN(s->begin[i] + s->tensors[i].data.len, to);
         if (te > tb)
             s->parts[part++] = ft__csum(data + (tb - from), (size_t)(te - tb));
