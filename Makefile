@@ -43,9 +43,12 @@ all: lib cli
 lib: $(BUILD)/libfastensor.so $(BUILD)/libfastensor.a
 cli: $(BUILD)/fastensor
 
-$(BUILD)/%.o: %.c $(wildcard include/*.h src/*/*.h tools/*.h tests/*.h)
+# Each object depends on the headers it includes (-MMD -MP: build/…/x.d, read below).
+$(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
-	@echo "  CC $<"; $(CC) $(ALL_CFLAGS) -c $< -o $@
+	@echo "  CC $<"; $(CC) $(ALL_CFLAGS) -MMD -MP -c $< -o $@
+
+-include $(wildcard $(BUILD)/src/*/*.d $(BUILD)/tools/*.d $(BUILD)/tests/*.d)
 
 $(BUILD)/libfastensor.so: $(LIB_OBJ) src/fastensor.map
 	$(CC) -shared -pthread $(SANFLAGS) -Wl,--version-script=src/fastensor.map \
