@@ -437,6 +437,19 @@ static void case_index_paths(void)
     unlink(link);
 }
 
+/* XOR the byte at file offset @p at with @p mask. @return whether it was done. */
+static bool flip_byte(const char *path, uint64_t at, uint8_t mask)
+{
+    int fd = open(path, O_RDWR);
+    uint8_t byte = 0;
+    bool ok = fd >= 0 && pread(fd, &byte, 1, (off_t)at) == 1;
+    byte ^= mask;
+    ok = ok && pwrite(fd, &byte, 1, (off_t)at) == 1;
+    if (fd >= 0)
+        close(fd);
+    return ok;
+}
+
 /* Flip one bit in the data section: verify names the block and tensor; load+verify fails. */
 static void case_flipped_bit(void)
 {
@@ -451,12 +464,7 @@ static void case_flipped_bit(void)
     T_EQ(ft_ckpt_info(c, 3, &info), 0);
     ft_ckpt_close(c);
     uint64_t at = info.file_offset + info.nbytes / 2;
-    int fd = open(path, O_RDWR);
-    uint8_t byte;
-    T_EQ(pread(fd, &byte, 1, (off_t)at), 1);
-    byte ^= 0x10;
-    T_EQ(pwrite(fd, &byte, 1, (off_t)at), 1);
-    close(fd);
+    T_TRUE(flip_byte(path, at, 0x10));
     T_EQ(ft_ckpt_open(ctx, &c, path), 0);
     T_EQ(ft_ckpt_verify(c, NULL, NULL, NULL), -EBADMSG);
     char want[96];
@@ -500,11 +508,7 @@ static void case_flipped_shared_block(void)
         T_EQ(ft_ckpt_info(c, (size_t)ft_ckpt_find(c, o[victim].name), &info), 0);
         ft_ckpt_close(c);
         uint64_t at = info.file_offset + info.nbytes / 3;
-        int fd = open(path, O_RDWR);
-        uint8_t byte;
-        T_EQ(pread(fd, &byte, 1, (off_t)at), 1);
-        byte ^= 0x41;
-        T_EQ(pwrite(fd, &byte, 1, (off_t)at), 1);
+        T_TRUE(flip_byte(path, at, 0x41));
         T_EQ(ft_ckpt_open(ctx, &c, path), 0);
         T_EQ(ft_ckpt_verify(c, NULL, NULL, NULL), -EBADMSG);
         char want[128];
@@ -512,9 +516,7 @@ static void case_flipped_shared_block(void)
         if (!strstr(ft_last_error(), want))
             T_FAIL("flipped a byte of %s, the error says: %s", o[victim].name, ft_last_error());
         ft_ckpt_close(c);
-        byte ^= 0x41; /* mend it for the next round */
-        T_EQ(pwrite(fd, &byte, 1, (off_t)at), 1);
-        close(fd);
+        T_TRUE(flip_byte(path, at, 0x41)); /* mend it for the next round */
     }
     free(list);
     free_tensors(o, n);

@@ -131,23 +131,22 @@ int ft__index_read(ft_ctx *ctx, const char *path, struct json_t **root, const ch
  * slash or backslash, not "." or "..". */
 bool ft__plain_name(const char *name, size_t len);
 
-/** A checkpoint's name: the path a save is given, its index beside it, and what is there. */
+/** A checkpoint's name: the path a save is given, its index beside it, and the shards the
+ * index listed before the save. */
 typedef struct ft__ckpt_name {
     char *path;        /* "dir/model.safetensors" */
     char *index;       /* "dir/model.safetensors.index.json" */
     char *dir;         /* "dir" ("." when the path has none) */
     const char *base;  /* inside path: "model.safetensors" */
     size_t stem_len;   /* base without ".safetensors": "model" */
-    bool had_single;   /* path existed before the save */
-    bool had_index;    /* index existed before the save */
     char **old;        /* file names the previous index listed */
     size_t nold;
 } ft__ckpt_name;
 
 int ft__name_init(ft__ckpt_name *n, const char *path);
 void ft__name_free(ft__ckpt_name *n);
-/** Note what the name holds now (the file, the index and its shards). @return 0 or -errno
- * (what is there cannot be told: the save must not go on). */
+/** Note the shards the name's index lists now. @return 0 or -errno (what is there cannot be
+ * told: the save must not go on). */
 int ft__name_installed(ft_ctx *ctx, ft__ckpt_name *n);
 /** "FINAL.fastensor-tmp-PID-N", unique in this process; NULL on ENOMEM. */
 char *ft__tmp_name(const char *final);

@@ -75,12 +75,6 @@ void ft__name_free(ft__ckpt_name *n)
     memset(n, 0, sizeof *n);
 }
 
-static bool exists(const char *path)
-{
-    struct stat st;
-    return ft__sys.stat(path, &st) == 0;
-}
-
 /* The plain file names an index lists (unique; any order). @return 0 or -errno. */
 static int index_names(ft_ctx *ctx, const char *index, char ***out, size_t *count)
 {
@@ -118,13 +112,11 @@ static int present(const char *path)
 
 int ft__name_installed(ft_ctx *ctx, ft__ckpt_name *n)
 {
+    /* Only whether each form can be told matters: the cleanup after the commit tries to
+     * remove the other form whether or not it was seen. */
     int single = present(n->path), index = single < 0 ? single : present(n->index);
-    if (single < 0 || index < 0)
+    if (single < 0 || index <= 0)
         return single < 0 ? single : index;
-    n->had_single = single;
-    n->had_index = index;
-    if (!n->had_index)
-        return 0;
     /* An invalid index is replaced all the same (its shards, unknown, are left); one that
      * cannot be read fails the save, which would otherwise leave them behind. */
     int rc = index_names(ctx, n->index, &n->old, &n->nold);
@@ -169,7 +161,7 @@ uint32_t ft__generation(const ft__ckpt_name *n, unsigned nshards)
     for (unsigned tries = 0;; tries++) {
         uint32_t gen = (uint32_t)ft__csum(seed, sizeof seed);
         char *first = ft__shard_name(n, 0, nshards, gen);
-        bool taken = !first || exists(first);
+        bool taken = !first || present(first) != 0; /* there, or cannot be told */
         for (size_t i = 0; !taken && i < n->nold; i++) /* never a name the old index lists */
             taken = strcmp(strrchr(first, '/') ? strrchr(first, '/') + 1 : first,
                            n->old[i]) == 0;
