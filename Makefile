@@ -26,7 +26,7 @@ WARN := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes 
 ALL_CFLAGS := -std=c11 -D_GNU_SOURCE -fPIC -pthread $(WARN) $(CFLAGS) $(SANFLAGS) -Iinclude
 # liburing is linked in statically so the library runs where liburing is not installed.
 URING_LIBS := -Wl,-Bstatic -luring -Wl,-Bdynamic
-LIBS := $(URING_LIBS) -ljansson -lxxhash -ldl -lpthread
+LIBS := $(URING_LIBS) -ljansson -lxxhash -ldl -lpthread -lm
 
 LIB_SRC := $(wildcard src/core/*.c src/engine/*.c src/ckpt/*.c src/select/*.c src/gpu/*.c src/store/*.c)
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)

@@ -2,7 +2,9 @@
 """Checkpoint workflows, the way users run them: every tool side by side, interleaved rounds.
 
 Scenarios (each load in a fresh process, defaults, timed from the call to the last byte on
-the device; interpreter start and imports are not counted):
+the device, host loads until every page of every tensor has been read once, so that tools
+handing out views of a mapping pay for the pages they map; interpreter start and imports are
+not counted):
   save     durable save (every tool's time includes making its files durable)
   cold     first load after a page-cache drop (needs root to drop the cache)
   repeat2  second load, a fresh process, no drop between (a restarted job)
@@ -14,7 +16,7 @@ the device; interpreter start and imports are not counted):
            skipped with the reason where that cannot be set up
 Tools: fastensor with a fresh profile (what a new user has: one empty profile directory for
 the run) and with a tuned one (`fastensor tune` first), safetensors, torch.save/torch.load
-(and torch.load(mmap=True), every byte touched), torch.distributed.checkpoint's default
+(and torch.load(mmap=True)), torch.distributed.checkpoint's default
 writer/reader, numpy (one .npy per tensor), and the raw ceiling of the disk in the same run
 (fio, sequential O_DIRECT, 16 MiB blocks, 16 in flight; else a Python O_DIRECT dd).
 
@@ -127,7 +129,7 @@ def do_load(tool, path, device, template=None):
         out = torch.load(path, map_location=device, weights_only=True)
     elif tool == "torch-mmap":
         out = torch.load(path, map_location="cpu", mmap=True, weights_only=True)
-        out = {k: (v.to(device) if device != "cpu" else v.clone()) for k, v in out.items()}
+        out = {k: v.to(device) for k, v in out.items()} if device != "cpu" else out
     elif tool == "dcp":  # DCP loads in place: the destination is allocated here
         import torch.distributed.checkpoint as dcp
         out = {k: torch.empty(shape, dtype=torch.bfloat16, device=device)
@@ -141,7 +143,22 @@ def do_load(tool, path, device, template=None):
             out[f[:-4]] = a.to(device) if device != "cpu" else a
     if device.startswith("cuda"):
         torch.cuda.synchronize()
+    else:
+        touch(out)
     return out
+
+
+def touch(out):
+    """Read one byte of every 4 KiB page of each host tensor: a tool that hands out views of a
+    mapping (safetensors, fastensor's mapped loads, torch.load(mmap=True)) has read nothing
+    when it returns, and a job's first use of the tensors pays for it. Tools that copied pay
+    a page-table walk."""
+    import torch
+    s = 0
+    for t in out.values():
+        flat = t.reshape(-1).view(torch.uint8)
+        s += int(flat[::4096].sum()) + int(flat[-1:].sum())
+    return s
 
 
 def raw_io(path, size, write):

@@ -36,6 +36,28 @@ const char *ft_version(void);
  */
 int ft_parse_size(const char *text, uint64_t *out);
 
+/**
+ * What a transfer leaves in the page cache. Values are stable (passed from Python).
+ * FT_CACHE_AUTO: the context's setting (FASTENSOR_CACHE), which by default decides per call:
+ * reads of data in the page cache are copied from it; uncached data that fits in about half
+ * of what the cache can keep (MemAvailable, and a cgroup memory limit) is read through it,
+ * so that the next load, in this process or another, finds it there, unless this device
+ * measured O_DIRECT reads well ahead of buffered ones (then O_DIRECT: `fastensor info` says
+ * which); larger data goes O_DIRECT, evicting nothing. Writes synced by the call or later
+ * (checkpoint saves) go O_DIRECT from 64 KiB; plain writes may take either.
+ */
+typedef enum ft_cache_mode {
+    FT_CACHE_AUTO = 0,
+    FT_CACHE_KEEP = 1,   /**< through the page cache (buffered engines only) */
+    FT_CACHE_BYPASS = 2, /**< around it (O_DIRECT engines) where the filesystem allows */
+    FT_CACHE_COUNT
+} ft_cache_mode;
+
+/** @return "auto", "keep", "bypass" or "unknown". */
+const char *ft_cache_name(ft_cache_mode mode);
+/** Parse a cache mode name. @return the mode (>= 0) or -EINVAL. */
+int ft_cache_from_name(const char *name);
+
 /* ------------------------------------------------------------------------------------------
  * Errors
  * ---------------------------------------------------------------------------------------- */
@@ -91,12 +113,13 @@ typedef struct ft_config {
     unsigned queue_depth;  /**< io_uring requests in flight per transfer (16) */
     size_t bounce_size;    /**< size of one aligned bounce buffer (4 MiB) */
     ft_engine engine;      /**< engine for calls that ask for AUTO (default AUTO: library's choice) */
+    ft_cache_mode cache;   /**< cache mode for calls that ask for FT_CACHE_AUTO (default AUTO) */
 } ft_config;
 
 /**
  * Fill @p cfg with the defaults, then apply the environment variables FASTENSOR_THREADS,
  * FASTENSOR_CHUNK_SIZE, FASTENSOR_QUEUE_DEPTH, FASTENSOR_BOUNCE_SIZE (sizes accept K/M/G
- * suffixes) and FASTENSOR_ENGINE (an engine name).
+ * suffixes), FASTENSOR_ENGINE (an engine name) and FASTENSOR_CACHE (auto, keep, bypass).
  * @return 0, or -EINVAL when a variable is malformed (ft_last_error names it); @p cfg then
  *         holds the defaults plus the variables read before the bad one.
  */
@@ -134,7 +157,7 @@ int ft_profile_save(ft_ctx *ctx);
 
 /**
  * Print the AUTO dictionary for the filesystem holding @p path (loading its profile): per
- * key, the chosen arm and each arm's median GB/s and sample count. @return 0 or -errno.
+ * key, the leading arm and each arm's mean GB/s and sample count. @return 0 or -errno.
  */
 int ft_profile_show(ft_ctx *ctx, const char *path, FILE *out);
 
@@ -193,6 +216,17 @@ typedef enum ft_mem_kind {
     FT_MEM_CUDA = 1, /**< CUDA device memory of device ft_buf.device */
 } ft_mem_kind;
 
+/** What FT_CACHE_AUTO does with cold reads on one filesystem (see ft_cache_mode). */
+typedef struct ft_cache_info {
+    uint64_t room;        /**< bytes of data that fit now: read through the page cache */
+    double buffered_bps;  /**< best measured cold large read through the cache, 0: none yet */
+    double direct_bps;    /**< best measured cold large O_DIRECT read, 0: none yet */
+    int prefer_direct;    /**< both measured and buffered well behind: O_DIRECT all the same */
+} ft_cache_info;
+
+/** Fill @p out for the filesystem holding @p path and memory kind @p mem. @return 0 or -errno. */
+int ft_cache_policy(ft_ctx *ctx, const char *path, ft_mem_kind mem, ft_cache_info *out);
+
 /** A memory range taking part in a transfer. */
 typedef struct ft_buf {
     void *ptr;        /**< start of the range (any alignment) */
@@ -226,6 +260,7 @@ typedef struct ft_io_opts {
                            (a write never reads the buffer before its producers finish; a
                            read never overwrites it while queued work still uses it) and the
                            data is in place when the call returns. */
+    ft_cache_mode cache; /**< engine AUTO: what the call leaves in the page cache */
 } ft_io_opts;
 
 /**
@@ -406,6 +441,8 @@ typedef struct ft_save_opts {
     uint64_t shard_size;        /**< 0: one file; else shard above this many data bytes */
     uint64_t checksum_block;    /**< bytes per checksum block (0: 1 MiB; power of 2, >= 4K) */
     const char *const *metadata; /**< NULL or key, value, key, value, ..., NULL (strings) */
+    ft_cache_mode cache;        /**< engine AUTO: KEEP leaves the files in the page cache
+                                     (buffered writes, then fdatasync) for a read-back soon */
 } ft_save_opts;
 
 /** ft_ckpt_save's result when the new checkpoint is installed but a step after its commit
@@ -518,6 +555,7 @@ typedef struct ft_load_opts {
     ft_engine engine;
     unsigned flags; /**< FT_LOAD_* bits */
     void *stream;   /**< device destinations: the caller's CUstream (see ft_io_opts) */
+    ft_cache_mode cache; /**< engine AUTO: what the load leaves in the page cache */
 } ft_load_opts;
 
 /**

@@ -503,7 +503,7 @@ static int64_t run_uring_fresh(void)
 
 static void prep_profile(void)
 {
-    ft__probe_cpu_forget(); /* /proc/loadavg is read again under the fault */
+    ft__probe_forget(); /* /proc/meminfo is read again under the fault */
 }
 
 static int64_t run_profile_show(void)

@@ -57,6 +57,27 @@ static unsigned device_block_size(const struct stat *st)
     return v;
 }
 
+/* What engine AUTO does with cold reads there (FT_CACHE_AUTO), and why. */
+static void print_cache_policy(ft_ctx *ctx, const char *path)
+{
+    ft_cache_info ci;
+    if (ft_cache_policy(ctx, path, FT_MEM_HOST, &ci) < 0) {
+        printf("cache       %s\n", ft_last_error());
+        return;
+    }
+    printf("cache       cold reads of data up to %.1f GiB (the file, or its whole checkpoint) go "
+           "through the page cache, larger ones O_DIRECT", (double)ci.room / (1u << 30));
+    if (ci.prefer_direct)
+        printf(";\n            but O_DIRECT all the same on this device: measured cold, buffered "
+               "%.2f GB/s against O_DIRECT %.2f\n", ci.buffered_bps / 1e9, ci.direct_bps / 1e9);
+    else if (ci.buffered_bps > 0 && ci.direct_bps > 0)
+        printf("\n            (measured cold: buffered %.2f GB/s, O_DIRECT %.2f)\n",
+               ci.buffered_bps / 1e9, ci.direct_bps / 1e9);
+    else
+        printf("\n            (buffered and O_DIRECT cold rates not both measured yet: "
+               "`fastensor tune` measures them)\n");
+}
+
 /* Try O_DIRECT on a scratch file in @p dir. @return NULL when it works, else why not. */
 static const char *odirect_probe(const char *dir, char *why, size_t len)
 {
@@ -121,9 +142,10 @@ int cmd_info(int argc, char **argv)
     const char *why;
     int uring = ft_engine_available(ctx, FT_ENGINE_URING, &why);
     printf("io_uring    %s\n", uring ? "available" : why);
-    printf("settings    threads=%u chunk=%zu queue_depth=%u bounce=%zu engine=%s\n",
+    printf("settings    threads=%u chunk=%zu queue_depth=%u bounce=%zu engine=%s cache=%s\n",
            cfg.threads, cfg.chunk_size, cfg.queue_depth, cfg.bounce_size,
-           ft_engine_name(cfg.engine));
+           ft_engine_name(cfg.engine), ft_cache_name(cfg.cache));
+    print_cache_policy(ctx, path);
     ft_ctx_destroy(ctx);
 
     struct stat st;

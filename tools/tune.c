@@ -25,7 +25,7 @@ static void tune_usage(FILE *out)
                  "Builds the AUTO profile for the filesystem holding PATH (default: a temporary "
                  "file here):\ntransfers of 4K..max-size (256M; larger sizes are one key with "
                  "256M and only spread the\ncold reads wider), reads cold (scattered and "
-                 "streaming; streams of 64K..16M also with calls\nin flight) and cached, writes "
+                 "streaming, through the page cache and O_DIRECT in turn; streams of 64K..16M also with calls\nin flight) and cached, writes "
                  "plain, synced later (FT_IO_SYNC_LATER) and synced per call,\neach repeated "
                  "until every engine setting is measured, within N seconds (60). Then\nsaves "
                  "the profile and prints it.\n");
@@ -203,6 +203,10 @@ int cmd_tune(int argc, char **argv)
                     evict(fd, off, size);
                 if (runs)
                     off = r % places * size;
+                /* uncached reads both ways, in turn: `fastensor info` and the cache policy
+                 * compare the buffered and the O_DIRECT cold rates */
+                if (kind == COLD || kind == STREAM)
+                    o.cache = r % 2 ? FT_CACHE_BYPASS : FT_CACHE_KEEP;
                 bool write = runs || kind == SYNC;
                 int64_t n = write ? ft_write(f, &part, off, &o) : ft_read(f, &part, off, &o);
                 /* a plain write is measured once durable (its share of the sync): without

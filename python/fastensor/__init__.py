@@ -59,6 +59,14 @@ def engine_id(name: str) -> int:
     return _C.engine_id(name)
 
 
+def cache_id(name: str) -> int:
+    """The library's number for a cache mode: "auto" (decide per call: keep data that fits
+    in the page cache there, read larger data around it), "keep" or "bypass"."""
+    if not isinstance(name, str):
+        raise TypeError(f"cache must be a str, not {type(name).__name__}")
+    return _C.cache_id(name)
+
+
 def _memory(obj, writable: bool):
     """(address, nbytes, keepalive, kind, device, stream) of a contiguous tensor (CPU or
     CUDA: kind 1, the current stream), ndarray or buffer."""
@@ -113,7 +121,9 @@ class File:
     """A file for raw tensor transfers at chosen offsets (the paper's unified interface).
 
     ``mode``: "r" (read), "r+" (read/write), "w" (create or truncate, read/write),
-    "x" (create, fail if it exists). ``engine``: default engine for this file's calls.
+    "x" (create, fail if it exists). ``engine``: default engine for this file's calls;
+    ``cache``: what engine auto leaves in the page cache ("auto", "keep", "bypass"; see
+    :func:`cache_id`), the default for this file's calls.
     """
 
     _MODES = {"r": _C.OPEN_READ,
@@ -121,16 +131,20 @@ class File:
               "w": _C.OPEN_READ | _C.OPEN_WRITE | _C.OPEN_CREATE | _C.OPEN_TRUNC,
               "x": _C.OPEN_READ | _C.OPEN_WRITE | _C.OPEN_CREATE | _C.OPEN_EXCL}
 
-    def __init__(self, path, mode: str = "r", *, engine: str = "auto"):
+    def __init__(self, path, mode: str = "r", *, engine: str = "auto", cache: str = "auto"):
         if mode not in self._MODES:
             raise ValueError(f"mode must be one of {sorted(self._MODES)}, not {mode!r}")
         self.path = os.fspath(path)
         self.mode = mode
         self._engine = engine_id(engine)
+        self._cache = cache_id(cache)
         self._handle = _C.file_open(context(), self.path, self._MODES[mode], 0o644)
 
     def _eng(self, engine):
         return self._engine if engine is None else engine_id(engine)
+
+    def _cac(self, cache):
+        return self._cache if cache is None else cache_id(cache)
 
     @staticmethod
     def _sync_flags(sync):
@@ -143,35 +157,37 @@ class File:
         raise ValueError(f"sync must be True, False or 'later', not {sync!r}")
 
     def write(self, tensor, offset: int = 0, *, engine: str | None = None,
-              sync: bool | str = False) -> int:
+              sync: bool | str = False, cache: str | None = None) -> int:
         """Write the tensor's bytes at ``offset``; with ``sync`` they are durable on return
         (``sync="later"``: you will call ``sync()`` before counting them durable)."""
         flags = self._sync_flags(sync)
         addr, n, keep, kind, dev, stream = _memory(tensor, writable=False)
         r = _C.file_io(self._handle, addr, n, offset, self._eng(engine), flags, True, kind, dev,
-                       stream)
+                       stream, self._cac(cache))
         del keep
         return r
 
-    def read_into(self, tensor, offset: int = 0, *, engine: str | None = None) -> int:
+    def read_into(self, tensor, offset: int = 0, *, engine: str | None = None,
+                  cache: str | None = None) -> int:
         """Fill the tensor from ``offset``; returns bytes read (fewer at end of file)."""
         addr, n, keep, kind, dev, stream = _memory(tensor, writable=True)
         r = _C.file_io(self._handle, addr, n, offset, self._eng(engine), 0, False, kind, dev,
-                       stream)
+                       stream, self._cac(cache))
         del keep
         return r
 
     def write_async(self, tensor, offset: int = 0, *, engine: str | None = None,
-                    sync: bool | str = False) -> Request:
+                    sync: bool | str = False, cache: str | None = None) -> Request:
         flags = self._sync_flags(sync)
         addr, n, keep, kind, dev, stream = _memory(tensor, writable=False)
         return Request(_C.file_submit(self._handle, addr, n, offset, self._eng(engine), flags,
-                                      True, kind, dev, stream), keep, self)
+                                      True, kind, dev, stream, self._cac(cache)), keep, self)
 
-    def read_into_async(self, tensor, offset: int = 0, *, engine: str | None = None) -> Request:
+    def read_into_async(self, tensor, offset: int = 0, *, engine: str | None = None,
+                        cache: str | None = None) -> Request:
         addr, n, keep, kind, dev, stream = _memory(tensor, writable=True)
         return Request(_C.file_submit(self._handle, addr, n, offset, self._eng(engine), 0,
-                                      False, kind, dev, stream), keep, self)
+                                      False, kind, dev, stream, self._cac(cache)), keep, self)
 
     def write_batch(self, items, *, engine: str | None = None, sync: bool = False) -> list:
         """Write many tensors in one call: ``items`` is a list of (tensor, offset). They run
@@ -196,7 +212,8 @@ class File:
             ops.append((addr, n, offset, kind, dev))
             keep.append(k)
             stream = stream or s
-        r = _C.file_batch(self._handle, ops, self._eng(engine), flags, write, stream)
+        r = _C.file_batch(self._handle, ops, self._eng(engine), flags, write, stream,
+                          self._cache)
         del keep
         return r
 

@@ -33,11 +33,11 @@ static PyObject *py_file_batch(PyObject *self, PyObject *args)
 {
     (void)self;
     PyObject *cap, *list;
-    int engine, write;
+    int engine, write, cache = 0;
     unsigned flags;
     unsigned long long stream;
-    if (!PyArg_ParseTuple(args, "OO!iIpK", &cap, &PyList_Type, &list, &engine, &flags, &write,
-                          &stream))
+    if (!PyArg_ParseTuple(args, "OO!iIpK|i", &cap, &PyList_Type, &list, &engine, &flags, &write,
+                          &stream, &cache))
         return NULL;
     ft_file *f = cap_get(cap, CAP_FILE);
     if (!f)
@@ -49,7 +49,7 @@ static PyObject *py_file_batch(PyObject *self, PyObject *args)
     PyObject *out = NULL;
     if (parse_ops(list, ops, n) == 0) {
         ft_io_opts o = {.engine = (ft_engine)engine, .flags = flags,
-                        .stream = (void *)(uintptr_t)stream};
+                        .stream = (void *)(uintptr_t)stream, .cache = (ft_cache_mode)cache};
         int rc;
         Py_BEGIN_ALLOW_THREADS
         rc = write ? ft_write_batch(f, ops, (size_t)n, &o) : ft_read_batch(f, ops, (size_t)n, &o);

@@ -6,7 +6,7 @@ import mmap as _mmap
 import os
 import warnings
 
-from . import _C, context, engine_id
+from . import _C, cache_id, context, engine_id
 
 
 class SaveWarning(UserWarning):
@@ -17,7 +17,7 @@ _MADV_POPULATE_READ = getattr(_mmap, "MADV_POPULATE_READ", 22)  # Linux 5.14
 
 
 def save(path, items, metadata, *, engine="auto", shard_size=None, checksums=True,
-         durable=True):
+         durable=True, cache="auto"):
     """items: [(name, dtype_name, shape_tuple, address, nbytes)]; the caller keeps memory alive."""
     meta = {} if metadata is None else dict(metadata)
     for k, v in meta.items():
@@ -27,7 +27,7 @@ def save(path, items, metadata, *, engine="auto", shard_size=None, checksums=Tru
     if shard_size is not None and shard_size <= 0:
         raise ValueError("shard_size must be positive")
     warning = _C.ckpt_save(context(), os.fspath(path), items, meta, engine_id(engine),
-                           int(shard_size or 0), flags)
+                           int(shard_size or 0), flags, cache_id(cache))
     if warning is not None:
         warnings.warn(f"{os.fspath(path)}: saved, but {warning}", SaveWarning, stacklevel=3)
 
@@ -47,28 +47,30 @@ def open_checkpoint(path):
 
 
 def load_shard(ck, shard, address, nbytes, *, engine="auto", verify=False, device=None,
-               stream=0):
+               stream=0, cache="auto"):
     """Read a shard's data section into host memory, or device memory of CUDA ``device``."""
     kind, dev = (0, 0) if device is None else (1, device)
     return _C.ckpt_load_shard(ck, shard, address, nbytes, engine_id(engine), bool(verify),
-                              kind, dev, stream)
+                              kind, dev, stream, cache_id(cache))
 
 
-def mapped_shard(ck, shard, info, *, engine="auto", verify=False, mmap=None):
+def mapped_shard(ck, shard, info, *, engine="auto", verify=False, mmap=None, cache="auto"):
     """A private mapping of the file of shard ``shard`` (``info``: its (path, data size, data
     start)) for host tensors to view, or None where the shard is to be read instead.
 
     A mapping serves a cached shard without a copy and without fresh memory: its pages are the
     page cache's until a tensor writes to one (copy on write; the file never changes). ``mmap``
     True maps whenever it can; False never; None (the default) maps shards found in the page
-    cache under engine "auto" (an uncached shard is read faster with O_DIRECT than faulted in
-    through a mapping). Never mapped: ``verify`` (checksums are checked while reading), empty
+    cache under engine "auto", unless ``cache`` is "bypass" (an uncached shard is read in
+    parallel, faster than a job's first touches fault it in through a mapping). Never mapped: ``verify`` (checksums are checked while reading), empty
     shards, data sections not 8-byte aligned in the file (tensor views need aligned
     addresses), and files shorter than their header says (the read reports those)."""
+    cache_id(cache)  # a bad name is an error whichever way the shard goes
     path, size, start = info
     if mmap is False or verify or size == 0 or start % 8:
         return None
-    if mmap is None and (engine != "auto" or not _C.ckpt_shard_cached(ck, shard)):
+    if mmap is None and (engine != "auto" or cache == "bypass" or
+                         not _C.ckpt_shard_cached(ck, shard)):
         return None
     fd = _C.ckpt_shard_fd(ck, shard)
     if os.fstat(fd).st_size < start + size:

@@ -138,6 +138,19 @@ static PyObject *py_engine_id(PyObject *self, PyObject *args)
     return PyLong_FromLong(e);
 }
 
+static PyObject *py_cache_id(PyObject *self, PyObject *args)
+{
+    (void)self;
+    const char *name;
+    if (!PyArg_ParseTuple(args, "s", &name))
+        return NULL;
+    int m = ft_cache_from_name(name);
+    if (m < 0)
+        return PyErr_Format(PyExc_ValueError, "unknown cache mode '%s' (auto, keep, bypass)",
+                            name);
+    return PyLong_FromLong(m);
+}
+
 static PyObject *py_file_open(PyObject *self, PyObject *args)
 {
     (void)self;
@@ -214,29 +227,29 @@ static PyObject *py_file_sync(PyObject *self, PyObject *args)
 
 /* A buffer and options from (address, length, kind, device) and (engine, flags, stream). */
 static void make_io(unsigned long long addr, unsigned long long len, int kind, int device,
-                    int engine, unsigned flags, unsigned long long stream, ft_buf *b,
+                    int engine, unsigned flags, unsigned long long stream, int cache, ft_buf *b,
                     ft_io_opts *o)
 {
     *b = (ft_buf){(void *)(uintptr_t)addr, (size_t)len, kind ? FT_MEM_CUDA : FT_MEM_HOST,
                   device};
     *o = (ft_io_opts){.engine = (ft_engine)engine, .flags = flags,
-                      .stream = (void *)(uintptr_t)stream};
+                      .stream = (void *)(uintptr_t)stream, .cache = (ft_cache_mode)cache};
 }
 
-/* Parse (file, address, length, offset, engine, flags, is_write[, kind, device, stream]).
+/* Parse (file, address, length, offset, engine, flags, is_write[, kind, device, stream, cache]).
  * @return the file, or NULL with an exception set. */
 static ft_file *parse_io(PyObject *args, ft_buf *b, uint64_t *off, ft_io_opts *o, int *write)
 {
     PyObject *cap;
     unsigned long long addr, len, offset, stream = 0;
-    int engine, kind = 0, device = 0;
+    int engine, kind = 0, device = 0, cache = 0;
     unsigned flags;
-    if (!PyArg_ParseTuple(args, "OKKKiIp|iiK", &cap, &addr, &len, &offset, &engine, &flags,
-                          write, &kind, &device, &stream))
+    if (!PyArg_ParseTuple(args, "OKKKiIp|iiKi", &cap, &addr, &len, &offset, &engine, &flags,
+                          write, &kind, &device, &stream, &cache))
         return NULL;
     ft_file *f = cap_get(cap, CAP_FILE);
     *off = offset;
-    make_io(addr, len, kind, device, engine, flags, stream, b, o);
+    make_io(addr, len, kind, device, engine, flags, stream, cache, b, o);
     return f;
 }
 
@@ -310,11 +323,11 @@ static PyObject *py_ckpt_save(PyObject *self, PyObject *args)
     (void)self;
     PyObject *cap, *list, *meta;
     const char *path;
-    int engine;
+    int engine, cache = 0;
     unsigned long long shard_size;
     unsigned flags;
-    if (!PyArg_ParseTuple(args, "OsOOiKI", &cap, &path, &list, &meta, &engine, &shard_size,
-                          &flags))
+    if (!PyArg_ParseTuple(args, "OsOOiKI|i", &cap, &path, &list, &meta, &engine, &shard_size,
+                          &flags, &cache))
         return NULL;
     ft_ctx *ctx = cap_get(cap, CAP_CTX);
     if (!ctx)
@@ -366,6 +379,7 @@ static PyObject *py_ckpt_save(PyObject *self, PyObject *args)
             goto out;
     }
     ft_save_opts so = {.engine = (ft_engine)engine, .flags = flags, .shard_size = shard_size,
+                       .cache = (ft_cache_mode)cache,
                        .metadata = kv};
     int rc;
     Py_BEGIN_ALLOW_THREADS
@@ -469,16 +483,16 @@ static PyObject *py_ckpt_load_shard(PyObject *self, PyObject *args)
     PyObject *cap;
     unsigned shard;
     unsigned long long addr, len, stream = 0;
-    int engine, verify, kind = 0, device = 0;
-    if (!PyArg_ParseTuple(args, "OIKKip|iiK", &cap, &shard, &addr, &len, &engine, &verify, &kind,
-                          &device, &stream))
+    int engine, verify, kind = 0, device = 0, cache = 0;
+    if (!PyArg_ParseTuple(args, "OIKKip|iiKi", &cap, &shard, &addr, &len, &engine, &verify, &kind,
+                          &device, &stream, &cache))
         return NULL;
     ft_ckpt *c = cap_get(cap, CAP_CKPT);
     if (!c)
         return NULL;
     ft_buf b = {(void *)(uintptr_t)addr, (size_t)len, kind ? FT_MEM_CUDA : FT_MEM_HOST, device};
     ft_load_opts o = {.engine = (ft_engine)engine, .flags = verify ? FT_LOAD_VERIFY : 0,
-                      .stream = (void *)(uintptr_t)stream};
+                      .stream = (void *)(uintptr_t)stream, .cache = (ft_cache_mode)cache};
     int64_t n;
     Py_BEGIN_ALLOW_THREADS
     n = ft_ckpt_load_shard(c, shard, &b, &o);
@@ -576,6 +590,7 @@ static PyMethodDef methods[] = {
     {"ckpt_gc", py_ckpt_gc, METH_VARARGS, "ckpt_gc(ctx, dir) -> [removed paths]"},
     {"ctx_create", py_ctx_create, METH_VARARGS, "ctx_create(threads, chunk, qd, bounce, engine)"},
     {"engine_id", py_engine_id, METH_VARARGS, "engine_id(name) -> int"},
+    {"cache_id", py_cache_id, METH_VARARGS, "cache_id(name) -> int"},
     {"file_open", py_file_open, METH_VARARGS, "file_open(ctx, path, flags, mode) -> file"},
     {"file_close", py_file_close, METH_VARARGS, "file_close(file)"},
     {"file_size", py_file_size, METH_VARARGS, "file_size(file) -> int"},

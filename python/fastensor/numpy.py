@@ -36,28 +36,31 @@ def _prepare(tensors):
 
 
 def save_file(tensors: dict, filename, metadata: dict | None = None, *, engine: str = "auto",
-              shard_size: int | None = None) -> None:
+              shard_size: int | None = None, cache: str = "auto") -> None:
     """Save arrays as a safetensors file (atomic, durable, checksummed; sharded above
-    ``shard_size`` bytes)."""
+    ``shard_size`` bytes; ``cache`` as in :func:`fastensor.torch.save_file`)."""
     items, keep = _prepare(tensors)
-    _ckpt.save(filename, items, metadata, engine=engine, shard_size=shard_size)
+    _ckpt.save(filename, items, metadata, engine=engine, shard_size=shard_size, cache=cache)
     del keep
 
 
-def load_file(filename, *, engine: str = "auto", verify: bool = False, mmap=None) -> dict:
+def load_file(filename, *, engine: str = "auto", verify: bool = False, mmap=None,
+              cache: str = "auto") -> dict:
     """Load a safetensors file, index or directory into numpy arrays (views into one buffer
     per shard; a shard in the page cache is mapped instead of read, as in
-    :func:`fastensor.torch.load_file`, whose ``mmap`` this ``mmap`` is)."""
+    :func:`fastensor.torch.load_file`, whose ``mmap`` and ``cache`` these are)."""
     ck, tensors, _, shards = _ckpt.open_checkpoint(filename)
     bufs = []
     for k, info in enumerate(shards):
         size = info[1]
-        mapped = _ckpt.mapped_shard(ck, k, info, engine=engine, verify=verify, mmap=mmap)
+        mapped = _ckpt.mapped_shard(ck, k, info, engine=engine, verify=verify, mmap=mmap,
+                                    cache=cache)
         if mapped is not None:
             bufs.append(np.frombuffer(mapped, dtype=np.uint8, count=size, offset=info[2]))
             continue
         buf = np.empty(max(size, 1), dtype=np.uint8)
-        _ckpt.load_shard(ck, k, buf.ctypes.data, size, engine=engine, verify=verify)
+        _ckpt.load_shard(ck, k, buf.ctypes.data, size, engine=engine, verify=verify,
+                         cache=cache)
         bufs.append(buf)
     out = {}
     for name, dtype, shape, nbytes, shard, off in tensors:

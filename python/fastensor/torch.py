@@ -64,16 +64,18 @@ def _items(tensors):
 
 
 def save_file(tensors: dict, filename, metadata: dict | None = None, *, engine: str = "auto",
-              shard_size: int | None = None) -> None:
+              shard_size: int | None = None, cache: str = "auto") -> None:
     """Save tensors as a safetensors checkpoint.
 
     Atomic (temporary file, fdatasync, rename, directory fsync) and checksummed. Above
     ``shard_size`` bytes the data is split into ``NAME-0000i-of-0000N.safetensors`` shards
-    plus ``NAME.safetensors.index.json``. Raises ValueError/TypeError for bad input (nothing
-    written) and OSError for I/O failures (the previous file is left in place).
+    plus ``NAME.safetensors.index.json``. ``cache="keep"`` leaves the files in the page cache
+    for a load soon after (an evaluation); the default writes around it (O_DIRECT). Raises
+    ValueError/TypeError for bad input (nothing written) and OSError for I/O failures (the
+    previous file is left in place).
     """
     items, keep = _items(tensors)
-    _ckpt.save(filename, items, metadata, engine=engine, shard_size=shard_size)
+    _ckpt.save(filename, items, metadata, engine=engine, shard_size=shard_size, cache=cache)
     del keep
 
 
@@ -90,7 +92,7 @@ def _tensor_from(buf, dtype_name, shape, nbytes, off):
     return raw.view(dt).reshape(shape)
 
 
-def _load(filename, device, engine, verify, mmap=None):
+def _load(filename, device, engine, verify, mmap=None, cache="auto"):
     device = torch.device(device)
     ck, tensors, meta, shards = _ckpt.open_checkpoint(filename)
     bufs = []
@@ -100,7 +102,7 @@ def _load(filename, device, engine, verify, mmap=None):
     for k, info in enumerate(shards):
         size = info[1]
         mapped = None if cuda else _ckpt.mapped_shard(ck, k, info, engine=engine, verify=verify,
-                                                      mmap=mmap)
+                                                      mmap=mmap, cache=cache)
         if mapped is not None:  # the tensors view the page cache (the buffer keeps it mapped)
             buf = torch.frombuffer(mapped, dtype=torch.uint8, count=size, offset=info[2])
             bufs.append(buf if device.type == "cpu" else buf.to(device))
@@ -109,7 +111,7 @@ def _load(filename, device, engine, verify, mmap=None):
         # straight into device memory (pinned staging or cuFile), ordered on the current stream
         stream = torch.cuda.current_stream(device).cuda_stream if cuda else 0
         _ckpt.load_shard(ck, k, buf.data_ptr(), size, engine=engine, verify=verify,
-                         device=device.index if cuda else None, stream=stream)
+                         device=device.index if cuda else None, stream=stream, cache=cache)
         if device.type not in ("cpu", "cuda"):
             buf = buf.to(device)
         bufs.append(buf)
@@ -119,7 +121,7 @@ def _load(filename, device, engine, verify, mmap=None):
 
 
 def load_file(filename, device="cpu", *, engine: str = "auto", verify: bool = False,
-              mmap=None) -> dict:
+              mmap=None, cache: str = "auto") -> dict:
     """Load a safetensors file, index or directory into tensors on ``device``.
 
     Each shard is read with one large parallel read into one buffer; tensors are views of it
@@ -132,8 +134,11 @@ def load_file(filename, device="cpu", *, engine: str = "auto", verify: bool = Fa
     them, and one truncated under them faults; fastensor's own saves replace files, which
     leaves mappings of the old file intact. ``mmap=False`` always reads; ``mmap=True`` maps
     cached and uncached shards alike.
+    ``cache``: "auto" (default) reads a checkpoint that fits in about half of what the page
+    cache can keep through it, so that the next load (another process, another rank) finds
+    it there, and a larger one around it (O_DIRECT); "keep" and "bypass" decide it yourself.
     """
-    return _load(filename, device, engine, verify, mmap)[0]
+    return _load(filename, device, engine, verify, mmap, cache)[0]
 
 
 class AsyncSave:
@@ -164,7 +169,8 @@ class AsyncSave:
 
 
 def save_file_async(tensors: dict, filename, metadata: dict | None = None, *,
-                    engine: str = "auto", shard_size: int | None = None) -> AsyncSave:
+                    engine: str = "auto", shard_size: int | None = None,
+                    cache: str = "auto") -> AsyncSave:
     """Snapshot the tensors now (to pinned host memory for CUDA tensors), then save in the
     background. The caller may modify or free the tensors as soon as this returns."""
     if not isinstance(tensors, dict):
@@ -186,7 +192,7 @@ def save_file_async(tensors: dict, filename, metadata: dict | None = None, *,
         torch.cuda.current_stream().synchronize()
     items, keep = _items(snap)
     return AsyncSave(lambda: (_ckpt.save(filename, items, metadata, engine=engine,
-                                         shard_size=shard_size), keep), ())
+                                         shard_size=shard_size, cache=cache), keep), ())
 
 
 def _dedupe(state):
@@ -203,7 +209,7 @@ def _dedupe(state):
 
 
 def save_model(model, filename, metadata: dict | None = None, *, engine: str = "auto",
-               shard_size: int | None = None) -> None:
+               shard_size: int | None = None, cache: str = "auto") -> None:
     """Save ``model.state_dict()`` (parameters and buffers). Tied weights are stored once
     and restored by :func:`load_model`; non-contiguous tensors are made contiguous."""
     unique, aliases = _dedupe(model.state_dict())
@@ -211,17 +217,17 @@ def save_model(model, filename, metadata: dict | None = None, *, engine: str = "
     meta.update(metadata or {})
     if aliases:
         meta[_ALIASES_KEY] = json.dumps(aliases, sort_keys=True)
-    save_file(unique, filename, meta, engine=engine, shard_size=shard_size)
+    save_file(unique, filename, meta, engine=engine, shard_size=shard_size, cache=cache)
 
 
 def load_model(model, filename, strict: bool = True, *, device=None, engine: str = "auto",
-               verify: bool = False, mmap=None):
+               verify: bool = False, mmap=None, cache: str = "auto"):
     """Load a checkpoint made by :func:`save_model` (or any safetensors state dict) into
     ``model``; returns ``model.load_state_dict``'s (missing_keys, unexpected_keys)."""
     if device is None:
         p = next(iter(model.parameters()), None)
         device = p.device if p is not None else "cpu"
-    state, meta = _load(filename, device, engine, verify, mmap)
+    state, meta = _load(filename, device, engine, verify, mmap, cache)
     try:
         aliases = json.loads(meta.get(_ALIASES_KEY, "{}"))
     except ValueError as e:

@@ -172,14 +172,16 @@ static int verify_shard(ft_ctx *ctx, ft__shard *s, uint8_t *dst, bool dst_device
 
 static ft_io_opts io_opts(const ft_load_opts *o)
 {
-    return (ft_io_opts){.engine = o ? o->engine : FT_ENGINE_AUTO, .stream = o ? o->stream : NULL};
+    return (ft_io_opts){.engine = o ? o->engine : FT_ENGINE_AUTO, .stream = o ? o->stream : NULL,
+                        .cache = o ? o->cache : FT_CACHE_AUTO};
 }
 
 static int check_load_opts(const ft_load_opts *o)
 {
-    if (o && ((unsigned)o->engine >= FT_ENGINE_COUNT || (o->flags & ~FT_LOAD_VERIFY)))
-        return ft__err(-EINVAL, "bad load options (engine %d, flags 0x%x)", (int)o->engine,
-                       o->flags);
+    if (o && ((unsigned)o->engine >= FT_ENGINE_COUNT || (o->flags & ~FT_LOAD_VERIFY) ||
+              (unsigned)o->cache >= FT_CACHE_COUNT))
+        return ft__err(-EINVAL, "bad load options (engine %d, flags 0x%x, cache %d)",
+                       (int)o->engine, o->flags, (int)o->cache);
     return 0;
 }
 

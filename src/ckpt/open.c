@@ -386,6 +386,11 @@ int ft_ckpt_open(ft_ctx *ctx, ft_ckpt **out, const char *path_in)
         rc = index_check(c, path, index);
     if (rc == 0)
         rc = ckpt_index(c);
+    uint64_t total = 0; /* AUTO's cache policy weighs a shard with the whole checkpoint */
+    for (unsigned k = 0; rc == 0 && k < c->nshards; k++)
+        total += c->shards[k].data_size;
+    for (unsigned k = 0; rc == 0 && k < c->nshards; k++)
+        atomic_store_explicit(&c->shards[k].file->ws_hint, total, memory_order_relaxed);
     json_decref(index);
     free(picked);
     if (rc < 0) {
@@ -493,7 +498,7 @@ int ft_ckpt_shard_cached(const ft_ckpt *c, unsigned k)
     if (!c || k >= c->nshards)
         return -ERANGE;
     const ft__shard *s = &c->shards[k];
-    return s->data_size && ft__probe_cache(s->file->fd, s->data_start, s->data_size) == 2;
+    return s->data_size && ft__probe_cache(s->file->fd, s->data_start, s->data_size) == 1;
 }
 
 int ft_ckpt_shard_fd(const ft_ckpt *c, unsigned k)

@@ -209,9 +209,10 @@ static int64_t write_piece(void *arg, unsigned i)
         part_sums(s, (at + b) / block, block, buf + b, at + b);
     }
     ft_buf fb = ft_host_buf(buf, (size_t)len);
-    ft_io_opts o = {.engine = pj->job->opts ? pj->job->opts->engine : FT_ENGINE_AUTO,
-                    .flags = pj->job->opts && (pj->job->opts->flags & FT_SAVE_NO_SYNC)
-                                 ? 0 : FT_IO_SYNC_LATER};
+    const ft_save_opts *so = pj->job->opts;
+    ft_io_opts o = {.engine = so ? so->engine : FT_ENGINE_AUTO,
+                    .flags = so && (so->flags & FT_SAVE_NO_SYNC) ? 0 : FT_IO_SYNC_LATER,
+                    .cache = so ? so->cache : FT_CACHE_AUTO};
     int64_t r = ft__transfer(pj->f, &fb, s->header_size + at, &o, true);
     ft__bufpool_put(pj->staging, buf);
     return r;
@@ -511,6 +512,10 @@ int ft_ckpt_save(ft_ctx *ctx, const char *path, const ft_tensor *tensors, size_t
         block = 0;
     if (opts && (opts->flags & ~(unsigned)(FT_SAVE_NO_CHECKSUM | FT_SAVE_NO_SYNC)))
         return ft__err(-EINVAL, "%s: unknown save flags 0x%x", path, opts->flags);
+    if (opts && ((unsigned)opts->engine >= FT_ENGINE_COUNT ||
+                 (unsigned)opts->cache >= FT_CACHE_COUNT))
+        return ft__err(-EINVAL, "%s: bad save options (engine %d, cache %d)", path,
+                       (int)opts->engine, (int)opts->cache);
     int rc = check_tensors(tensors, count, opts ? opts->metadata : NULL);
     if (rc < 0)
         return rc;

@@ -100,6 +100,13 @@ int ft_config_init(ft_config *cfg)
             return ft__err(-EINVAL, "FASTENSOR_ENGINE=\"%s\" is not an engine name", e);
         cfg->engine = (ft_engine)id;
     }
+    e = getenv("FASTENSOR_CACHE");
+    if (e && *e) {
+        int id = ft_cache_from_name(e);
+        if (id < 0)
+            return ft__err(-EINVAL, "FASTENSOR_CACHE=\"%s\" is not auto, keep or bypass", e);
+        cfg->cache = (ft_cache_mode)id;
+    }
     return 0;
 }
 
@@ -127,5 +134,22 @@ int ft__config_resolve(ft_config *cfg)
         return ft__err(-EINVAL, "chunk_size and bounce_size must be at most 1 GiB");
     if ((unsigned)cfg->engine >= FT_ENGINE_COUNT)
         return ft__err(-EINVAL, "engine %d is not an engine", (int)cfg->engine);
+    if ((unsigned)cfg->cache >= FT_CACHE_COUNT)
+        return ft__err(-EINVAL, "cache mode %d is not a cache mode", (int)cfg->cache);
     return 0;
+}
+
+static const char *const cache_names[FT_CACHE_COUNT] = {"auto", "keep", "bypass"};
+
+const char *ft_cache_name(ft_cache_mode mode)
+{
+    return (unsigned)mode < FT_CACHE_COUNT ? cache_names[mode] : "unknown";
+}
+
+int ft_cache_from_name(const char *name)
+{
+    for (int m = 0; name && m < FT_CACHE_COUNT; m++)
+        if (strcasecmp(name, cache_names[m]) == 0)
+            return m;
+    return -EINVAL;
 }

@@ -120,11 +120,12 @@ struct ft_file {
     struct ft__selector *_Atomic sel; /* AUTO's selector for this file's filesystem */
     _Atomic unsigned auto_caps;  /* AUTO: 1 | 2 O_DIRECT works | 4 io_uring works; 0 unknown */
     _Atomic uint64_t cache_memo; /* AUTO: last cache probe, (ns << 2) | class */
+    _Atomic uint64_t ws_hint;    /* AUTO: bytes read together with this file (a checkpoint's
+                                    shards), 0: the file alone */
     _Atomic uint64_t read_end;   /* AUTO: where the latest read decided on this file ends */
     _Atomic bool stream_cold;    /* AUTO: the current run of sequential reads started uncached */
-    struct ft__pending_write *pending; /* AUTO: writes not yet made durable (under lock) */
-    unsigned npending;
-    struct ft__stint_lane *stints; /* AUTO: stream reads measured in stints (under lock) */
+    struct ft__win *wins;   /* AUTO: open sample windows (under lock) */
+    unsigned nwins;
     void *cufile_handle;    /* registered cuFile handle (under lock), NULL until first use */
     int cufile_err;         /* cached -errno when registration failed */
     int cufile_code;        /* cuFile's error code of that failure */
@@ -162,15 +163,14 @@ int64_t ft__transfer_after(ft_file *f, const ft_buf *buf, uint64_t offset,
 
 /* ---- engine AUTO (select/auto.c) ---- */
 
-/* A selector key: (direction, memory kind, size bucket, context class). */
+/* A selector key: (direction, memory kind, size bucket, class, company). */
 typedef struct ft__sel_key {
     uint8_t write;  /* 0 read, 1 write */
     uint8_t mem;    /* ft_mem_kind */
-    uint8_t bucket; /* floor(log2(len)) */
-    uint8_t cache;  /* reads: 0 cold, 1 partly cached, 2 cached, 3 stream; writes: 0 plain,
-                       1 synced by the call, 2 synced later by the caller */
+    uint8_t bucket; /* floor(log2(len)), FT__SEL_BUCKET_TOP and up together */
+    uint8_t cls;    /* reads: 0 cold, 1 cached, 2 stream (continuing an uncached run);
+                       writes: 0 plain, 1 synced by the call, 2 synced later by the caller */
     uint8_t busy;   /* other transfers in flight in the context */
-    uint8_t cpu;    /* CPU load above the CPU count */
 } ft__sel_key;
 
 typedef struct ft__arm {
@@ -181,29 +181,23 @@ typedef struct ft__arm {
 extern const ft__arm ft__arms[];
 extern const unsigned ft__narms;
 
-/** Threads of this process running fastensor tasks now (all pools): the CPU-load probe
- * does not count them as load from others. */
-extern _Atomic unsigned ft__threads_working;
-
 typedef struct ft__decision {
     struct ft__selector *sel;
     unsigned arm;
     ft_engine engine;
     uint64_t piece;
-    uint64_t t0;        /* when the decision started */
+    uint64_t t0;        /* when the call started (0: untimed) */
     unsigned inflight;  /* transfers of the context in flight then, this one included */
-    bool trial;         /* the arm is being tried (the key is explored or re-checked) */
-    bool timed;         /* measured: becomes a sample (t0 is 0 otherwise) */
+    bool trial;         /* the policy is trying the arm: ends with its sample or release */
+    bool joined;        /* the call joined an open sample window (which owns the trial) */
     uint64_t call;      /* bytes the caller asked for (a trial slice is a part of them) */
-    uint32_t stint;     /* the stint the call belongs to (its number in its lane), 0: none */
-    double stint_share; /* its lane's time shared per call in flight when it joined */
     ft__sel_key key;
 } ft__decision;
 
 /* @p durable (writes): 0 plain, 1 synced by the call itself (FT_IO_SYNC), 2 synced later by
- * the caller (FT_IO_SYNC_LATER): the write key's class. */
+ * the caller (FT_IO_SYNC_LATER): the write key's class. @p cache: the call's ft_cache_mode. */
 void ft__auto_decide(ft_file *f, uint64_t off, uint64_t len, bool write, unsigned durable,
-                     int device, ft__decision *d);
+                     int device, int cache, ft__decision *d);
 /** Record what the decision @p d did: @p result bytes (or -errno), in the time since it was
  * made. @p counted: its transfer is still counted in the context's transfers in flight. */
 void ft__auto_done(ft_file *f, const ft__decision *d, int64_t result, bool counted);

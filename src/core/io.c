@@ -23,9 +23,10 @@ int ft__io_check(ft_file *f, const ft_buf *buf, uint64_t offset, const ft_io_opt
         return ft__err(-EFBIG, "%s: range at %llu of %zu bytes is beyond the largest offset",
                        f->path, (unsigned long long)offset, buf->len);
     const unsigned known_flags = FT_IO_SYNC | FT_IO_SYNC_LATER;
-    if (opts && ((unsigned)opts->engine >= FT_ENGINE_COUNT || (opts->flags & ~known_flags)))
-        return ft__err(-EINVAL, "%s: bad options (engine %d, flags 0x%x)", f->path,
-                       (int)opts->engine, opts->flags);
+    if (opts && ((unsigned)opts->engine >= FT_ENGINE_COUNT || (opts->flags & ~known_flags) ||
+                 (unsigned)opts->cache >= FT_CACHE_COUNT))
+        return ft__err(-EINVAL, "%s: bad options (engine %d, flags 0x%x, cache %d)", f->path,
+                       (int)opts->engine, opts->flags, (int)opts->cache);
     if (write && !f->writable)
         return ft__err(-EBADF, "%s is not open for writing", f->path);
     if (!write && !f->readable)
@@ -70,9 +71,9 @@ static int64_t dispatch(const ft__io *io, ft_engine engine, bool write, void *re
 
 /* AUTO's decision for @p part of the call @p io (its bytes go into the trace). */
 static void decide_part(ft_file *f, const ft__io *io, const ft__io *part, bool write,
-                        unsigned durable, ft__decision *d)
+                        unsigned durable, int cache, ft__decision *d)
 {
-    ft__auto_decide(f, part->off, part->len, write, durable, part->device, d);
+    ft__auto_decide(f, part->off, part->len, write, durable, part->device, cache, d);
     d->call = io->len;
 }
 
@@ -95,21 +96,21 @@ static void decide_part(ft_file *f, const ft__io *io, const ft__io *part, bool w
  * The last decision is left in @p d, the bytes of its part in @p last, for ft__auto_done.
  */
 static int64_t auto_transfer(ft_file *f, const ft__io *io, bool write, unsigned durable, bool sync,
-                             void *ready, ft__decision *d, int64_t *last)
+                             int cache, void *ready, ft__decision *d, int64_t *last)
 {
     ft__io part = *io;
     uint64_t left = io->len;
     int64_t total = 0;
     for (;;) {
         part.len = left;
-        decide_part(f, io, &part, write, durable, d);
+        decide_part(f, io, &part, write, durable, cache, d);
         bool slice = d->trial && !sync && left >= 2 * TRIAL_SLICE;
         if (slice)
             part.len = TRIAL_SLICE;
         part.piece = d->piece;
         int64_t r = dispatch(&part, d->engine, write, ready);
         if (r < 0 && d->engine == FT_ENGINE_CUFILE && f->cufile_err) {
-            decide_part(f, io, &part, write, durable, d);
+            decide_part(f, io, &part, write, durable, cache, d);
             part.piece = d->piece;
             r = dispatch(&part, d->engine, write, ready);
         }
@@ -160,8 +161,11 @@ int64_t ft__transfer_after(ft_file *f, const ft_buf *buf, uint64_t offset,
     int64_t last = 0; /* AUTO: bytes of the last decision's part */
     if (io.len > 0) {
         atomic_fetch_add_explicit(&f->ctx->inflight, 1, memory_order_relaxed);
-        r = e == FT_ENGINE_AUTO ? auto_transfer(f, &io, write, durable, sync, ready, &d, &last)
-                                : dispatch(&io, e, write, ready);
+        int cache = opts && opts->cache != FT_CACHE_AUTO ? (int)opts->cache
+                                                         : (int)f->ctx->cfg.cache;
+        r = e == FT_ENGINE_AUTO
+                ? auto_transfer(f, &io, write, durable, sync, cache, ready, &d, &last)
+                : dispatch(&io, e, write, ready);
         atomic_fetch_sub_explicit(&f->ctx->inflight, 1, memory_order_relaxed);
     }
     ft__cuda_event_free(io.device, own);

@@ -63,24 +63,13 @@ static ft__task *queue_take(ft__pool *p, const ft__group *g)
     return NULL;
 }
 
-_Atomic unsigned ft__threads_working;
-static _Thread_local unsigned task_depth; /* tasks run by this thread, nested */
-
-static void working(int delta)
-{
-    if (delta > 0 ? task_depth++ == 0 : --task_depth == 0)
-        atomic_fetch_add_explicit(&ft__threads_working, (unsigned)delta, memory_order_relaxed);
-}
-
 /* Run one task with the lock released; retakes it before returning. */
 static void task_run(ft__pool *p, ft__task *t)
 {
     pthread_mutex_unlock(&p->lock);
-    working(+1);
     if (t->group) {
         ft__group *g = t->group;
         g->results[t->index] = g->fn(g->arg, t->index);
-        working(-1);
         pthread_mutex_lock(&p->lock);
         if (--g->pending == 0)
             pthread_cond_broadcast(&p->done);
@@ -88,7 +77,6 @@ static void task_run(ft__pool *p, ft__task *t)
     }
     t->detached(t->arg);
     free(t);
-    working(-1);
     pthread_mutex_lock(&p->lock);
 }
 

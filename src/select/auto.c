@@ -45,6 +45,7 @@ struct ft__auto {
     struct {
         dev_t dev;
         ft__selector *sel;
+        _Atomic uint64_t direct_memo[2]; /* per memory kind: (ns << 1) | prefer O_DIRECT */
         char path[4200]; /* profile file, "" when not persisted */
         char tag[160];
     } dev[MAX_DEVICES];
@@ -100,8 +101,7 @@ static void profile_path(dev_t dev, char *out, size_t len)
     snprintf(out, len, "%s/profile-%u-%u.txt", dir, major(dev), minor(dev));
 }
 
-/* Whether the arm goes through the page cache (the others are O_DIRECT). */
-static bool buffered_arm(unsigned arm)
+bool ft__auto_buffered_arm(unsigned arm)
 {
     return ft__arms[arm].engine == FT_ENGINE_POSIX || ft__arms[arm].engine == FT_ENGINE_MMAP;
 }
@@ -114,16 +114,11 @@ static ft__selector *selector_of_dev(ft__auto *a, dev_t dev)
     for (unsigned i = 0; i < a->n && !sel; i++)
         if (a->dev[i].dev == dev)
             sel = a->dev[i].sel;
-    if (!sel && a->n < MAX_DEVICES &&
-        ft__sel_create(&sel, ft__narms, now_ns, (uint64_t)dev ^ now_ns()) == 0) {
-        for (unsigned k = 0; k < ft__narms; k++)
-            if (!buffered_arm(k))
-                sel->cache_blind |= 1u << k;
-        sel->stint_buckets = ft__stint_buckets();
+    if (!sel && a->n < MAX_DEVICES && ft__sel_create(&sel, ft__narms) == 0) {
         unsigned i = a->n++;
         a->dev[i].dev = dev;
         a->dev[i].sel = sel;
-        snprintf(a->dev[i].tag, sizeof a->dev[i].tag, "dev=%u:%u gpu=none %s",
+        snprintf(a->dev[i].tag, sizeof a->dev[i].tag, "dev=%u:%u %s",
                  major(dev), minor(dev), ARMS_TAG);
         profile_path(dev, a->dev[i].path, sizeof a->dev[i].path);
         if (a->dev[i].path[0]) {
@@ -184,21 +179,12 @@ static unsigned cache_class(ft_file *f, uint64_t off, uint64_t len, uint64_t now
 }
 
 /*
- * Reads that go on from the file's previous one form the stream class: the kernel's readahead
- * serves buffered engines ahead of them, which makes most of their later reads find their
- * pages cached. Those reads are still the stream's (the cache is the buffered engine's own
- * doing), so a run that started cold stays in the stream class until it breaks; one that
- * started cached is classed by residency as usual.
- * "Go on" allows for requests in flight, which are decided in the pool's threads and so out
- * of order, up to twice the queue's depth apart: within 32 lengths, and within 64 MiB or
- * twice the calls in flight times the length, either way. (16 in flight on 2 cores: 8
- * lengths broke a cold 1 MiB stream every few hundred calls, and with readahead ahead of it,
- * it went on as "cached" and filled the cached keys with disk-speed samples. With 64 MiB
- * alone the limit, 64 MiB reads 4 in flight broke their stream in 1 of 3 passes on the
- * development machine: the call decided out of order went to the "partly cached" key's
- * `uring`, and that pass read at 1.89 GB/s against 2.15-2.50 for passes that stayed on the
- * stream's `mmap/1thread`.) The same range again, a read at the file's start (a new pass) or
- * a jump farther than that is no stream.
+ * A read that goes on from the file's previous one, in a run that started uncached, is a
+ * stream read: the kernel's readahead serves buffered engines ahead of it, so most of its
+ * pages are found cached, by the buffered engine's own doing. "Goes on" allows for requests
+ * in flight, decided out of order in the pool's threads: within 32 lengths, and within
+ * 64 MiB or twice the calls in flight times the length. The same range again, a read at the
+ * file's start (a new pass) or a farther jump is no stream.
  */
 static unsigned read_class(ft_file *f, uint64_t off, uint64_t len, unsigned inflight,
                            uint64_t now)
@@ -208,16 +194,22 @@ static unsigned read_class(ft_file *f, uint64_t off, uint64_t len, unsigned infl
     uint64_t gap = prev > off ? prev - off : off - prev;
     uint64_t reach = FT__MAX((uint64_t)64 << 20, 2ull * inflight * len);
     bool seq = prev != 0 && off != 0 && gap / 32 <= len && gap <= reach && off + len != prev;
-    if (!seq) {
-        atomic_store_explicit(&f->stream_cold, cls != 2, memory_order_relaxed);
-        return cls;
-    }
-    if (cls != 2)
-        atomic_store_explicit(&f->stream_cold, true, memory_order_relaxed);
-    return atomic_load_explicit(&f->stream_cold, memory_order_relaxed) ? 3 : cls;
+    if (!seq || cls == FT__CLS_COLD)
+        atomic_store_explicit(&f->stream_cold, cls == FT__CLS_COLD, memory_order_relaxed);
+    return seq && atomic_load_explicit(&f->stream_cold, memory_order_relaxed) ? FT__CLS_STREAM
+                                                                              : cls;
 }
 
-static uint32_t eligible_arms(ft_file *f, uint64_t len, int device, bool durable_write)
+static uint32_t buffered_mask(void)
+{
+    uint32_t m = 0;
+    for (unsigned i = 0; i < ft__narms; i++)
+        m |= ft__auto_buffered_arm(i) ? 1u << i : 0;
+    return m;
+}
+
+/* The arms that can run this transfer on @p f. */
+static uint32_t eligible_arms(ft_file *f, uint64_t len, int device)
 {
     unsigned caps = file_caps(f);
     bool direct = caps & 2, uring = caps & 4;
@@ -227,10 +219,6 @@ static uint32_t eligible_arms(ft_file *f, uint64_t len, int device, bool durable
     uint32_t mask = 0;
     for (unsigned i = 0; i < ft__narms; i++) {
         const ft__arm *arm = &ft__arms[i];
-        /* durable writes: buffered engines only move their cost into the later sync */
-        if (durable_write && direct &&
-            (arm->engine == FT_ENGINE_POSIX || arm->engine == FT_ENGINE_MMAP) && len >= 65536)
-            continue;
         if ((arm->engine == FT_ENGINE_DIRECT && !direct) ||
             (arm->engine == FT_ENGINE_URING && !uring) ||
             (arm->engine == FT_ENGINE_CUFILE && !cufile))
@@ -245,36 +233,108 @@ static uint32_t eligible_arms(ft_file *f, uint64_t len, int device, bool durable
     return mask;
 }
 
-/* The arm for a key nothing is known about: page-cache copies for cached reads (an O_DIRECT
- * engine would read them from the disk again), O_DIRECT for large cold or durable ones. */
-static unsigned static_default(uint32_t eligible, uint64_t len, const ft__sel_key *key)
+/* Cold reads of data that fits go O_DIRECT all the same where this device's best buffered
+ * cold rate, at large sizes, is below DIRECT_EDGE of its best O_DIRECT one (fast NVMe arrays,
+ * where the page cache's copies cap the rate), both measured twice or more. */
+#define DIRECT_EDGE 0.8
+
+static bool measured_prefers_direct(ft__selector *sel, int mem, double *buf_bps,
+                                    double *direct_bps)
 {
-    if (!key->write && key->cache == 2)
-        return 0; /* posix */
-    if (len >= (1u << 20)) {
+    *buf_bps = *direct_bps = 0;
+    uint32_t buffered = buffered_mask(), all = (1u << ft__narms) - 1;
+    for (int b = FT__SEL_BUCKET_TOP; b >= 24 && !(*buf_bps > 0 && *direct_bps > 0); b--) {
+        ft__sel_key k = {.write = 0, .mem = (uint8_t)mem, .bucket = (uint8_t)b,
+                         .cls = FT__CLS_COLD};
+        double x = 0, y = 0;
+        if (ft__sel_best(sel, &k, buffered, 2, &x) >= 0 && ft__sel_best(sel, &k, all & ~buffered,
+                                                                          2, &y) >= 0) {
+            *buf_bps = x;
+            *direct_bps = y;
+        }
+    }
+    return *buf_bps > 0 && *direct_bps > 0 && *buf_bps < DIRECT_EDGE * *direct_bps;
+}
+
+/* The same, remembered per device and memory kind for a second. */
+static bool prefers_direct(ft_file *f, ft__selector *sel, int mem, uint64_t now)
+{
+    ft__auto *a = f->ctx->autosel;
+    _Atomic uint64_t *memo = NULL;
+    for (unsigned i = 0; i < a->n && !memo; i++)
+        if (a->dev[i].sel == sel)
+            memo = &a->dev[i].direct_memo[mem & 1];
+    if (!memo)
+        return false;
+    uint64_t m = atomic_load_explicit(memo, memory_order_relaxed);
+    if (m && now - (m >> 1) < 1000000000ull)
+        return m & 1;
+    double x, y;
+    bool yes = measured_prefers_direct(sel, mem, &x, &y);
+    atomic_store_explicit(memo, now << 1 | yes, memory_order_relaxed);
+    return yes;
+}
+
+/* Data fits what the page cache can keep when it is at most this share of the room: the
+ * rest is for the destination (a host load needs as much again) and everything else. */
+#define CACHE_SHARE 0.5
+
+/*
+ * The cache policy: which arms a call may use. A read is worth what it delivers now and
+ * what it leaves in the page cache for the next one (the next process's load, the other
+ * ranks reading the same file). So with FT_CACHE_AUTO: cached data is copied out of the
+ * cache (an O_DIRECT read would read the disk again); uncached data that fits (the file, or
+ * the checkpoint it belongs to, within CACHE_SHARE of the room) goes through the cache,
+ * unless this device measured O_DIRECT well ahead (prefers_direct); data that does not fit
+ * goes O_DIRECT, where it evicts nothing. Durable writes go O_DIRECT from 64 KiB: buffered
+ * ones only move their cost into the sync. Where what the mode asks for cannot run (no
+ * O_DIRECT on the filesystem), every arm may.
+ */
+static uint32_t cache_arms(ft_file *f, ft__selector *sel, const ft__sel_key *k, uint64_t len,
+                           int mode, uint32_t eligible, uint64_t now)
+{
+    uint32_t buffered = buffered_mask();
+    if (mode == FT_CACHE_AUTO && k->write) {
+        if (k->cls == FT__CLS_PLAIN || len < 65536)
+            return eligible;
+        mode = FT_CACHE_BYPASS;
+    } else if (mode == FT_CACHE_AUTO) {
+        int64_t size = ft__file_size(f);
+        uint64_t data = FT__MAX(size > 0 ? (uint64_t)size : 0,
+                                atomic_load_explicit(&f->ws_hint, memory_order_relaxed));
+        bool fits = (double)data <= CACHE_SHARE * (double)ft__probe_cache_room();
+        mode = k->cls == FT__CLS_CACHED ? FT_CACHE_KEEP
+               : !fits || (sel && prefers_direct(f, sel, k->mem, now)) ? FT_CACHE_BYPASS
+                                                                      : FT_CACHE_KEEP;
+    }
+    uint32_t m = eligible & (mode == FT_CACHE_KEEP ? buffered : ~buffered);
+    return m ? m : eligible;
+}
+
+/* The arm explored first for a key nothing is known about: a page-cache copy for buffered
+ * reads, io_uring (else direct) for large O_DIRECT ones. */
+static unsigned static_default(uint32_t eligible, uint64_t len)
+{
+    if (len >= (1u << 20) && !(eligible & 1u)) {
         if (eligible & (1u << 4))
             return 4; /* uring */
         if (eligible & (1u << 2))
             return 2; /* direct */
     }
-    return 0; /* posix */
+    return eligible & 1u ? 0 : (unsigned)__builtin_ctz(eligible);
 }
 
 /*
  * Small reads are timed one in SMALL_READ_EVERY (per thread), trials always: timing and
- * recording a call (two clock reads, the key's lock, its window's median) cost about
- * 100 ns, which beside a 4 KiB read of 1-5 us was most of AUTO's cost per call and a few
- * percent of the read (development machine, 1-byte cached reads: 215 ns over posix timed
- * every call, 85-91 ns timed one in 8). A key of small reads gets thousands of calls, so its
- * samples still come by the hundred; exploring and re-checks are timed whole. Writes are
- * always timed: plain ones are measured in runs that share their sync's time by bytes.
+ * recording a call (two clock reads, the key's lock) cost about 100 ns, most of a 4 KiB
+ * cached read's overhead. A key of small reads gets thousands of calls, so its samples still
+ * come by the hundred. Writes are always timed.
  */
 #define SMALL_READ (256u << 10)
 #define SMALL_READ_EVERY 8
 
-/* Whether to time this small read: drawn (xorshift, per thread), not counted. A counter
- * shared by all keys aliases with a job's pattern: calls alternating between two keys
- * timed one key's every fourth call and the other's never. */
+/* Whether to time this small read: drawn (xorshift, per thread), not counted (a shared
+ * counter aliases with a job's pattern of keys). */
 static bool small_read_drawn(uint64_t now)
 {
     static _Thread_local uint32_t x;
@@ -287,7 +347,7 @@ static bool small_read_drawn(uint64_t now)
 }
 
 void ft__auto_decide(ft_file *f, uint64_t off, uint64_t len, bool write, unsigned durable,
-                     int device, ft__decision *d)
+                     int device, int cache, ft__decision *d)
 {
     memset(d, 0, sizeof *d);
     uint64_t now = now_ns();
@@ -297,40 +357,25 @@ void ft__auto_decide(ft_file *f, uint64_t off, uint64_t len, bool write, unsigne
         .write = write,
         .mem = device >= 0 ? FT_MEM_CUDA : FT_MEM_HOST,
         .bucket = (uint8_t)ft__sel_bucket(len),
-        .cache = write ? (uint8_t)durable : (uint8_t)read_class(f, off, len, d->inflight, now),
+        .cls = write ? (uint8_t)durable : (uint8_t)read_class(f, off, len, d->inflight, now),
         .busy = d->inflight > 1,
-        .cpu = (uint8_t)ft__probe_cpu(),
     };
-    uint32_t eligible = eligible_arms(f, len, device, write && durable);
+    uint32_t eligible = cache_arms(f, sel, &d->key, len, cache, eligible_arms(f, len, device),
+                                   now);
     d->sel = sel;
-    bool stint = sel && ft__sel_stream_key(&d->key) && (sel->stint_buckets >> d->key.bucket & 1);
-    if (!stint || !ft__stint_join(f, d, eligible, now)) {
-        unsigned fallback = static_default(eligible, len, &d->key);
-        d->arm = sel ? ft__sel_choose(sel, &d->key, eligible, fallback, &d->trial) : fallback;
-        if (stint && ft__sel_stint_key(sel, &d->key))
-            ft__stint_begin(f, d, len, now);
-    }
+    unsigned fallback = static_default(eligible, len);
+    if (!sel)
+        d->arm = fallback;
+    else if (!(ft__win_key(&d->key) && !write && ft__win_join(f, d, eligible)))
+        d->arm = ft__sel_choose(sel, &d->key, eligible, fallback, &d->trial);
     d->engine = ft__arms[d->arm].engine;
     d->piece = ft__arms[d->arm].piece;
-    d->timed = write || d->trial || d->stint || len >= SMALL_READ || small_read_drawn(now);
+    bool timed = write || d->trial || ft__win_key(&d->key) || len >= SMALL_READ ||
+                 small_read_drawn(now);
     /* the clock starts now: the decision's own cost (the first call of a file opens its
      * O_DIRECT descriptor, loads the profile, probes io_uring) is no arm's */
-    d->t0 = d->timed ? now_ns() : 0;
+    d->t0 = timed ? now_ns() : 0;
 }
-
-/* (key, arm) runs of plain writes awaiting their sync, per file */
-#define MAX_PENDING 64
-
-/* Plain writes of one key and arm since the file's last sync: one sample when it comes. A
- * sample per write would fill the arm's window with one run's figures (a 64 MiB pass of
- * 4 KiB writes is 16384 of them); a run is one measurement of the arm, as a job saving a
- * file and syncing it is one use of it. */
-struct ft__pending_write {
-    ft__selector *sel;
-    ft__sel_key key;
-    unsigned index, arm, calls; /* index: the key's (ft__sel_key_index) */
-    uint64_t bytes, ns;
-};
 
 /* A call shorter than this amortizes no engine's one-time setup: its first call in a context
  * is not a sample. */
@@ -339,30 +384,21 @@ struct ft__pending_write {
 /*
  * Whether this is the context's first call of the decision's engine for its memory kind
  * (engines, not arms: an engine's settings share what it sets up). That call pays for what
- * the engine sets up once and keeps (pinned staging buffers and CUDA
- * streams for device memory: 12 ms measured on the H200 machine; an io_uring ring and its
- * registered buffers; bounce buffers), which says nothing about the arm's speed. Recorded, it
- * made a 4 KiB staged read look 50 times slower than it is, the arm was eliminated at once,
- * and through the priors of neighbouring sizes never tried at any size again (the 36 GB/s
- * posix copy of cached data to a GPU lost to mmap's 21 for every block size).
+ * the engine sets up once and keeps (pinned staging buffers and CUDA streams: 12 ms on the
+ * H200 machine; an io_uring ring; bounce buffers), which says nothing of the arm's speed:
+ * recorded, a 4 KiB staged read looked 50 times slower than it is.
  */
-bool ft__auto_first_use(ft_file *f, const ft__decision *d)
+static bool first_use(ft_file *f, const ft__decision *d)
 {
     uint32_t bit = 1u << d->engine;
     _Atomic uint32_t *used = &f->ctx->autosel->used[d->key.mem & 1];
-    /* every call asks: read first, write the shared word only the first time */
     if (atomic_load_explicit(used, memory_order_relaxed) & bit)
         return false;
     return !(atomic_fetch_or_explicit(used, bit, memory_order_relaxed) & bit);
 }
 
-/*
- * FASTENSOR_TRACE=FILE: one line per AUTO call (key, arm, bytes, nanoseconds, transfers in
- * flight at its start, the bytes of the caller's whole call (a trial slice is one line, the
- * rest of its call another), and whether it became a sample; an untimed small read shows 0 ns
- * and the key it was decided under), to see what the selector did in a
- * run, where the profile keeps only the last few samples per arm.
- */
+/* FASTENSOR_TRACE=FILE: one line per AUTO call (key, arm, bytes, nanoseconds, transfers in
+ * flight at its start, the caller's whole call, what became of it). */
 static FILE *trace_file;
 static void trace_open(void)
 {
@@ -383,137 +419,62 @@ void ft__auto_trace_line(const char *fmt, ...)
     va_end(ap);
 }
 
-void ft__auto_trace(const ft__decision *d, const ft__sel_key *key, int64_t result, uint64_t ns,
-                    const char *what)
+static void trace(const ft__decision *d, const ft__sel_key *key, int64_t result, uint64_t ns,
+                  const char *what)
 {
-    ft__auto_trace_line("%s %s bucket=%u cache=%u busy=%u cpu=%u arm=%s bytes=%lld ns=%llu "
-                        "inflight=%u call=%llu %s\n", key->write ? "write" : "read",
-                        key->mem ? "cuda" : "host", key->bucket, key->cache, key->busy, key->cpu,
+    ft__auto_trace_line("%s %s bucket=%u cls=%u busy=%u arm=%s bytes=%lld ns=%llu inflight=%u "
+                        "call=%llu%s %s\n", key->write ? "write" : "read",
+                        key->mem ? "cuda" : "host", key->bucket, key->cls, key->busy,
                         ft__arms[d->arm].label, (long long)result, (unsigned long long)ns,
-                        d->inflight, (unsigned long long)d->call, what);
+                        d->inflight, (unsigned long long)d->call, d->trial ? " trial" : "",
+                        what);
 }
 
 void ft__auto_done(ft_file *f, const ft__decision *d, int64_t result, bool counted)
 {
-    if (d->stint) {
-        ft__stint_done(f, d, result, now_ns());
+    if (!d->sel)
         return;
-    }
-    if (!d->sel || result <= 0)
-        return;
-    if (!d->timed) {
-        ft__auto_first_use(f, d); /* what the engine sets up once, this call paid */
-        ft__auto_trace(d, &d->key, result, 0, "untimed");
-        return;
-    }
-    uint64_t ns = now_ns() - d->t0;
-    /* Transfers in flight at the call's end, this one included. */
+    ft__decision s = *d;
+    uint64_t ns = d->t0 ? now_ns() - d->t0 : 0;
+    /* transfers in flight at the call's end, this one included */
     unsigned end = atomic_load_explicit(&f->ctx->inflight, memory_order_relaxed) + !counted;
+    bool setup = first_use(f, d) && ns < SETUP_AMORTIZED_NS;
     /* A call that began alone but ends beside others did not run alone: its sample is one of
-     * calls in flight. In the alone key it would say what the arm does when it shares the
-     * CPUs and the disk with calls that arrived after it (2-core development VM: cached 1 MiB
-     * posix reads that began a batch of 8 took 3-33 ms, against 0.05-0.2 ms alone, and sent
-     * the key to io_uring at 3 GB/s). */
-    ft__sel_key key = d->key;
-    if (!key.busy && end > 1)
-        key.busy = 1;
-    if (ft__auto_first_use(f, d) && ns < SETUP_AMORTIZED_NS) {
-        ft__auto_trace(d, &key, result, ns, "first-use");
+     * calls in flight (its trial, if any, ends unmeasured in its own key). */
+    if (!s.key.busy && end > 1) {
+        s.key.busy = 1;
+        if (s.trial)
+            ft__sel_release(d->sel, &d->key, d->arm);
+        s.trial = false;
+    }
+    if (result <= 0 || !d->t0 || setup) {
+        trace(d, &s.key, result, ns, result <= 0 ? "failed" : setup ? "first-use" : "untimed");
+        if (s.trial)
+            ft__sel_release(d->sel, &s.key, d->arm);
         return;
     }
-    /* writes made durable by a later sync (plain ones, if ever) wait for it; those synced
-     * by the call itself were timed with their sync */
-    bool later = key.write && key.cache != 1;
-    ft__auto_trace(d, &key, result, ns, later ? "pending-sync" : "sample");
-    /* Transfers running at once share the threads and the disk: a call that ran beside k
-     * others took about k+1 times its own time. Counting its share (transfers in flight at
-     * its start and end, averaged) keeps samples taken under load comparable with the rest. */
+    /* Transfers running at once share the threads and the disk: a call beside k others took
+     * about k+1 times its own time. Its share (transfers in flight at its start and end,
+     * averaged) keeps samples taken under load comparable with the rest. */
     unsigned conc = (d->inflight + end) / 2;
     if (conc > 1)
         ns /= conc;
-    if (!later) { /* reads, and writes already durable */
-        ft__sel_record(d->sel, &key, d->arm, (uint64_t)result, ns);
-        return;
-    }
-    /* A plain write (or one the caller syncs later) is measured once it is durable
-     * (ft__auto_synced), or at close: a buffered write is cheap only until its pages must
-     * reach the disk. */
-    pthread_mutex_lock(&f->lock);
-    if (!f->pending)
-        f->pending = calloc(MAX_PENDING, sizeof *f->pending);
-    struct ft__pending_write *run = NULL;
-    unsigned index = ft__sel_key_index(&key);
-    for (unsigned i = 0; f->pending && i < f->npending && !run; i++)
-        if (f->pending[i].sel == d->sel && f->pending[i].arm == d->arm &&
-            f->pending[i].index == index)
-            run = &f->pending[i];
-    if (!run && f->pending && f->npending < MAX_PENDING) {
-        run = &f->pending[f->npending++];
-        *run = (struct ft__pending_write){.sel = d->sel, .key = key, .index = index,
-                                          .arm = d->arm};
-    }
-    bool queued = run != NULL;
-    if (run) {
-        run->calls++;
-        run->bytes += (uint64_t)result;
-        run->ns += ns;
-    }
-    pthread_mutex_unlock(&f->lock);
-    if (queued)
-        ft__sel_pending(d->sel, &key, d->arm, +1);
+    bool windowed = ft__win_key(&s.key);
+    trace(d, &s.key, result, ns, windowed ? "window" : "sample");
+    if (windowed)
+        ft__win_add(f, &s, (uint64_t)result, ns);
     else
-        ft__sel_record(d->sel, &key, d->arm, (uint64_t)result, ns);
-}
-
-/* Below this many bytes of buffered writes a sync's time is mostly its own fixed cost
- * (journal commit, disk cache flush: 1-5 ms on the machines measured), not the writeback of
- * those bytes: shared among them, it made a few 4 KiB buffered trial writes among O_DIRECT
- * ones look 100 times slower than a run of them synced once. */
-#define SYNC_SHARE_MIN (1u << 20)
-
-/* Record the pending runs of writes, the sync's time shared (by bytes) among the buffered
- * ones: O_DIRECT writes left nothing in the page cache for it to flush. Buffered runs too
- * small to be told from the sync's fixed cost are no sample (their arm is tried again). */
-static void flush_pending(ft_file *f, uint64_t sync_ns)
-{
-    pthread_mutex_lock(&f->lock);
-    unsigned n = f->npending;
-    struct ft__pending_write *copy = n ? malloc(n * sizeof *copy) : NULL;
-    if (copy)
-        memcpy(copy, f->pending, n * sizeof *copy);
-    f->npending = 0;
-    pthread_mutex_unlock(&f->lock);
-    if (!copy)
-        return;
-    uint64_t buffered = 0;
-    for (unsigned i = 0; i < n; i++)
-        buffered += buffered_arm(copy[i].arm) ? copy[i].bytes : 0;
-    bool too_few = sync_ns && buffered < SYNC_SHARE_MIN;
-    for (unsigned i = 0; i < n; i++) {
-        bool mine = buffered_arm(copy[i].arm);
-        ft__sel_pending(copy[i].sel, &copy[i].key, copy[i].arm, -(int)copy[i].calls);
-        if (mine && too_few)
-            continue;
-        uint64_t share = mine && buffered
-                             ? (uint64_t)((double)sync_ns * (double)copy[i].bytes / (double)buffered)
-                             : 0;
-        ft__sel_record(copy[i].sel, &copy[i].key, copy[i].arm, copy[i].bytes,
-                       copy[i].ns + share);
-    }
-    free(copy);
+        ft__sel_record(d->sel, &s.key, d->arm, (uint64_t)result, ns, s.trial);
 }
 
 void ft__auto_synced(ft_file *f, uint64_t ns)
 {
-    flush_pending(f, ns);
+    ft__win_flush(f, ns, false);
 }
 
 void ft__auto_file_close(ft_file *f)
 {
-    flush_pending(f, 0);
-    free(f->pending);
-    f->pending = NULL;
-    ft__stint_close(f);
+    ft__win_flush(f, 0, true);
 }
 
 static int save_all(ft__auto *a, bool only_dirty)
@@ -554,11 +515,12 @@ int ft_profile_save(ft_ctx *ctx)
     return save_all(ctx->autosel, false);
 }
 
-int ft_profile_show(ft_ctx *ctx, const char *path, FILE *out)
+/* The selector of the filesystem holding @p path (a file or a directory) in *sel, its
+ * profile's name in *ppath. @return 0 or -errno. */
+static int selector_of_path(ft_ctx *ctx, const char *path, ft__selector **sel,
+                            const char **ppath)
 {
-    if (!ctx || !path || !out)
-        return ft__err(-EINVAL, "ft_profile_show: missing argument");
-    int fd = ft__sys.open(path, O_RDONLY | O_CLOEXEC, 0); /* a file or a directory */
+    int fd = ft__sys.open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK, 0);
     if (fd < 0)
         return ft__err(-errno, "cannot open %s", path);
     struct stat st;
@@ -567,66 +529,43 @@ int ft_profile_show(ft_ctx *ctx, const char *path, FILE *out)
     if (rc < 0)
         return rc;
     ft__auto *a = ctx->autosel;
-    ft__selector *sel = selector_of_dev(a, st.st_dev);
-    const char *ppath = "";
-    for (unsigned i = 0; i < a->n; i++)
-        if (a->dev[i].sel == sel)
-            ppath = a->dev[i].path[0] ? a->dev[i].path : "(not persisted)";
-    if (!sel)
+    if (!(*sel = selector_of_dev(a, st.st_dev)))
         return ft__err(-ENOMEM, "selector");
-    static const char *cache_name[] = {"cold", "partial", "cached", "stream"};
-    static const char *write_name[] = {"-", "sync", "later", "?"};
-    fprintf(out, "profile %s\n\n%-5s %-4s %7s %-7s %-4s %-4s  %-14s  %s\n", ppath, "op", "mem",
-            "size", "cache", "busy", "cpu", "chosen", "GB/s (samples) per arm");
-    fprintf(out, "(cache: page-cache residency for reads, \"stream\" for uncached reads "
-                 "continuing the previous one; writes: \"sync\" synced by the call itself, "
-                 "\"later\" synced by the caller later)\n");
-    unsigned shown = 0;
-    for (unsigned i = 0; i < FT__SEL_KEYS; i++) {
-        ft__sel_entry *e = ft__sel_entry_at(sel, i, false);
-        if (!e)
-            continue;
-        pthread_mutex_lock(&e->lock);
-        uint32_t any = 0;
-        for (unsigned k = 0; k < ft__narms; k++)
-            any |= e->arm[k].n;
-        if (any) {
-            ft__sel_key key;
-            ft__sel_key_decode(i, &key);
-            int best = -1;
-            float bm = 0;
-            for (unsigned k = 0; k < ft__narms; k++)
-                if (e->arm[k].n && ft__sel_median(&e->arm[k]) > bm) {
-                    bm = ft__sel_median(&e->arm[k]);
-                    best = (int)k;
-                }
-            char size[32];
-            uint64_t b = 1ull << key.bucket;
-            if (key.bucket >= FT__SEL_BUCKET_TOP)
-                snprintf(size, sizeof size, "%lluM+", (unsigned long long)(b >> 20));
-            else if (b >= (1u << 30))
-                snprintf(size, sizeof size, "%lluG", (unsigned long long)(b >> 30));
-            else if (b >= (1u << 20))
-                snprintf(size, sizeof size, "%lluM", (unsigned long long)(b >> 20));
-            else if (b >= 1024)
-                snprintf(size, sizeof size, "%lluK", (unsigned long long)(b >> 10));
-            else
-                snprintf(size, sizeof size, "%llu", (unsigned long long)b);
-            fprintf(out, "%-5s %-4s %7s %-7s %-4s %-4s  %-14s ",
-                    key.write ? "write" : "read", key.mem ? "cuda" : "host", size,
-                    key.write ? write_name[key.cache] : cache_name[key.cache],
-                    key.busy ? "yes" : "no", key.cpu ? "high" : "low",
-                    best >= 0 ? ft__arms[best].label : "-");
-            for (unsigned k = 0; k < ft__narms; k++)
-                if (e->arm[k].n)
-                    fprintf(out, " %s=%.2f(%u)", ft__arms[k].label,
-                            (double)ft__sel_median(&e->arm[k]) / 1e9, e->arm[k].n);
-            fputc('\n', out);
-            shown++;
-        }
-        pthread_mutex_unlock(&e->lock);
-    }
-    if (!shown)
-        fprintf(out, "(empty: run `fastensor tune` or any transfers with engine auto)\n");
+    for (unsigned i = 0; i < a->n; i++)
+        if (a->dev[i].sel == *sel)
+            *ppath = a->dev[i].path[0] ? a->dev[i].path : "(not persisted)";
+    return 0;
+}
+
+int ft_profile_show(ft_ctx *ctx, const char *path, FILE *out)
+{
+    if (!ctx || !path || !out)
+        return ft__err(-EINVAL, "ft_profile_show: missing argument");
+    const char *ppath = "";
+    ft__selector *sel;
+    int rc = selector_of_path(ctx, path, &sel, &ppath);
+    if (rc < 0)
+        return rc;
+    const char *labels[FT__SEL_MAX_ARMS];
+    for (unsigned i = 0; i < ft__narms; i++)
+        labels[i] = ft__arms[i].label;
+    fprintf(out, "profile %s\n\n", ppath);
+    ft__sel_show(sel, labels, out);
+    return 0;
+}
+
+int ft_cache_policy(ft_ctx *ctx, const char *path, ft_mem_kind mem, ft_cache_info *out)
+{
+    if (!ctx || !path || !out || (mem != FT_MEM_HOST && mem != FT_MEM_CUDA))
+        return ft__err(-EINVAL, "ft_cache_policy: bad argument");
+    const char *ppath = "";
+    ft__selector *sel;
+    int rc = selector_of_path(ctx, path, &sel, &ppath);
+    if (rc < 0)
+        return rc;
+    memset(out, 0, sizeof *out);
+    out->room = (uint64_t)(CACHE_SHARE * (double)ft__probe_cache_room());
+    out->prefer_direct = measured_prefers_direct(sel, mem == FT_MEM_CUDA, &out->buffered_bps,
+                                                 &out->direct_bps);
     return 0;
 }

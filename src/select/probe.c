@@ -1,4 +1,4 @@
-/* Cheap context probes for the selector: page-cache residency and CPU load. */
+/* Cheap context probes for AUTO: page-cache residency, and the room the page cache has. */
 #include "select.h"
 #include "../core/syscall.h"
 
@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
@@ -56,48 +57,79 @@ unsigned ft__probe_cache(int fd, uint64_t off, uint64_t len)
         cached += c;
         total += (end - start) / page;
     }
-    if (total == 0 || cached * 10 <= total)
-        return 0;
-    return cached * 10 >= total * 9 ? 2 : 1;
+    return total && cached * 10 >= total * 9 ? FT__CLS_CACHED : FT__CLS_COLD;
 }
 
-static _Atomic uint64_t last_ns;
-static _Atomic unsigned last_class;
-
-void ft__probe_cpu_forget(void)
+/* The first number after @p key in @p text, UINT64_MAX when absent ("max" too). */
+static uint64_t number_after(const char *text, const char *key)
 {
-    atomic_store_explicit(&last_ns, 0, memory_order_relaxed);
+    const char *p = key[0] ? strstr(text, key) : text;
+    if (!p)
+        return UINT64_MAX;
+    p += strlen(key);
+    while (*p == ' ' || *p == ':')
+        p++;
+    char *end;
+    unsigned long long v = strtoull(p, &end, 10);
+    return end == p ? UINT64_MAX : (uint64_t)v;
 }
 
-unsigned ft__probe_cpu(void)
+/* The file's text (at most @p cap - 1 bytes, NUL-terminated), through the syscall table:
+ * false when it cannot be read. */
+static bool read_small(const char *path, char *text, size_t cap)
+{
+    int fd = ft__sys.open(path, O_RDONLY | O_CLOEXEC, 0);
+    if (fd < 0)
+        return false;
+    ssize_t n = ft__sys.pread(fd, text, cap - 1, 0);
+    ft__sys.close(fd);
+    if (n < 0)
+        return false;
+    text[n] = '\0';
+    return true;
+}
+
+/* Room below this process's cgroup v2 memory limit (memory.max - memory.current, where the
+ * page cache of files it reads is charged), UINT64_MAX when there is none. */
+static uint64_t cgroup_room(void)
+{
+    char self[512], path[700], text[64];
+    if (!read_small("/proc/self/cgroup", self, sizeof self) || strncmp(self, "0::", 3) != 0)
+        return UINT64_MAX;
+    self[strcspn(self, "\n")] = '\0';
+    snprintf(path, sizeof path, "/sys/fs/cgroup%s/memory.max", self + 3);
+    if (!read_small(path, text, sizeof text))
+        return UINT64_MAX;
+    uint64_t max = number_after(text, "");
+    snprintf(path, sizeof path, "/sys/fs/cgroup%s/memory.current", self + 3);
+    if (max == UINT64_MAX || !read_small(path, text, sizeof text))
+        return UINT64_MAX;
+    uint64_t cur = number_after(text, "");
+    return cur == UINT64_MAX ? UINT64_MAX : cur < max ? max - cur : 0;
+}
+
+static _Atomic uint64_t room_ns, room_bytes;
+
+void ft__probe_forget(void)
+{
+    atomic_store_explicit(&room_ns, 0, memory_order_relaxed);
+}
+
+uint64_t ft__probe_cache_room(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-    uint64_t now = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-    uint64_t prev = atomic_load_explicit(&last_ns, memory_order_relaxed);
-    if (now - prev < 500000000ull && prev)
-        return atomic_load_explicit(&last_class, memory_order_relaxed);
-    if (!atomic_compare_exchange_strong(&last_ns, &prev, now))
-        return atomic_load_explicit(&last_class, memory_order_relaxed);
-    /* Runnable tasks right now (the 4th field of /proc/loadavg, "running/total"), not the
-     * load average: that one counts tasks waiting on I/O, i.e. our own transfers. */
-    unsigned cls = 0;
-    int fd = ft__sys.open("/proc/loadavg", O_RDONLY | O_CLOEXEC, 0);
-    if (fd >= 0) {
-        char text[128];
-        ssize_t n = ft__sys.pread(fd, text, sizeof text - 1, 0);
-        ft__sys.close(fd);
-        unsigned running = 0;
-        long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-        if (n > 0) {
-            text[n] = '\0';
-            float a, b, c;
-            /* our own working threads are not load from others; +1: this thread */
-            unsigned ours = 1u + atomic_load_explicit(&ft__threads_working, memory_order_relaxed);
-            if (sscanf(text, "%f %f %f %u/", &a, &b, &c, &running) == 4)
-                cls = running > ours && running - ours > (unsigned)(cpus > 0 ? cpus : 1);
-        }
-    }
-    atomic_store_explicit(&last_class, cls, memory_order_relaxed);
-    return cls;
+    uint64_t now = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec + 1;
+    uint64_t prev = atomic_load_explicit(&room_ns, memory_order_acquire);
+    if (prev && now - prev < 500000000ull)
+        return atomic_load_explicit(&room_bytes, memory_order_relaxed);
+    char text[4096];
+    uint64_t kib = read_small("/proc/meminfo", text, sizeof text)
+                       ? number_after(text, "MemAvailable:")
+                       : UINT64_MAX;
+    uint64_t room = kib == UINT64_MAX ? 0 : kib << 10; /* unknown: no room promised */
+    room = FT__MIN(room, cgroup_room());
+    atomic_store_explicit(&room_bytes, room, memory_order_relaxed);
+    atomic_store_explicit(&room_ns, now, memory_order_release);
+    return room;
 }

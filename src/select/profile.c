@@ -1,14 +1,16 @@
 /*
  * The selector's profile: a versioned text file, written atomically, tagged with what it
  * describes (filesystem device, GPU, arm table), so one never misleads another machine.
- *   fastensor-profile 1
+ *   fastensor-profile 2
  *   tag <text>
- *   <write> <mem> <bucket> <cache> <busy> <cpu> <arm> <n> <tput>...   (one line per arm)
+ *   <write> <mem> <bucket> <class> <busy> <arm> <n> <bytes/s>...   (one line per key and arm,
+ *                                                                   oldest sample first)
  */
 #include "select.h"
 #include "../core/syscall.h"
 
 #include <errno.h>
+#include <math.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,7 +18,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define PROFILE_MAGIC "fastensor-profile 1"
+#define PROFILE_MAGIC "fastensor-profile 2"
 
 /* The profile's text (malloc'ed, *len bytes), or NULL on ENOMEM. */
 static char *profile_text(ft__selector *sel, const char *tag, size_t *len)
@@ -34,14 +36,14 @@ static char *profile_text(ft__selector *sel, const char *tag, size_t *len)
         ft__sel_key key;
         ft__sel_key_decode(i, &key);
         for (unsigned a = 0; a < sel->narms; a++) {
-            const ft__sel_stats *st = &e->arm[a];
+            const ft__sel_arm *st = &e->arm[a];
             if (!st->n)
                 continue;
             unsigned n = FT__MIN(st->n, (uint32_t)FT__SEL_WINDOW);
-            fprintf(f, "%u %u %u %u %u %u %u %u", key.write, key.mem, key.bucket, key.cache,
-                    key.busy, key.cpu, a, n);
+            fprintf(f, "%u %u %u %u %u %u %u", key.write, key.mem, key.bucket, key.cls,
+                    key.busy, a, n);
             for (unsigned k = 0; k < n; k++) /* oldest first */
-                fprintf(f, " %.6g", (double)st->tput[(st->n - n + k) % FT__SEL_WINDOW]);
+                fprintf(f, " %.6g", exp((double)st->lt[(st->n - n + k) % FT__SEL_WINDOW]));
             fputc('\n', f);
         }
         pthread_mutex_unlock(&e->lock);
@@ -84,7 +86,7 @@ int ft__sel_save(ft__selector *sel, const char *path, const char *tag)
 
 typedef struct loaded {
     unsigned key, arm, n;
-    float tput[FT__SEL_WINDOW];
+    float lt[FT__SEL_WINDOW];
 } loaded;
 
 /* The whole profile file (NUL-terminated), through the syscall table. 0 with *text NULL
@@ -141,7 +143,7 @@ int ft__sel_parse(ft__selector *sel, char *text, const char *path, const char *t
         lineno++;
         if (lineno == 1) {
             if (strcmp(line, PROFILE_MAGIC) != 0)
-                rc = ft__err(-EINVAL, "%s: not a version-1 fastensor profile", path);
+                rc = ft__err(-EINVAL, "%s: not a version-2 fastensor profile", path);
             continue;
         }
         if (lineno == 2) {
@@ -151,17 +153,17 @@ int ft__sel_parse(ft__selector *sel, char *text, const char *path, const char *t
             continue;
         }
         ft__sel_key k;
-        unsigned v[8];
+        unsigned v[7];
         int used = 0;
-        if (sscanf(line, "%u %u %u %u %u %u %u %u%n", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5],
-                   &v[6], &v[7], &used) != 8 || v[0] > 1 || v[1] > 1 || v[2] >= FT__SEL_BUCKETS ||
-            v[3] >= FT__SEL_CACHE || v[4] >= FT__SEL_BUSY || v[5] >= FT__SEL_CPU ||
-            v[6] >= sel->narms || v[7] == 0 || v[7] > FT__SEL_WINDOW) {
+        if (sscanf(line, "%u %u %u %u %u %u %u%n", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5],
+                   &v[6], &used) != 7 || v[0] > 1 || v[1] > 1 || v[2] >= FT__SEL_BUCKETS ||
+            v[3] >= FT__SEL_CLASSES || v[4] > 1 || v[5] >= sel->narms || v[6] == 0 ||
+            v[6] > FT__SEL_WINDOW) {
             rc = ft__err(-EINVAL, "%s:%d: malformed line", path, lineno);
             break;
         }
         k = (ft__sel_key){(uint8_t)v[0], (uint8_t)v[1], (uint8_t)v[2], (uint8_t)v[3],
-                          (uint8_t)v[4], (uint8_t)v[5]};
+                          (uint8_t)v[4]};
         if (count == cap) {
             loaded *more = realloc(rows, 2 * cap * sizeof *rows);
             if (!more) {
@@ -173,15 +175,15 @@ int ft__sel_parse(ft__selector *sel, char *text, const char *path, const char *t
         }
         loaded *r = &rows[count++];
         r->key = ft__sel_key_index(&k);
-        r->arm = v[6];
-        r->n = v[7];
+        r->arm = v[5];
+        r->n = v[6];
         const char *p = line + used;
         for (unsigned i = 0; i < r->n && rc == 0; i++) {
             char *end;
             double t = strtod(p, &end);
             if (end == p || !(t > 0) || t > 1e15)
                 rc = ft__err(-EINVAL, "%s:%d: bad throughput", path, lineno);
-            r->tput[i] = (float)t;
+            r->lt[i] = (float)log(t);
             p = end;
         }
         if (rc == 0 && *p && *p != ' ')
@@ -196,17 +198,68 @@ int ft__sel_parse(ft__selector *sel, char *text, const char *path, const char *t
             break;
         }
         pthread_mutex_lock(&e->lock);
-        ft__sel_stats *st = &e->arm[rows[i].arm];
-        /* As measured, not padded: an arm saved with fewer samples than exploring takes is
-         * either eliminated already (then it stays so) or still a candidate, which use goes
-         * on measuring. Padded to three copies of its median, one lucky sample (5.4 GB/s
-         * for 1 GiB cold reads, from the development VM's host cache) held a key until three
-         * calls at 0.34 GB/s outvoted it. */
-        memcpy(st->tput, rows[i].tput, rows[i].n * sizeof(float));
+        ft__sel_arm *st = &e->arm[rows[i].arm];
+        memcpy(st->lt, rows[i].lt, rows[i].n * sizeof(float)); /* as measured, not padded */
         st->n = rows[i].n;
-        ft__sel_stats_changed(st);
+        ft__sel_arm_changed(st);
         pthread_mutex_unlock(&e->lock);
     }
     free(rows);
     return rc;
+}
+
+/* A size bucket as text: 4K, 1M, 256M+ (the top bucket), ... */
+static void size_name(unsigned bucket, char *out, size_t len)
+{
+    uint64_t b = 1ull << bucket;
+    const char *more = bucket >= FT__SEL_BUCKET_TOP ? "+" : "";
+    if (b >= (1u << 30))
+        snprintf(out, len, "%lluG%s", (unsigned long long)(b >> 30), more);
+    else if (b >= (1u << 20))
+        snprintf(out, len, "%lluM%s", (unsigned long long)(b >> 20), more);
+    else if (b >= 1024)
+        snprintf(out, len, "%lluK", (unsigned long long)(b >> 10));
+    else
+        snprintf(out, len, "%llu", (unsigned long long)b);
+}
+
+void ft__sel_show(ft__selector *sel, const char *const *labels, FILE *out)
+{
+    static const char *read_cls[] = {"cold", "cached", "stream"};
+    static const char *write_cls[] = {"-", "sync", "later"};
+    fprintf(out, "%-5s %-4s %7s %-6s %-4s  %-14s  %s\n", "op", "mem", "size", "class", "busy",
+            "leader", "GB/s mean (samples) per arm");
+    fprintf(out, "(class: reads \"cached\" in the page cache, \"stream\" uncached reads "
+                 "continuing the previous one; writes \"sync\" synced by the call, \"later\" "
+                 "synced by the caller later)\n");
+    unsigned shown = 0;
+    for (unsigned i = 0; i < FT__SEL_KEYS; i++) {
+        ft__sel_entry *e = ft__sel_entry_at(sel, i, false);
+        if (!e)
+            continue;
+        ft__sel_key key;
+        ft__sel_key_decode(i, &key);
+        pthread_mutex_lock(&e->lock);
+        int lead = -1;
+        for (unsigned a = 0; a < sel->narms; a++)
+            if (e->arm[a].n && (lead < 0 || e->arm[a].mean > e->arm[lead].mean))
+                lead = (int)a;
+        if (lead >= 0) {
+            char size[32];
+            size_name(key.bucket, size, sizeof size);
+            fprintf(out, "%-5s %-4s %7s %-6s %-4s  %-14s ", key.write ? "write" : "read",
+                    key.mem ? "cuda" : "host", size,
+                    key.write ? write_cls[key.cls] : read_cls[key.cls], key.busy ? "yes" : "no",
+                    labels[lead]);
+            for (unsigned a = 0; a < sel->narms; a++)
+                if (e->arm[a].n)
+                    fprintf(out, " %s=%.2f(%u)", labels[a], exp((double)e->arm[a].mean) / 1e9,
+                            e->arm[a].n);
+            fputc('\n', out);
+            shown++;
+        }
+        pthread_mutex_unlock(&e->lock);
+    }
+    if (!shown)
+        fprintf(out, "(empty: run `fastensor tune` or any transfers with engine auto)\n");
 }

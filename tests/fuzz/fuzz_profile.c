@@ -6,15 +6,10 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static uint64_t zero_clock(void)
-{
-    return 0;
-}
-
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     ft__selector *sel;
-    if (ft__sel_create(&sel, 8, zero_clock, 1) < 0)
+    if (ft__sel_create(&sel, 8) < 0)
         abort();
     char *text = malloc(size + 1);
     memcpy(text, data, size);
