@@ -333,6 +333,16 @@ def plot(results, scenarios, tools, path):
     fig.savefig(path, dpi=120)
 
 
+def write_json(args, res, names, tools, skipped, rounds):
+    commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
+                            capture_output=True, text=True).stdout.strip()
+    with open(args.json, "w") as f:
+        json.dump({"command": " ".join(sys.argv), "commit": commit, "size": args.size_bytes,
+                   "device": args.device, "rounds": rounds, "machine": os.uname().nodename,
+                   "cpus": os.cpu_count(), "samples_gbps": res, "skipped": skipped,
+                   "table": table(res, names, tools)}, f, indent=1)
+
+
 def parse_size(s):
     m = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
     return int(float(s[:-1]) * m[s[-1].upper()]) if s[-1].upper() in m else int(s)
@@ -351,6 +361,8 @@ def main():
     ap.add_argument("--tune-seconds", type=int, default=20)
     ap.add_argument("--json", help="write every sample and the table's medians here")
     ap.add_argument("--plot", help="a PNG of the medians")
+    ap.add_argument("--time-limit", type=float, default=0,
+                    help="seconds: start no round after this (the JSON holds the rounds done)")
     args = ap.parse_args()
     if args.worker:
         print(json.dumps(worker(json.loads(args.worker))))
@@ -383,10 +395,15 @@ def main():
         scenarios.remove("big")
     paths = {t: target(t, args.work) for t in tools}
     results = {s: {t: [] for t in tools} for s in scenarios}
+    names = [s if s != "procs" else f"procs{args.procs}" for s in scenarios]
+    started, done = time.monotonic(), 0
     try:
         for t in tools:  # every tool's checkpoint exists before the first load
             measure(args, t, "save", profiles, paths, cgroup)
         for r in range(args.rounds):
+            if args.time_limit and r and time.monotonic() - started > args.time_limit:
+                skipped["rounds"] = f"{args.rounds - r} of {args.rounds} not run: --time-limit"
+                break
             for s in scenarios:
                 order = tools[:]
                 random.shuffle(order)
@@ -395,6 +412,10 @@ def main():
                     results[s][t].append(gbps)
                     print(f"round {r + 1} {s:8s} {t:16s} "
                           f"{'-' if gbps is None else f'{gbps:.2f} GB/s'}", file=sys.stderr)
+            done = r + 1
+            if args.json:  # after every round: a run cut short keeps what it measured
+                write_json(args, {n: results[s] for n, s in zip(names, scenarios)}, names,
+                           tools, skipped, done)
     finally:
         if cgroup:
             try:
@@ -402,21 +423,14 @@ def main():
             except OSError:
                 pass
         shutil.rmtree(args.work, ignore_errors=True)
-    names = [s if s != "procs" else f"procs{args.procs}" for s in scenarios]
     res = {n: results[s] for n, s in zip(names, scenarios)}
     md = table(res, names, tools)
-    print(f"\n{args.size} bf16 state dict, device {args.device}, {args.rounds} rounds, "
+    print(f"\n{args.size} bf16 state dict, device {args.device}, {done} rounds, "
           f"GB/s median (range)\n\n{md}")
     for k, v in skipped.items():
         print(f"\nskipped {k}: {v}")
     if args.json:
-        commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
-                                capture_output=True, text=True).stdout.strip()
-        with open(args.json, "w") as f:
-            json.dump({"command": " ".join(sys.argv), "commit": commit, "size": args.size_bytes,
-                       "device": args.device, "rounds": args.rounds, "machine": os.uname().nodename,
-                       "cpus": os.cpu_count(), "samples_gbps": res, "skipped": skipped,
-                       "table": md}, f, indent=1)
+        write_json(args, res, names, tools, skipped, done)
     if args.plot:
         plot(res, names, tools, args.plot)
 

@@ -546,6 +546,19 @@ int ft_ckpt_has_checksums(const ft_ckpt *ckpt);
  */
 int ft_ckpt_shard_cached(const ft_ckpt *ckpt, unsigned shard);
 
+/**
+ * Bring shard @p shard's data section into the page cache, if the cache mode keeps it there
+ * (@p cache; FT_CACHE_AUTO: the context's setting, which keeps a checkpoint that fits, see
+ * ft_cache_mode): parallel readahead in chunk-sized pieces, the data copied nowhere. For
+ * mapping the file instead of reading it: the Python host loaders then view the page cache
+ * (no copy, no fresh memory), and several processes loading one checkpoint read it from the
+ * disk once.
+ * @return 1 when the data is cached (or now being read into the cache: a mapping's first
+ *         touch of a page waits for it), 0 when the cache mode reads it around the cache,
+ *         or -errno.
+ */
+int ft_ckpt_prefetch(ft_ckpt *ckpt, unsigned shard, ft_cache_mode cache);
+
 enum {
     FT_LOAD_VERIFY = 1u << 0, /**< check xxh3 block checksums while loading (when present) */
 };

@@ -3,7 +3,7 @@
 # Python tests (CUDA included), and the GPU benchmarks, with logs and JSON under $OUT.
 #
 #   scripts/gpu-check.sh [--udev] [--quick] [--no-bench] [--no-tests] [--auto] [--offload]
-#                        [--fio] [--ckpt] [--pack]
+#                        [--fio] [--ckpt] [--scenarios] [--pack]
 #
 # The GPU machine has no -dev packages, so by default it runs what was built on the
 # development machine and carried along: `make BUILD=gpubuild all tests python` there, then
@@ -29,6 +29,11 @@
 #         FT_AUTO_MIXED=0 skips the mixed workload; FT_AUTO_TWINS=1 runs every fixed engine
 #         twice, the noise floor of the comparison).
 #         (--no-bench runs neither.)
+# --scenarios: only the scenario benchmark (bench/scenarios.py: fresh processes, interleaved
+#         rounds; FT_SCEN_DEVICE cuda or cpu (cuda), FT_SCEN_SIZE (2G), FT_SCEN_ROUNDS (3),
+#         FT_SCEN_TOOLS (fastensor,safetensors,torch,raw), FT_SCEN_LIST
+#         (save,cold,repeat2,repeat3,procs), FT_SCEN_LIMIT seconds before the last round starts
+#         (400)); JSON in $OUT/scenarios-<device>.json, then the decision overhead.
 # --pack: leave one archive, $OUT/results.tgz, instead of the separate logs.
 # --udev: ONLY on a throwaway test VM: create the udev entry cuFile needs for the block
 #         device holding this directory (/run/udev/data/b<major>:<minor>), see DESIGN.md.
@@ -37,7 +42,7 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
 OUT=${OUT:-$here/gpu-out}
 BUILD=${BUILD:-gpubuild}
-UDEV=0 QUICK=0 BENCH=1 TESTS=1 AUTO=0 OFFLOAD=0 PACK=0 FIO=0 CKPT=0
+UDEV=0 QUICK=0 BENCH=1 TESTS=1 AUTO=0 OFFLOAD=0 PACK=0 FIO=0 CKPT=0 SCEN=0
 for a in "$@"; do
     case $a in
         --udev) UDEV=1 ;;
@@ -49,6 +54,7 @@ for a in "$@"; do
         --pack) PACK=1 ;;
         --fio) FIO=1 ;;
         --ckpt) CKPT=1 ;;
+        --scenarios) SCEN=1 BENCH=0 TESTS=0 ;;
         -h|--help) sed -n '2,/^set -u$/{/^set -u$/!p}' "$0"; exit 0 ;;
         *) echo "unknown option $a" >&2; exit 2 ;;
     esac
@@ -149,6 +155,17 @@ elif [ $BENCH = 1 ]; then
     done | tee "$OUT/gpu-small.json"
     rm -f "$F"
     [ $QUICK = 0 ] && compare_ckpt
+fi
+if [ $SCEN = 1 ]; then
+    dev=${FT_SCEN_DEVICE:-cuda}
+    log "scenario benchmark: ${FT_SCEN_SIZE:-2G} bf16, device $dev, fresh processes"
+    PYTHONPATH="$here/python" BUILD="$BUILD" python3 bench/scenarios.py --device "$dev" \
+        --size "${FT_SCEN_SIZE:-2G}" --rounds "${FT_SCEN_ROUNDS:-3}" --dir "$WORK" \
+        --tools "${FT_SCEN_TOOLS:-fastensor,safetensors,torch,raw}" \
+        --scenarios "${FT_SCEN_LIST:-save,cold,repeat2,repeat3,procs}" \
+        --time-limit "${FT_SCEN_LIMIT:-400}" --json "$OUT/scenarios-$dev.json" 2>"$OUT/scenarios-$dev.log" \
+        | tee -a "$OUT/summary.txt"
+    (cd "$WORK" && "$here/$BUILD/fastensor" bench --overhead) | tee -a "$OUT/summary.txt"
 fi
 if [ $AUTO = 1 ]; then
     F="$WORK/auto.bin"

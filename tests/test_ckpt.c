@@ -173,6 +173,45 @@ static void case_shard_cached(void)
     free_tensors(o, n);
 }
 
+/* ft_ckpt_prefetch: keep reads an evicted shard into the page cache (its data ends up cached),
+ * bypass leaves it out, auto keeps a checkpoint this small; bad arguments are refused. */
+static void case_prefetch(void)
+{
+    size_t n = 16;
+    owned_tensor *o = make_tensors(n, FT_DTYPE_F32, 5, 1 << 16);
+    ft_tensor *list = list_of(o, n);
+    const char *path = t_path("prefetch.safetensors");
+    T_EQ(ft_ckpt_save(ctx, path, list, n, NULL), 0);
+    int fd = open(path, O_RDONLY);
+    static const struct { ft_cache_mode mode; int rc, cached; } runs[] = {
+        {FT_CACHE_BYPASS, 0, 0}, {FT_CACHE_KEEP, 1, 1}, {FT_CACHE_AUTO, 1, 1}};
+    for (unsigned i = 0; i < sizeof runs / sizeof *runs; i++) {
+        T_EQ(fdatasync(fd), 0);
+        T_EQ(posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);
+        ft_ckpt *c;
+        T_EQ(ft_ckpt_open(ctx, &c, path), 0);
+        T_EQ(ft_ckpt_shard_cached(c, 0), 0);
+        T_EQ(ft_ckpt_prefetch(c, 0, runs[i].mode), runs[i].rc);
+        int cached = 0; /* readahead completes in the background: up to 5 s for it */
+        for (unsigned w = 0; w < 500 && (cached = ft_ckpt_shard_cached(c, 0)) != 1 && runs[i].rc; w++)
+            usleep(10000);
+        T_EQ(cached, runs[i].cached);
+        if (i == 0) {
+            T_EQ(ft_ckpt_prefetch(c, 1, FT_CACHE_KEEP), -EINVAL);
+            T_EQ(ft_ckpt_prefetch(c, 0, (ft_cache_mode)9), -EINVAL);
+            T_EQ(ft_ckpt_prefetch(NULL, 0, FT_CACHE_KEEP), -EINVAL);
+            t_fault_set(T_OP_FADVISE, T_FAULT_ERRNO, EIO, 1, 0);
+            T_EQ(ft_ckpt_prefetch(c, 0, FT_CACHE_KEEP), -EIO);
+            T_TRUE(strstr(ft_last_error(), "readahead") != NULL);
+            T_TRUE(t_fault_clear() >= 1);
+        }
+        ft_ckpt_close(c);
+    }
+    close(fd);
+    free(list);
+    free_tensors(o, n);
+}
+
 /* The recorded checksums are plain XXH3-64 of each block of the data section, whichever
  * SIMD path computed them (libxxhash's run-time dispatcher where it has one): any tool with
  * xxhash can check them. */
@@ -630,6 +669,7 @@ int main(void)
         {"every dtype, scalars, empty tensors, metadata", case_every_dtype},
         {"5000 small tensors, 4K checksum blocks", case_many_small},
         {"whether a shard is in the page cache", case_shard_cached},
+        {"prefetch: keep reads a shard into the page cache, bypass does not", case_prefetch},
         {"checksums are plain XXH3-64 of each block", case_checksums_are_xxh3},
         {"sharded save, load by index and directory", case_sharded},
         {"hand-built files: unaligned data, no metadata, > 4 GiB offsets", case_foreign_files},

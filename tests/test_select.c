@@ -9,6 +9,8 @@
 #include <fcntl.h>
 #include <math.h>
 #include <pthread.h>
+#include <sys/file.h>
+#include <time.h>
 #include <unistd.h>
 
 #define ARMS 8
@@ -429,6 +431,68 @@ static void case_cache_modes(void)
     unsetenv("FASTENSOR_CACHE");
 }
 
+static uint64_t now_mono(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static int holder_fd;
+static void *release_later(void *arg)
+{
+    (void)arg;
+    usleep(300000);
+    flock(holder_fd, LOCK_UN);
+    return NULL;
+}
+
+/* An uncached read through the page cache waits while another reader of the file holds its
+ * flock (that reader fetches the data for both), then reads what it left; a lock that cannot
+ * be had for another reason is no lock. */
+static void case_shared_reads(void)
+{
+    real_file x;
+    T_EQ(real_open(&x, "shared.bin", 32u << 20, 6), 0);
+    ft_buf d = ft_host_buf(x.dst, x.n);
+    holder_fd = open(x.f->path, O_RDONLY);
+    /* held by another reader or not; the flock call (1st: try, 2nd: wait or the leader's
+     * unlock, 3rd: the waiter's unlock) failing from which call on (0: none) */
+    static const struct { bool held; unsigned fail; bool waits; const char *what; } runs[] = {
+        {true, 0, true, "lock held 0.3 s: waited"},
+        {true, 1, false, "flock failing: no wait"},
+        {true, 2, false, "the wait failing: read without it"},
+        {true, 3, true, "the waiter's unlock failing: waited all the same"},
+        {false, 2, false, "the leader's unlock failing: read"},
+    };
+    for (unsigned i = 0; i < sizeof runs / sizeof *runs; i++) {
+        evict(x.f);
+        atomic_store(&x.f->cache_memo, 0);
+        pthread_t th;
+        if (runs[i].held) {
+            T_EQ(flock(holder_fd, LOCK_EX), 0);
+            pthread_create(&th, NULL, release_later, NULL);
+        }
+        if (runs[i].fail)
+            t_fault_set(T_OP_FLOCK, T_FAULT_ERRNO, ENOLCK, runs[i].fail, 1);
+        uint64_t t0 = now_mono();
+        memset(x.dst, 0, x.n);
+        T_EQ(ft_read(x.f, &d, 0, &(ft_io_opts){.cache = FT_CACHE_KEEP}), x.n);
+        double waited = (double)(now_mono() - t0) / 1e9;
+        unsigned injected = runs[i].fail ? t_fault_clear() : 1;
+        T_MEMEQ(x.src, x.dst, x.n);
+        if (runs[i].held)
+            pthread_join(th, NULL);
+        else
+            flock(x.f->fd, LOCK_UN); /* what the failed unlock left */
+        printf("  %s: %.2f s\n", runs[i].what, waited);
+        T_EQ(injected, 1u);
+        T_TRUE(runs[i].waits ? waited >= 0.25 : waited < 0.25);
+    }
+    close(holder_fd);
+    real_close(&x);
+}
+
 /* Stream reads beside others: one sample per window of 32 MiB of their calls, each call's
  * time its share of the time in flight. Driven through the decision hooks with the in-flight
  * count set by hand, so the company is certain. */
@@ -638,6 +702,7 @@ int main(void)
         {"profile round trip; foreign, corrupt and old profiles refused", case_profile},
         {"8 threads choosing, recording, releasing", case_concurrent},
         {"cache modes: keep, bypass, auto by size; FASTENSOR_CACHE", case_cache_modes},
+        {"uncached reads through the cache wait for the file's other reader", case_shared_reads},
         {"stream reads beside others: a sample per 32 MiB window", case_stream_windows},
         {"plain writes: a sample per run at the sync", case_write_windows},
         {"an engine's first call in a context is not a sample", case_first_use},

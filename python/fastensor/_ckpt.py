@@ -58,19 +58,20 @@ def mapped_shard(ck, shard, info, *, engine="auto", verify=False, mmap=None, cac
     """A private mapping of the file of shard ``shard`` (``info``: its (path, data size, data
     start)) for host tensors to view, or None where the shard is to be read instead.
 
-    A mapping serves a cached shard without a copy and without fresh memory: its pages are the
-    page cache's until a tensor writes to one (copy on write; the file never changes). ``mmap``
-    True maps whenever it can; False never; None (the default) maps shards found in the page
-    cache under engine "auto", unless ``cache`` is "bypass" (an uncached shard is read in
-    parallel, faster than a job's first touches fault it in through a mapping). Never mapped: ``verify`` (checksums are checked while reading), empty
+    A mapping serves a shard without a copy and without fresh memory: its pages are the page
+    cache's until a tensor writes to one (copy on write; the file never changes), and several
+    processes mapping one checkpoint read it from the disk once. ``mmap`` True maps whenever
+    it can; False never; None (the default, with engine "auto") maps a shard the cache mode
+    keeps in the page cache (``cache``: "auto" keeps a checkpoint that fits, see
+    :func:`fastensor.cache_id`), an uncached one after a parallel readahead of it. Never mapped: ``verify`` (checksums are checked while reading), empty
     shards, data sections not 8-byte aligned in the file (tensor views need aligned
     addresses), and files shorter than their header says (the read reports those)."""
     cache_id(cache)  # a bad name is an error whichever way the shard goes
     path, size, start = info
     if mmap is False or verify or size == 0 or start % 8:
         return None
-    if mmap is None and (engine != "auto" or cache == "bypass" or
-                         not _C.ckpt_shard_cached(ck, shard)):
+    if mmap is None and (engine != "auto" or
+                         not _C.ckpt_shard_prefetch(ck, shard, cache_id(cache))):
         return None
     fd = _C.ckpt_shard_fd(ck, shard)
     if os.fstat(fd).st_size < start + size:

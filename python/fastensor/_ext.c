@@ -543,6 +543,25 @@ static PyObject *py_ckpt_shard_cached(PyObject *self, PyObject *args)
     return rc < 0 ? raise_ft(rc, NULL) : PyBool_FromLong(rc);
 }
 
+/* (ckpt, shard, cache) -> whether the shard is (being read) in the page cache */
+static PyObject *py_ckpt_shard_prefetch(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *cap;
+    unsigned shard;
+    int cache;
+    if (!PyArg_ParseTuple(args, "OIi", &cap, &shard, &cache))
+        return NULL;
+    ft_ckpt *c = cap_get(cap, CAP_CKPT);
+    if (!c)
+        return NULL;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = ft_ckpt_prefetch(c, shard, (ft_cache_mode)cache);
+    Py_END_ALLOW_THREADS
+    return rc < 0 ? raise_ft(rc, NULL) : PyBool_FromLong(rc);
+}
+
 /* (ckpt, shard) -> the descriptor the shard was parsed through (owned by the checkpoint) */
 static PyObject *py_ckpt_shard_fd(PyObject *self, PyObject *args)
 {
@@ -606,6 +625,8 @@ static PyMethodDef methods[] = {
     {"ckpt_verify", py_ckpt_verify, METH_VARARGS, "ckpt_verify(ckpt, engine)"},
     {"ckpt_shard_cached", py_ckpt_shard_cached, METH_VARARGS,
      "ckpt_shard_cached(ckpt, shard) -> bool"},
+    {"ckpt_shard_prefetch", py_ckpt_shard_prefetch, METH_VARARGS,
+     "ckpt_shard_prefetch(ckpt, shard, cache) -> bool"},
     {NULL, NULL, 0, NULL},
 };
 

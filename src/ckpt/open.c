@@ -1,6 +1,6 @@
 /* Opening checkpoints: a safetensors file, an index of shards, or a directory of either. */
 #include "ckpt.h"
-#include "../select/select.h"
+#include <fcntl.h>
 
 #include <dirent.h>
 #include <errno.h>
@@ -561,4 +561,42 @@ const char *ft__shard_tensor_at(const ft__shard *s, uint64_t at)
             hi = mid;
     }
     return lo < h->ntensors ? h->tensors[lo].name : "(none)";
+}
+
+typedef struct prefetch_job {
+    int fd;
+    uint64_t start, len, piece;
+} prefetch_job;
+
+static int64_t prefetch_piece(void *arg, unsigned i)
+{
+    const prefetch_job *j = arg;
+    uint64_t at = (uint64_t)i * j->piece;
+    int e = ft__sys.fadvise(j->fd, (off_t)(j->start + at),
+                            (off_t)FT__MIN(j->piece, j->len - at), POSIX_FADV_WILLNEED);
+    return e ? -e : 0;
+}
+
+int ft_ckpt_prefetch(ft_ckpt *c, unsigned k, ft_cache_mode cache)
+{
+    if (!c || k >= c->nshards || (unsigned)cache >= FT_CACHE_COUNT)
+        return ft__err(-EINVAL, "ft_ckpt_prefetch: bad checkpoint, shard or cache mode");
+    ft__shard *s = &c->shards[k];
+    if (!s->data_size || ft_ckpt_shard_cached(c, k) == 1)
+        return 1;
+    if (!ft__auto_keeps(s->file, (int)cache))
+        return 0;
+    /* pieces in parallel: one thread's readahead keeps a few requests in flight at most */
+    prefetch_job j = {.fd = s->file->fd, .start = s->data_start, .len = s->data_size,
+                      .piece = c->ctx->cfg.chunk_size};
+    unsigned n = (unsigned)((j.len + j.piece - 1) / j.piece);
+    int64_t *results = calloc(n, sizeof *results);
+    if (!results)
+        return ft__err(-ENOMEM, "prefetch");
+    int rc = ft__pool_run(c->ctx->pool, n, prefetch_piece, &j, results);
+    for (unsigned i = 0; rc == 0 && i < n; i++)
+        if (results[i] < 0)
+            rc = ft__err((int)results[i], "%s: readahead", s->path);
+    free(results);
+    return rc < 0 ? rc : 1;
 }

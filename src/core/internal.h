@@ -124,8 +124,7 @@ struct ft_file {
                                     shards), 0: the file alone */
     _Atomic uint64_t read_end;   /* AUTO: where the latest read decided on this file ends */
     _Atomic bool stream_cold;    /* AUTO: the current run of sequential reads started uncached */
-    struct ft__win *wins;   /* AUTO: open sample windows (under lock) */
-    unsigned nwins;
+    struct ft__win_set *_Atomic wins; /* AUTO: open sample windows (select/window.c) */
     void *cufile_handle;    /* registered cuFile handle (under lock), NULL until first use */
     int cufile_err;         /* cached -errno when registration failed */
     int cufile_code;        /* cuFile's error code of that failure */
@@ -190,12 +189,16 @@ typedef struct ft__decision {
     unsigned inflight;  /* transfers of the context in flight then, this one included */
     bool trial;         /* the policy is trying the arm: ends with its sample or release */
     bool joined;        /* the call joined an open sample window (which owns the trial) */
+    bool shared;        /* an uncached read through the page cache: others may want it too */
     uint64_t call;      /* bytes the caller asked for (a trial slice is a part of them) */
     ft__sel_key key;
 } ft__decision;
 
 /* @p durable (writes): 0 plain, 1 synced by the call itself (FT_IO_SYNC), 2 synced later by
  * the caller (FT_IO_SYNC_LATER): the write key's class. @p cache: the call's ft_cache_mode. */
+/** Whether @p cache (an ft_cache_mode, FT_CACHE_AUTO resolved with the context's setting and
+ * the cache policy) sends uncached reads of @p f through the page cache. */
+bool ft__auto_keeps(ft_file *f, int cache);
 void ft__auto_decide(ft_file *f, uint64_t off, uint64_t len, bool write, unsigned durable,
                      int device, int cache, ft__decision *d);
 /** Record what the decision @p d did: @p result bytes (or -errno), in the time since it was
@@ -206,6 +209,20 @@ void ft__auto_done(ft_file *f, const ft__decision *d, int64_t result, bool count
 void ft__auto_synced(ft_file *f, uint64_t ns);
 /** Record the file's pending write measurements as they are (at close). */
 void ft__auto_file_close(ft_file *f);
+
+/* ---- context probes (probe.c) ---- */
+
+/* Page-cache residency classes of a range (ft__probe_cache); the selector's read classes
+ * share their values. */
+enum { FT__CLS_COLD = 0, FT__CLS_CACHED = 1, FT__CLS_STREAM = 2 };
+/** FT__CLS_CACHED when (nearly) all of [off, off+len) of @p fd is in the page cache, else
+ * FT__CLS_COLD. */
+unsigned ft__probe_cache(int fd, uint64_t off, uint64_t len);
+/** Bytes of file data the page cache can keep now: MemAvailable, and under a cgroup memory
+ * limit what is left below it (read at most every 0.5 s). */
+uint64_t ft__probe_cache_room(void);
+/** Make the next ft__probe_cache_room read /proc again (tests). */
+void ft__probe_forget(void);
 
 /* ---- full transfers (rw.c): loop on short counts and EINTR, cap at FT__MAX_RW ---- */
 

@@ -5,6 +5,7 @@
 #include "../gpu/cuda.h"
 
 #include <errno.h>
+#include <sys/file.h>
 
 int ft__io_check(ft_file *f, const ft_buf *buf, uint64_t offset, const ft_io_opts *opts,
                  bool write)
@@ -77,6 +78,32 @@ static void decide_part(ft_file *f, const ft__io *io, const ft__io *part, bool w
     d->call = io->len;
 }
 
+/*
+ * Several processes reading one file's uncached data through the page cache at once (the
+ * ranks of a node loading one checkpoint) each start their own readahead among the others'
+ * and break the disk's requests up: four processes loading a 1 GiB checkpoint at once took
+ * over three times as long each as one alone. So such a read first takes the file's flock:
+ * at once, and it reads the data from the disk; held by another reader, it waits for that
+ * read to end, and finds the data cached (decided again, it is a copy out of the cache).
+ * One wait per call: data still uncached after it (another range was being read) is read
+ * without the lock. A lock that cannot be had for another reason is no lock.
+ */
+static bool share_lock(ft_file *f, bool *waited)
+{
+    *waited = false;
+    if (ft__sys.flock(f->fd, LOCK_EX | LOCK_NB) == 0)
+        return true;
+    if (errno != EWOULDBLOCK)
+        return false;
+    int rc;
+    while ((rc = ft__sys.flock(f->fd, LOCK_SH)) != 0 && errno == EINTR)
+        ;
+    if (rc == 0)
+        ft__sys.flock(f->fd, LOCK_UN);
+    *waited = rc == 0;
+    return false;
+}
+
 /* A trial of an arm on a large transfer covers this much of it. Not less: a slice pays the
  * call's fixed costs (staging pipeline fill and drain for device memory), and the arms pay
  * them unequally. H200 machine, warm reads into device memory: 64 MiB slices ran at 67%
@@ -101,9 +128,18 @@ static int64_t auto_transfer(ft_file *f, const ft__io *io, bool write, unsigned 
     ft__io part = *io;
     uint64_t left = io->len;
     int64_t total = 0;
+    bool locked = false, first = true;
     for (;;) {
         part.len = left;
         decide_part(f, io, &part, write, durable, cache, d);
+        bool waited = false;
+        if (first && d->shared && !(locked = share_lock(f, &waited)) && waited) {
+            /* what the other reader read is cached now */
+            atomic_store_explicit(&f->cache_memo, 0, memory_order_relaxed);
+            ft__auto_done(f, d, 0, true); /* (no sample: it waited) */
+            decide_part(f, io, &part, write, durable, cache, d);
+        }
+        first = false;
         bool slice = d->trial && !sync && left >= 2 * TRIAL_SLICE;
         if (slice)
             part.len = TRIAL_SLICE;
@@ -115,11 +151,12 @@ static int64_t auto_transfer(ft_file *f, const ft__io *io, bool write, unsigned 
             r = dispatch(&part, d->engine, write, ready);
         }
         *last = r;
-        if (r < 0)
-            return r;
+        if (r < 0 || !slice || (uint64_t)r < part.len) { /* failed, done, or the file's end */
+            if (locked)
+                ft__sys.flock(f->fd, LOCK_UN);
+            return r < 0 ? r : total + r;
+        }
         total += r;
-        if (!slice || (uint64_t)r < part.len) /* done, or the end of the file */
-            return total;
         ft__auto_done(f, d, r, true);
         part.ptr += r;
         part.off += (uint64_t)r;

@@ -1,12 +1,12 @@
 /*
- * The adaptive selector (engine AUTO), in two parts that do not know each other:
+ * The adaptive selector (engine AUTO): what it knows and how it learns.
  *
  * - the policy (policy.c, profile.c): keys, arms and samples only. Per key and arm a sliding
  *   window of log-throughput samples; one rule, sliding-window UCB (see policy.c). Tests
  *   drive it with fake arms and a fake clock.
- * - the wiring (auto.c, window.c, probe.c): files, engines, the page cache. It works out a
- *   call's key and eligible arms (what the cache policy allows), asks the policy, and turns
- *   what the call did into samples (window.c: the sample windows).
+ * - the sample windows (window.c): runs of calls that become one sample.
+ * The wiring to files and engines (the key of a call, the arms it may use, the cache policy)
+ * is core/auto.c's.
  */
 #ifndef FT_SELECT_SELECT_H
 #define FT_SELECT_SELECT_H
@@ -23,8 +23,7 @@
 #define FT__SEL_MAX_ARMS 16
 #define FT__SEL_WINDOW 8       /* samples kept per key and arm: drift leaves in 8 calls */
 
-/* Read classes and write classes of ft__sel_key.cls. */
-enum { FT__CLS_COLD = 0, FT__CLS_CACHED = 1, FT__CLS_STREAM = 2 };
+/* Write classes of ft__sel_key.cls (the read classes are FT__CLS_COLD, _CACHED, _STREAM). */
 enum { FT__CLS_PLAIN = 0, FT__CLS_SYNC = 1, FT__CLS_LATER = 2 };
 
 typedef struct ft__sel_arm {
@@ -45,6 +44,7 @@ typedef struct ft__sel_entry {
 
 typedef struct ft__selector {
     unsigned narms;
+    uint32_t buffered;            /* arms that go through the page cache (set by the caller) */
     _Atomic int dirty;            /* changed since the last save */
     ft__sel_entry *_Atomic *entries; /* FT__SEL_KEYS, each made when first used */
 } ft__selector;
@@ -89,36 +89,23 @@ int ft__sel_parse(ft__selector *sel, char *text, const char *path, const char *t
 /** Print the keys with samples, @p labels naming the arms. */
 void ft__sel_show(ft__selector *sel, const char *const *labels, FILE *out);
 
-/* ---- context probes (probe.c) ---- */
-
-/** Page-cache residency of [off, off+len) of @p fd: FT__CLS_CACHED when (nearly) all of it
- * is resident, else FT__CLS_COLD. */
-unsigned ft__probe_cache(int fd, uint64_t off, uint64_t len);
-/** Bytes of file data the page cache can keep now: MemAvailable, and under a cgroup memory
- * limit what is left below it (read at most every 0.5 s). */
-uint64_t ft__probe_cache_room(void);
-/** Make the next ft__probe_cache_room read /proc again (tests). */
-void ft__probe_forget(void);
-
 /* ---- sample windows (window.c) ---- */
+
+/** The open windows of one file (made on first use, freed at its close). */
+typedef struct ft__win_set ft__win_set;
 
 /** Whether calls of @p key are measured in windows of several calls (stream reads beside
  * others, buffered writes awaiting their sync); else each call is a window of its own. */
 bool ft__win_key(const ft__sel_key *key);
-/** A stream read beside others joins its key's open window on @p f, if it has one whose arm
- * is in @p eligible: then d->arm is that arm. */
-bool ft__win_join(ft_file *f, ft__decision *d, uint32_t eligible);
-/** Add what call @p d did (@p bytes in its share @p ns of the time) to its window. */
-void ft__win_add(ft_file *f, const ft__decision *d, uint64_t bytes, uint64_t ns);
-/** The file was synced in @p ns (0: it closes): close its write windows, the sync's time
- * shared by bytes among those of buffered arms; at close, every window. */
-void ft__win_flush(ft_file *f, uint64_t sync_ns, bool closing);
-
-/* ---- shared by the wiring (auto.c) ---- */
-
-/** Whether arm @p arm goes through the page cache. */
-bool ft__auto_buffered_arm(unsigned arm);
-/** A line to the FASTENSOR_TRACE file, when there is one. */
-void ft__auto_trace_line(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/** A stream read beside others joins its key's open window in @p set, if one has an arm in
+ * @p eligible: then *arm is that arm (the window owns the trial). */
+bool ft__win_join(ft__win_set *_Atomic *set, ft__selector *sel, const ft__sel_key *key,
+                  uint32_t eligible, unsigned *arm);
+/** Add what a call did (@p bytes in its share @p ns of the time) to its window. */
+void ft__win_add(ft__win_set *_Atomic *set, ft__selector *sel, const ft__sel_key *key,
+                 unsigned arm, bool trial, uint64_t bytes, uint64_t ns);
+/** The file was synced in @p sync_ns: close its write windows, the sync's time shared by bytes
+ * among those of buffered arms. @p closing: the file closes, every window ends. */
+void ft__win_flush(ft__win_set *_Atomic *set, uint64_t sync_ns, bool closing);
 
 #endif

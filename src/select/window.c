@@ -1,6 +1,6 @@
 /*
  * Sample windows: how what calls did becomes samples. A window is a run of calls of one key
- * and arm on one file, and one sample: their bytes over their share of the time (a call that
+ * and arm on one file (a window set per file, its own lock), and one sample: their bytes over their share of the time (a call that
  * ran while k transfers were in flight counts 1/k of its time, see auto.c). Most windows are
  * one call. Two kinds last longer:
  * - stream reads beside other transfers: the kernel's readahead one call starts serves the
@@ -21,12 +21,18 @@
 #define SYNC_SHARE_MIN (1u << 20)  /* below, a sync's time is its fixed cost (journal commit,
                                       cache flush: 1-5 ms), not those bytes' writeback */
 
-struct ft__win {
+typedef struct window {
     ft__selector *sel;
     ft__sel_key key;
     unsigned index, arm; /* index: the key's */
-    uint32_t calls, trials;
+    uint32_t trials;
     uint64_t bytes, ns;
+} window;
+
+struct ft__win_set {
+    pthread_mutex_t lock;
+    unsigned n;
+    window w[MAX_WINDOWS];
 };
 
 bool ft__win_key(const ft__sel_key *key)
@@ -34,17 +40,35 @@ bool ft__win_key(const ft__sel_key *key)
     return key->write ? key->cls != FT__CLS_SYNC : key->cls == FT__CLS_STREAM && key->busy;
 }
 
-/* The open window of (sel, key, arm) on @p f; any arm in @p arms. Call with f->lock held. */
-static struct ft__win *find(ft_file *f, const ft__decision *d, unsigned index, uint32_t arms)
+/* The set, made on first use (NULL when memory runs out). */
+static ft__win_set *set_of(ft__win_set *_Atomic *slot)
 {
-    for (unsigned i = 0; i < f->nwins; i++)
-        if (f->wins[i].sel == d->sel && f->wins[i].index == index && (arms >> f->wins[i].arm & 1))
-            return &f->wins[i];
+    ft__win_set *s = atomic_load_explicit(slot, memory_order_acquire);
+    if (s)
+        return s;
+    ft__win_set *fresh = calloc(1, sizeof *fresh);
+    if (!fresh)
+        return NULL;
+    pthread_mutex_init(&fresh->lock, NULL);
+    if (atomic_compare_exchange_strong_explicit(slot, &s, fresh, memory_order_acq_rel,
+                                                memory_order_acquire))
+        return fresh;
+    pthread_mutex_destroy(&fresh->lock);
+    free(fresh);
+    return s;
+}
+
+/* The open window of (sel, key index) with an arm in @p arms. Call with the lock held. */
+static window *find(ft__win_set *s, const ft__selector *sel, unsigned index, uint32_t arms)
+{
+    for (unsigned i = 0; i < s->n; i++)
+        if (s->w[i].sel == sel && s->w[i].index == index && (arms >> s->w[i].arm & 1))
+            return &s->w[i];
     return NULL;
 }
 
 /* Turn a closed window into its sample (or, with @p drop, into none), ending its trials. */
-static void close_window(const struct ft__win *w, uint64_t extra_ns, bool drop)
+static void close_window(const window *w, uint64_t extra_ns, bool drop)
 {
     uint32_t trials = w->trials;
     if (!drop && w->bytes) {
@@ -55,76 +79,79 @@ static void close_window(const struct ft__win *w, uint64_t extra_ns, bool drop)
         ft__sel_release(w->sel, &w->key, w->arm);
 }
 
-bool ft__win_join(ft_file *f, ft__decision *d, uint32_t eligible)
+bool ft__win_join(ft__win_set *_Atomic *slot, ft__selector *sel, const ft__sel_key *key,
+                  uint32_t eligible, unsigned *arm)
 {
-    if (!d->sel)
+    ft__win_set *s = atomic_load_explicit(slot, memory_order_acquire);
+    if (!s)
         return false;
-    pthread_mutex_lock(&f->lock);
-    struct ft__win *w = find(f, d, ft__sel_key_index(&d->key), eligible);
+    pthread_mutex_lock(&s->lock);
+    window *w = find(s, sel, ft__sel_key_index(key), eligible);
     if (w)
-        d->arm = w->arm;
-    pthread_mutex_unlock(&f->lock);
-    d->joined = w != NULL;
-    return d->joined;
+        *arm = w->arm;
+    pthread_mutex_unlock(&s->lock);
+    return w != NULL;
 }
 
-void ft__win_add(ft_file *f, const ft__decision *d, uint64_t bytes, uint64_t ns)
+void ft__win_add(ft__win_set *_Atomic *slot, ft__selector *sel, const ft__sel_key *key,
+                 unsigned arm, bool trial, uint64_t bytes, uint64_t ns)
 {
-    unsigned index = ft__sel_key_index(&d->key);
-    struct ft__win done;
-    bool full = false, alone = false;
-    pthread_mutex_lock(&f->lock);
-    if (!f->wins)
-        f->wins = calloc(MAX_WINDOWS, sizeof *f->wins);
-    struct ft__win *w = f->wins ? find(f, d, index, 1u << d->arm) : NULL;
-    if (!w && f->wins && f->nwins < MAX_WINDOWS) {
-        w = &f->wins[f->nwins++];
-        *w = (struct ft__win){.sel = d->sel, .key = d->key, .index = index, .arm = d->arm};
-    }
-    if (w) {
-        w->calls++;
-        w->trials += d->trial;
-        w->bytes += bytes;
-        w->ns += ns;
-        full = !d->key.write && w->bytes >= WINDOW_BYTES;
-        if (full) {
-            done = *w;
-            *w = f->wins[--f->nwins];
+    unsigned index = ft__sel_key_index(key);
+    ft__win_set *s = set_of(slot);
+    window *w = NULL, done;
+    bool full = false;
+    if (s) {
+        pthread_mutex_lock(&s->lock);
+        w = find(s, sel, index, 1u << arm);
+        if (!w && s->n < MAX_WINDOWS) {
+            w = &s->w[s->n++];
+            *w = (window){.sel = sel, .key = *key, .index = index, .arm = arm};
         }
-    } else {
-        alone = true;
+        if (w) {
+            w->trials += trial;
+            w->bytes += bytes;
+            w->ns += ns;
+            if ((full = !key->write && w->bytes >= WINDOW_BYTES)) {
+                done = *w;
+                *w = s->w[--s->n];
+            }
+        }
+        pthread_mutex_unlock(&s->lock);
     }
-    pthread_mutex_unlock(&f->lock);
     if (full)
         close_window(&done, 0, false);
-    if (alone)
-        ft__sel_record(d->sel, &d->key, d->arm, bytes, ns, d->trial);
+    else if (!w) /* no room: a window of its own */
+        ft__sel_record(sel, key, arm, bytes, ns, trial);
 }
 
-void ft__win_flush(ft_file *f, uint64_t sync_ns, bool closing)
+void ft__win_flush(ft__win_set *_Atomic *slot, uint64_t sync_ns, bool closing)
 {
-    struct ft__win out[MAX_WINDOWS];
+    ft__win_set *s = closing ? atomic_exchange_explicit(slot, NULL, memory_order_acq_rel)
+                             : atomic_load_explicit(slot, memory_order_acquire);
+    if (!s)
+        return;
+    window out[MAX_WINDOWS];
     unsigned n = 0;
-    pthread_mutex_lock(&f->lock);
-    for (unsigned i = 0; i < f->nwins;) {
-        if (closing || f->wins[i].key.write) {
-            out[n++] = f->wins[i];
-            f->wins[i] = f->wins[--f->nwins];
+    pthread_mutex_lock(&s->lock);
+    for (unsigned i = 0; i < s->n;) {
+        if (closing || s->w[i].key.write) {
+            out[n++] = s->w[i];
+            s->w[i] = s->w[--s->n];
         } else {
             i++;
         }
     }
+    pthread_mutex_unlock(&s->lock);
     if (closing) {
-        free(f->wins);
-        f->wins = NULL;
+        pthread_mutex_destroy(&s->lock);
+        free(s);
     }
-    pthread_mutex_unlock(&f->lock);
     uint64_t buffered = 0;
     for (unsigned i = 0; i < n; i++)
-        if (out[i].key.write && ft__auto_buffered_arm(out[i].arm))
+        if (out[i].key.write && (out[i].sel->buffered >> out[i].arm & 1))
             buffered += out[i].bytes;
     for (unsigned i = 0; i < n; i++) {
-        bool mine = out[i].key.write && ft__auto_buffered_arm(out[i].arm);
+        bool mine = out[i].key.write && (out[i].sel->buffered >> out[i].arm & 1);
         /* a read window cut short by the close, or buffered writes too few for the sync */
         bool drop = out[i].key.write ? mine && sync_ns && buffered < SYNC_SHARE_MIN
                                      : out[i].bytes < WINDOW_BYTES / 4;

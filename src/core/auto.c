@@ -1,13 +1,14 @@
 /*
- * Engine AUTO: the selector wired to files. One selector per filesystem device per context,
+ * Engine AUTO: the selector (select/) wired to files and engines: a call's key, the arms it
+ * may use (the cache policy), the policy's answer, what the call did as a sample. One selector per filesystem device per context,
  * with its profile loaded when first used and saved when the context is destroyed (or by
  * ft_profile_save). FASTENSOR_PROFILE: "off" disables persistence; a directory holds one
  * profile per device; any other value names the file itself. Default directory:
  * $XDG_CACHE_HOME/fastensor, else $HOME/.cache/fastensor.
  */
-#include "select.h"
+#include "../select/select.h"
 #include "../engine/engine.h"
-#include "../core/syscall.h"
+#include "syscall.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -101,9 +102,14 @@ static void profile_path(dev_t dev, char *out, size_t len)
     snprintf(out, len, "%s/profile-%u-%u.txt", dir, major(dev), minor(dev));
 }
 
-bool ft__auto_buffered_arm(unsigned arm)
+/* The arms that go through the page cache. */
+static uint32_t buffered_mask(void)
 {
-    return ft__arms[arm].engine == FT_ENGINE_POSIX || ft__arms[arm].engine == FT_ENGINE_MMAP;
+    uint32_t m = 0;
+    for (unsigned i = 0; i < ft__narms; i++)
+        if (!(ft__engine_get(ft__arms[i].engine)->caps & FT__CAP_BYPASS_CACHE))
+            m |= 1u << i;
+    return m;
 }
 
 /* The selector of the filesystem on device @p dev (created, with its profile, on first use). */
@@ -115,6 +121,7 @@ static ft__selector *selector_of_dev(ft__auto *a, dev_t dev)
         if (a->dev[i].dev == dev)
             sel = a->dev[i].sel;
     if (!sel && a->n < MAX_DEVICES && ft__sel_create(&sel, ft__narms) == 0) {
+        sel->buffered = buffered_mask();
         unsigned i = a->n++;
         a->dev[i].dev = dev;
         a->dev[i].sel = sel;
@@ -200,14 +207,6 @@ static unsigned read_class(ft_file *f, uint64_t off, uint64_t len, unsigned infl
                                                                               : cls;
 }
 
-static uint32_t buffered_mask(void)
-{
-    uint32_t m = 0;
-    for (unsigned i = 0; i < ft__narms; i++)
-        m |= ft__auto_buffered_arm(i) ? 1u << i : 0;
-    return m;
-}
-
 /* The arms that can run this transfer on @p f. */
 static uint32_t eligible_arms(ft_file *f, uint64_t len, int device)
 {
@@ -242,7 +241,7 @@ static bool measured_prefers_direct(ft__selector *sel, int mem, double *buf_bps,
                                     double *direct_bps)
 {
     *buf_bps = *direct_bps = 0;
-    uint32_t buffered = buffered_mask(), all = (1u << ft__narms) - 1;
+    uint32_t buffered = sel->buffered, all = (1u << ft__narms) - 1;
     for (int b = FT__SEL_BUCKET_TOP; b >= 24 && !(*buf_bps > 0 && *direct_bps > 0); b--) {
         ft__sel_key k = {.write = 0, .mem = (uint8_t)mem, .bucket = (uint8_t)b,
                          .cls = FT__CLS_COLD};
@@ -291,9 +290,10 @@ static bool prefers_direct(ft_file *f, ft__selector *sel, int mem, uint64_t now)
  * O_DIRECT on the filesystem), every arm may.
  */
 static uint32_t cache_arms(ft_file *f, ft__selector *sel, const ft__sel_key *k, uint64_t len,
-                           int mode, uint32_t eligible, uint64_t now)
+                           int mode, uint32_t eligible, uint64_t now, int *resolved)
 {
-    uint32_t buffered = buffered_mask();
+    *resolved = mode;
+    uint32_t buffered = sel ? sel->buffered : buffered_mask();
     if (mode == FT_CACHE_AUTO && k->write) {
         if (k->cls == FT__CLS_PLAIN || len < 65536)
             return eligible;
@@ -308,8 +308,21 @@ static uint32_t cache_arms(ft_file *f, ft__selector *sel, const ft__sel_key *k, 
                                                                       : FT_CACHE_KEEP;
     }
     uint32_t m = eligible & (mode == FT_CACHE_KEEP ? buffered : ~buffered);
+    *resolved = m ? mode : FT_CACHE_AUTO;
     return m ? m : eligible;
 }
+
+bool ft__auto_keeps(ft_file *f, int cache)
+{
+    int mode = cache != FT_CACHE_AUTO ? cache : (int)f->ctx->cfg.cache;
+    ft__sel_key k = {.mem = FT_MEM_HOST, .bucket = FT__SEL_BUCKET_TOP, .cls = FT__CLS_COLD};
+    uint32_t all = (1u << ft__narms) - 1;
+    cache_arms(f, selector_for(f), &k, UINT64_MAX, mode, all, now_ns(), &mode);
+    return mode == FT_CACHE_KEEP;
+}
+
+/* Uncached reads through the page cache from this size up take the file's lock (io.c) */
+#define SHARED_MIN (16u << 20)
 
 /* The arm explored first for a key nothing is known about: a page-cache copy for buffered
  * reads, io_uring (else direct) for large O_DIRECT ones. */
@@ -360,16 +373,20 @@ void ft__auto_decide(ft_file *f, uint64_t off, uint64_t len, bool write, unsigne
         .cls = write ? (uint8_t)durable : (uint8_t)read_class(f, off, len, d->inflight, now),
         .busy = d->inflight > 1,
     };
+    int mode;
     uint32_t eligible = cache_arms(f, sel, &d->key, len, cache, eligible_arms(f, len, device),
-                                   now);
+                                   now, &mode);
     d->sel = sel;
     unsigned fallback = static_default(eligible, len);
     if (!sel)
         d->arm = fallback;
-    else if (!(ft__win_key(&d->key) && !write && ft__win_join(f, d, eligible)))
+    else if (!(ft__win_key(&d->key) && !write &&
+               (d->joined = ft__win_join(&f->wins, sel, &d->key, eligible, &d->arm))))
         d->arm = ft__sel_choose(sel, &d->key, eligible, fallback, &d->trial);
     d->engine = ft__arms[d->arm].engine;
     d->piece = ft__arms[d->arm].piece;
+    d->shared = !write && d->key.cls != FT__CLS_CACHED && mode == FT_CACHE_KEEP &&
+                len >= SHARED_MIN;
     bool timed = write || d->trial || ft__win_key(&d->key) || len >= SMALL_READ ||
                  small_read_drawn(now);
     /* the clock starts now: the decision's own cost (the first call of a file opens its
@@ -407,7 +424,8 @@ static void trace_open(void)
         setvbuf(trace_file, NULL, _IOLBF, 0);
 }
 
-void ft__auto_trace_line(const char *fmt, ...)
+static void trace_line(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void trace_line(const char *fmt, ...)
 {
     static pthread_once_t once = PTHREAD_ONCE_INIT;
     pthread_once(&once, trace_open);
@@ -422,7 +440,7 @@ void ft__auto_trace_line(const char *fmt, ...)
 static void trace(const ft__decision *d, const ft__sel_key *key, int64_t result, uint64_t ns,
                   const char *what)
 {
-    ft__auto_trace_line("%s %s bucket=%u cls=%u busy=%u arm=%s bytes=%lld ns=%llu inflight=%u "
+    trace_line("%s %s bucket=%u cls=%u busy=%u arm=%s bytes=%lld ns=%llu inflight=%u "
                         "call=%llu%s %s\n", key->write ? "write" : "read",
                         key->mem ? "cuda" : "host", key->bucket, key->cls, key->busy,
                         ft__arms[d->arm].label, (long long)result, (unsigned long long)ns,
@@ -462,19 +480,19 @@ void ft__auto_done(ft_file *f, const ft__decision *d, int64_t result, bool count
     bool windowed = ft__win_key(&s.key);
     trace(d, &s.key, result, ns, windowed ? "window" : "sample");
     if (windowed)
-        ft__win_add(f, &s, (uint64_t)result, ns);
+        ft__win_add(&f->wins, d->sel, &s.key, d->arm, s.trial, (uint64_t)result, ns);
     else
         ft__sel_record(d->sel, &s.key, d->arm, (uint64_t)result, ns, s.trial);
 }
 
 void ft__auto_synced(ft_file *f, uint64_t ns)
 {
-    ft__win_flush(f, ns, false);
+    ft__win_flush(&f->wins, ns, false);
 }
 
 void ft__auto_file_close(ft_file *f)
 {
-    ft__win_flush(f, 0, true);
+    ft__win_flush(&f->wins, 0, true);
 }
 
 static int save_all(ft__auto *a, bool only_dirty)

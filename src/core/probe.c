@@ -1,6 +1,6 @@
 /* Cheap context probes for AUTO: page-cache residency, and the room the page cache has. */
-#include "select.h"
-#include "../core/syscall.h"
+#include "internal.h"
+#include "syscall.h"
 
 #include <errno.h>
 #include <fcntl.h>
