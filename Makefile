@@ -36,7 +36,7 @@ TEST_SRC := $(wildcard tests/test_*.c)
 TEST_LIB := $(BUILD)/tests/testlib.o $(BUILD)/tests/testfault.o
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 
-.PHONY: all lib cli tests test demo deps venv install clean bench bench-offload python \
+.PHONY: all lib cli tests test demo deps venv install clean bench bench-offload bench-scenarios python \
 	check-faults fuzz fuzz-run
 all: lib cli
 
@@ -141,6 +141,10 @@ bench: all python
 
 bench-offload: all python
 	PYTHONPATH=python $(PYTHON) bench/offload.py
+
+# the workflow benchmark: SCEN_ARGS="--size 3G --device cuda --dir /nvme --plot s.png"
+bench-scenarios: deps venv all python
+	PYTHONPATH=python $(PYTHON) bench/scenarios.py --json scenarios.json $(SCEN_ARGS)
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/bin \

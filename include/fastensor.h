@@ -559,6 +559,15 @@ int ft_ckpt_shard_cached(const ft_ckpt *ckpt, unsigned shard);
  */
 int ft_ckpt_prefetch(ft_ckpt *ckpt, unsigned shard, ft_cache_mode cache);
 
+/**
+ * Map the pages of a readable mapping [addr, addr+len) in, in parallel slices on the
+ * context's threads, by reading a byte of every page (nothing is copied: a private file
+ * mapping stays shared with the page cache until written), waiting for pages still being
+ * read. One thread's faults cap a mapped load otherwise. The range must be mapped, and a file
+ * mapping must lie within the file (a page past its end raises SIGBUS). @return 0, or -EINVAL.
+ */
+int ft_map_populate(ft_ctx *ctx, const void *addr, size_t len);
+
 enum {
     FT_LOAD_VERIFY = 1u << 0, /**< check xxh3 block checksums while loading (when present) */
 };

@@ -5,6 +5,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <sys/mman.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -196,6 +197,19 @@ static void case_prefetch(void)
         for (unsigned w = 0; w < 500 && (cached = ft_ckpt_shard_cached(c, 0)) != 1 && runs[i].rc; w++)
             usleep(10000);
         T_EQ(cached, runs[i].cached);
+        if (i == 1) { /* a mapping of it, its pages mapped in on the context's threads */
+            off_t size = lseek(fd, 0, SEEK_END);
+            void *m = mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE, fd, 0);
+            T_TRUE(m != MAP_FAILED);
+            T_EQ(ft_map_populate(ctx, m, (size_t)size), 0);
+            uint8_t *back = malloc((size_t)size);
+            T_EQ(pread(fd, back, (size_t)size, 0), (ssize_t)size);
+            T_MEMEQ(m, back, (size_t)size);
+            free(back);
+            munmap(m, (size_t)size);
+            T_EQ(ft_map_populate(NULL, m, 1), -EINVAL);
+            T_EQ(ft_map_populate(ctx, NULL, 1), -EINVAL);
+        }
         if (i == 0) {
             T_EQ(ft_ckpt_prefetch(c, 1, FT_CACHE_KEEP), -EINVAL);
             T_EQ(ft_ckpt_prefetch(c, 0, (ft_cache_mode)9), -EINVAL);

@@ -255,7 +255,7 @@ static void case_profile(void)
     T_EQ(ft__sel_load(t, path, "dev=9:9 test"), -EINVAL);
     T_TRUE(strstr(ft_last_error(), "another machine") != NULL);
     FILE *f = fopen(path, "a");
-    fputs("0 0 20 1 0 3 2 1e9 banana\n", f);
+    fputs("0 0 20 1 0 #3 2 1e9 banana\n", f);
     fclose(f);
     T_EQ(ft__sel_load(t, path, "dev=1:2 test"), -EINVAL);
     T_TRUE(strstr(ft_last_error(), "profile.txt:") != NULL);
@@ -267,6 +267,17 @@ static void case_profile(void)
     T_EQ(ft__sel_load(t, path, "dev=1:2 test"), -EINVAL);
     T_TRUE(strstr(ft_last_error(), "version-2") != NULL);
     T_EQ(ft__sel_load(t, t_path("absent.txt"), "x"), 0);
+    /* arms go by label: one this build lacks is skipped, the others load */
+    f = fopen(path, "w");
+    fputs("fastensor-profile 2\ntag dev=1:2 test\n0 0 20 1 0 warp9 2 9e9 9e9\n"
+          "0 0 20 1 0 #4 2 2e9 2e9\n", f);
+    fclose(f);
+    T_EQ(ft__sel_load(t, path, "dev=1:2 test"), 0);
+    unsigned loaded = 0;
+    for (unsigned a = 0; a < ARMS; a++)
+        loaded += ft__sel_entry_at(t, idx, true)->arm[a].n;
+    T_EQ(ft__sel_entry_at(t, idx, true)->arm[4].n, 2u);
+    T_EQ(loaded, 2u);
     ft__sel_destroy(t);
     ft__sel_destroy(s);
 }

@@ -2,6 +2,7 @@
 shard-at-a-time load (one allocation and one large read per shard)."""
 from __future__ import annotations
 
+import ctypes
 import mmap as _mmap
 import os
 import warnings
@@ -13,7 +14,6 @@ class SaveWarning(UserWarning):
     """A save installed the new checkpoint, but a step after its commit failed (the directory
     fsync that makes it durable, or removing the previous checkpoint's files)."""
 
-_MADV_POPULATE_READ = getattr(_mmap, "MADV_POPULATE_READ", 22)  # Linux 5.14
 
 
 def save(path, items, metadata, *, engine="auto", shard_size=None, checksums=True,
@@ -79,9 +79,11 @@ def mapped_shard(ck, shard, info, *, engine="auto", verify=False, mmap=None, cac
     m = _mmap.mmap(fd, start + size, flags=_mmap.MAP_PRIVATE,
                    prot=_mmap.PROT_READ | _mmap.PROT_WRITE)
     # Map the cached pages in now, read-only (MAP_POPULATE on a writable private mapping
-    # would copy every page up front); kernels before 5.14 fault them in on first use.
+    # would copy every page up front), in parallel; kernels before 5.14 fault them in on
+    # first use.
+    view = ctypes.c_char.from_buffer(m)
     try:
-        m.madvise(_MADV_POPULATE_READ)
-    except OSError:
-        pass
+        _C.map_populate(context(), ctypes.addressof(view), start + size)
+    finally:
+        del view  # (a live export would keep the mapping from closing)
     return m

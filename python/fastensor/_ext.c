@@ -562,6 +562,24 @@ static PyObject *py_ckpt_shard_prefetch(PyObject *self, PyObject *args)
     return rc < 0 ? raise_ft(rc, NULL) : PyBool_FromLong(rc);
 }
 
+/* (ctx, address, length): fault a mapping's pages in, in parallel */
+static PyObject *py_map_populate(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *cap;
+    unsigned long long addr, len;
+    if (!PyArg_ParseTuple(args, "OKK", &cap, &addr, &len))
+        return NULL;
+    ft_ctx *ctx = cap_get(cap, CAP_CTX);
+    if (!ctx)
+        return NULL;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = ft_map_populate(ctx, (const void *)(uintptr_t)addr, (size_t)len);
+    Py_END_ALLOW_THREADS
+    return rc < 0 ? raise_ft(rc, NULL) : (Py_INCREF(Py_None), Py_None);
+}
+
 /* (ckpt, shard) -> the descriptor the shard was parsed through (owned by the checkpoint) */
 static PyObject *py_ckpt_shard_fd(PyObject *self, PyObject *args)
 {
@@ -625,6 +643,7 @@ static PyMethodDef methods[] = {
     {"ckpt_verify", py_ckpt_verify, METH_VARARGS, "ckpt_verify(ckpt, engine)"},
     {"ckpt_shard_cached", py_ckpt_shard_cached, METH_VARARGS,
      "ckpt_shard_cached(ckpt, shard) -> bool"},
+    {"map_populate", py_map_populate, METH_VARARGS, "map_populate(ctx, address, length)"},
     {"ckpt_shard_prefetch", py_ckpt_shard_prefetch, METH_VARARGS,
      "ckpt_shard_prefetch(ckpt, shard, cache) -> bool"},
     {NULL, NULL, 0, NULL},

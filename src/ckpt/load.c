@@ -193,14 +193,46 @@ static int check_load_opts(const ft_load_opts *o)
 typedef struct populate_job {
     uint8_t *base;
     uint64_t len;
+    int advice;
 } populate_job;
 
 static int64_t populate_slice(void *arg, unsigned i)
 {
     const populate_job *j = arg;
     uint64_t at = (uint64_t)i * POPULATE_SLICE;
-    ft__sys.madvise(j->base + at, (size_t)FT__MIN((uint64_t)POPULATE_SLICE, j->len - at),
-                    MADV_POPULATE_WRITE);
+    size_t len = (size_t)FT__MIN((uint64_t)POPULATE_SLICE, j->len - at);
+    if (j->advice == MADV_POPULATE_WRITE) {
+        ft__sys.madvise(j->base + at, len, j->advice);
+        return 0;
+    }
+    /* A read of each page: a fault maps the pages around it too (fault-around). Mapped
+     * cached pages one by one, MADV_POPULATE_READ ran at 9 GB/s on the H200 machine, where
+     * one thread's faults ran at 26. */
+    unsigned sum = 0;
+    for (size_t p = 0; p < len; p += 4096)
+        sum += ((volatile const uint8_t *)(j->base + at))[p];
+    return sum & 0;
+}
+
+/* Fault [base, base+len) in, in parallel slices: @p advice MADV_POPULATE_WRITE, or 0 to read
+ * a byte of every page. */
+static void populate(ft_ctx *ctx, void *base, uint64_t len, int advice)
+{
+    const uintptr_t page = 4096;
+    populate_job j = {.base = (uint8_t *)((uintptr_t)base & ~(page - 1)), .advice = advice};
+    j.len = (uint64_t)((uintptr_t)base + len - (uintptr_t)j.base);
+    unsigned n = (unsigned)((j.len + POPULATE_SLICE - 1) / POPULATE_SLICE);
+    int64_t *results = n ? calloc(n, sizeof *results) : NULL;
+    if (results)
+        ft__pool_run(ctx->pool, n, populate_slice, &j, results);
+    free(results);
+}
+
+int ft_map_populate(ft_ctx *ctx, const void *addr, size_t len)
+{
+    if (!ctx || (!addr && len))
+        return ft__err(-EINVAL, "ft_map_populate: bad context or range");
+    populate(ctx, (void *)(uintptr_t)addr, len, 0);
     return 0;
 }
 
@@ -216,7 +248,7 @@ static int64_t populate_slice(void *arg, unsigned i)
  */
 static void prepare_host_dst(ft_ctx *ctx, const ft_buf *dst, uint64_t len)
 {
-    const uintptr_t huge = 2u << 20, page = 4096;
+    const uintptr_t huge = 2u << 20;
     int device;
     if (len < 2 * huge || ft__buf_device(dst, &device) < 0 || device >= 0)
         return;
@@ -224,13 +256,7 @@ static void prepare_host_dst(ft_ctx *ctx, const ft_buf *dst, uint64_t len)
     uintptr_t hi = ((uintptr_t)dst->ptr + len) & ~(huge - 1);
     if (hi > lo)
         ft__sys.madvise((void *)lo, hi - lo, MADV_HUGEPAGE);
-    populate_job j = {.base = (uint8_t *)((uintptr_t)dst->ptr & ~(page - 1))};
-    j.len = (uint64_t)((uintptr_t)dst->ptr + len - (uintptr_t)j.base);
-    unsigned n = (unsigned)((j.len + POPULATE_SLICE - 1) / POPULATE_SLICE);
-    int64_t *results = calloc(n, sizeof *results);
-    if (results)
-        ft__pool_run(ctx->pool, n, populate_slice, &j, results);
-    free(results);
+    populate(ctx, dst->ptr, len, MADV_POPULATE_WRITE);
 }
 
 int64_t ft_ckpt_load_shard(ft_ckpt *c, unsigned k, const ft_buf *dst, const ft_load_opts *o)

@@ -35,13 +35,13 @@ const ft__arm ft__arms[] = {
     {FT_ENGINE_CUFILE, 0, "cufile"},
 };
 const unsigned ft__narms = sizeof ft__arms / sizeof *ft__arms;
-#define ARMS_TAG "arms=posix,posix/1,direct,direct/8M,uring,uring/8M,mmap,mmap/1,cufile"
 
 #define MAX_DEVICES 16
 
 struct ft__auto {
     pthread_mutex_t lock;
     _Atomic uint32_t used[2]; /* per memory kind: the engines this context has run once */
+    const char *labels[FT__SEL_MAX_ARMS]; /* the arms' names in profiles */
     unsigned n;
     struct {
         dev_t dev;
@@ -65,6 +65,8 @@ int ft__auto_create(ft__auto **out)
     if (!a)
         return -ENOMEM;
     pthread_mutex_init(&a->lock, NULL);
+    for (unsigned i = 0; i < ft__narms; i++)
+        a->labels[i] = ft__arms[i].label;
     *out = a;
     return 0;
 }
@@ -122,11 +124,11 @@ static ft__selector *selector_of_dev(ft__auto *a, dev_t dev)
             sel = a->dev[i].sel;
     if (!sel && a->n < MAX_DEVICES && ft__sel_create(&sel, ft__narms) == 0) {
         sel->buffered = buffered_mask();
+        sel->labels = a->labels;
         unsigned i = a->n++;
         a->dev[i].dev = dev;
         a->dev[i].sel = sel;
-        snprintf(a->dev[i].tag, sizeof a->dev[i].tag, "dev=%u:%u %s",
-                 major(dev), minor(dev), ARMS_TAG);
+        snprintf(a->dev[i].tag, sizeof a->dev[i].tag, "dev=%u:%u", major(dev), minor(dev));
         profile_path(dev, a->dev[i].path, sizeof a->dev[i].path);
         if (a->dev[i].path[0]) {
             char keep[FT__DETAIL_MAX];
@@ -564,11 +566,8 @@ int ft_profile_show(ft_ctx *ctx, const char *path, FILE *out)
     int rc = selector_of_path(ctx, path, &sel, &ppath);
     if (rc < 0)
         return rc;
-    const char *labels[FT__SEL_MAX_ARMS];
-    for (unsigned i = 0; i < ft__narms; i++)
-        labels[i] = ft__arms[i].label;
     fprintf(out, "profile %s\n\n", ppath);
-    ft__sel_show(sel, labels, out);
+    ft__sel_show(sel, out);
     return 0;
 }
 

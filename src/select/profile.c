@@ -3,8 +3,10 @@
  * describes (filesystem device, GPU, arm table), so one never misleads another machine.
  *   fastensor-profile 2
  *   tag <text>
- *   <write> <mem> <bucket> <class> <busy> <arm> <n> <bytes/s>...   (one line per key and arm,
- *                                                                   oldest sample first)
+ *   <write> <mem> <bucket> <class> <busy> <arm label> <n> <bytes/s>...   (one line per key
+ *                                                        and arm, oldest sample first)
+ * Arms go by label, so a profile stays valid when arms are added (lines of an arm this build
+ * lacks are skipped).
  */
 #include "select.h"
 #include "../core/syscall.h"
@@ -40,8 +42,10 @@ static char *profile_text(ft__selector *sel, const char *tag, size_t *len)
             if (!st->n)
                 continue;
             unsigned n = FT__MIN(st->n, (uint32_t)FT__SEL_WINDOW);
-            fprintf(f, "%u %u %u %u %u %u %u", key.write, key.mem, key.bucket, key.cls,
-                    key.busy, a, n);
+            char num[16];
+            snprintf(num, sizeof num, "#%u", a);
+            fprintf(f, "%u %u %u %u %u %s %u", key.write, key.mem, key.bucket, key.cls,
+                    key.busy, sel->labels ? sel->labels[a] : num, n);
             for (unsigned k = 0; k < n; k++) /* oldest first */
                 fprintf(f, " %.6g", exp((double)st->lt[(st->n - n + k) % FT__SEL_WINDOW]));
             fputc('\n', f);
@@ -82,6 +86,18 @@ int ft__sel_save(ft__selector *sel, const char *path, const char *tag)
     if (rc < 0)
         ft__sys.unlink(tmp);
     return rc;
+}
+
+/* The arm named @p label, sel->narms when there is none. */
+static unsigned arm_of_label(const ft__selector *sel, const char *label)
+{
+    for (unsigned a = 0; a < sel->narms; a++) {
+        char num[16];
+        snprintf(num, sizeof num, "#%u", a);
+        if (!strcmp(label, sel->labels ? sel->labels[a] : num))
+            return a;
+    }
+    return sel->narms;
 }
 
 typedef struct loaded {
@@ -154,14 +170,16 @@ int ft__sel_parse(ft__selector *sel, char *text, const char *path, const char *t
         }
         ft__sel_key k;
         unsigned v[7];
+        char label[64];
         int used = 0;
-        if (sscanf(line, "%u %u %u %u %u %u %u%n", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5],
+        if (sscanf(line, "%u %u %u %u %u %63s %u%n", &v[0], &v[1], &v[2], &v[3], &v[4], label,
                    &v[6], &used) != 7 || v[0] > 1 || v[1] > 1 || v[2] >= FT__SEL_BUCKETS ||
-            v[3] >= FT__SEL_CLASSES || v[4] > 1 || v[5] >= sel->narms || v[6] == 0 ||
-            v[6] > FT__SEL_WINDOW) {
+            v[3] >= FT__SEL_CLASSES || v[4] > 1 || v[6] == 0 || v[6] > FT__SEL_WINDOW) {
             rc = ft__err(-EINVAL, "%s:%d: malformed line", path, lineno);
             break;
         }
+        if ((v[5] = arm_of_label(sel, label)) >= sel->narms)
+            continue; /* an arm this build does not have */
         k = (ft__sel_key){(uint8_t)v[0], (uint8_t)v[1], (uint8_t)v[2], (uint8_t)v[3],
                           (uint8_t)v[4]};
         if (count == cap) {
@@ -223,8 +241,14 @@ static void size_name(unsigned bucket, char *out, size_t len)
         snprintf(out, len, "%llu", (unsigned long long)b);
 }
 
-void ft__sel_show(ft__selector *sel, const char *const *labels, FILE *out)
+void ft__sel_show(ft__selector *sel, FILE *out)
 {
+    char num[FT__SEL_MAX_ARMS][16];
+    const char *labels[FT__SEL_MAX_ARMS];
+    for (unsigned a = 0; a < sel->narms; a++) {
+        snprintf(num[a], sizeof num[a], "#%u", a);
+        labels[a] = sel->labels ? sel->labels[a] : num[a];
+    }
     static const char *read_cls[] = {"cold", "cached", "stream"};
     static const char *write_cls[] = {"-", "sync", "later"};
     fprintf(out, "%-5s %-4s %7s %-6s %-4s  %-14s  %s\n", "op", "mem", "size", "class", "busy",

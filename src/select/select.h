@@ -45,6 +45,8 @@ typedef struct ft__sel_entry {
 typedef struct ft__selector {
     unsigned narms;
     uint32_t buffered;            /* arms that go through the page cache (set by the caller) */
+    const char *const *labels;    /* the arms' names in profiles (set by the caller; NULL:
+                                     "#0", "#1", ...) */
     _Atomic int dirty;            /* changed since the last save */
     ft__sel_entry *_Atomic *entries; /* FT__SEL_KEYS, each made when first used */
 } ft__selector;
@@ -86,8 +88,8 @@ int ft__sel_save(ft__selector *sel, const char *path, const char *tag);
 int ft__sel_load(ft__selector *sel, const char *path, const char *tag);
 /** Parse a profile's text (cut in place), @p path naming it in messages. As ft__sel_load. */
 int ft__sel_parse(ft__selector *sel, char *text, const char *path, const char *tag);
-/** Print the keys with samples, @p labels naming the arms. */
-void ft__sel_show(ft__selector *sel, const char *const *labels, FILE *out);
+/** Print the keys with samples. */
+void ft__sel_show(ft__selector *sel, FILE *out);
 
 /* ---- sample windows (window.c) ---- */
 
