@@ -14,7 +14,7 @@ GB/s after O_DIRECT writes and at 3.3 after buffered ones, whatever engine read 
 A round runs every engine's writes, then every engine's reads: how the process before wrote
 decides how fast the next one reads another file cold (development machine, cold 4 KiB reads
 of the read file by posix: 1.39-1.52 GB/s after a posix write pass, 0.96-1.12 after an AUTO
-one, whose writes were O_DIRECT; bench/results/dev-2026-12-01/write-then-read-session19.txt),
+one, whose writes were O_DIRECT),
 and a read right after its own engine's writes measured that engine's writes too. Each phase
 of each round takes the engines in a fresh order (a permutation drawn from --seed), not a
 rotation of one list: rotated, every engine came after the same engine in every round (AUTO
