@@ -334,8 +334,10 @@ def plot(results, scenarios, tools, path):
 
 
 def write_json(args, res, names, tools, skipped, rounds):
-    commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
-                            capture_output=True, text=True).stdout.strip()
+    # FT_COMMIT: the commit of a copied tree whose .git is not its own (the GPU machine's)
+    commit = os.environ.get("FT_COMMIT") or subprocess.run(
+        ["git", "-C", ROOT, "describe", "--always", "--dirty"], capture_output=True,
+        text=True).stdout.strip()
     with open(args.json, "w") as f:
         json.dump({"command": " ".join(sys.argv), "commit": commit, "size": args.size_bytes,
                    "device": args.device, "rounds": rounds, "machine": os.uname().nodename,
