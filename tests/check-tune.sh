@@ -35,4 +35,9 @@ grep -q "ignoring profile" "$dir/err" ||
     { cat "$dir/err"; echo "no warning for a corrupt profile"; exit 1; }
 head -1 "$FASTENSOR_PROFILE" | grep -q '^fastensor-profile ' ||
     { echo "the corrupt profile was not rebuilt"; exit 1; }
+# the CLI's cache mode: every command's contexts take it; a bad one is a usage error
+"$BUILD/fastensor" --cache bypass info --path "$dir" | grep -q "cache=bypass" ||
+    { echo "fastensor --cache bypass info does not show cache=bypass"; exit 1; }
+rc=0; "$BUILD/fastensor" --cache sometimes info >/dev/null 2>&1 || rc=$?
+[ $rc = 2 ] || { echo "fastensor --cache sometimes: exit $rc, not 2"; exit 1; }
 echo "ok: tune measured every kind of key, profile show printed them, a corrupt profile was rebuilt"

@@ -1,6 +1,7 @@
 /* fastensor: command-line front end. Exit codes: 0 ok, 1 error, 2 usage. */
 #include "cli.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 static const struct {
@@ -20,13 +21,16 @@ static const struct {
 
 static void usage(FILE *out)
 {
-    fprintf(out, "usage: fastensor COMMAND [OPTIONS]   (fastensor COMMAND --help)\n\n"
+    fprintf(out, "usage: fastensor [--cache auto|keep|bypass] COMMAND [OPTIONS]   "
+                 "(fastensor COMMAND --help)\n\n"
                  "Fast tensor I/O between files and memory (version %s).\n\ncommands:\n",
             ft_version());
     for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)
         fprintf(out, "  %-8s %s\n", commands[i].name, commands[i].summary);
-    fprintf(out, "\nSettings come from FASTENSOR_THREADS, FASTENSOR_CHUNK_SIZE, "
-                 "FASTENSOR_QUEUE_DEPTH,\nFASTENSOR_BOUNCE_SIZE and FASTENSOR_ENGINE.\n");
+    fprintf(out, "\n--cache: what the command's transfers leave in the page cache (as "
+                 "FASTENSOR_CACHE).\nSettings come from FASTENSOR_THREADS, FASTENSOR_CHUNK_SIZE, "
+                 "FASTENSOR_QUEUE_DEPTH,\nFASTENSOR_BOUNCE_SIZE, FASTENSOR_ENGINE and "
+                 "FASTENSOR_CACHE.\n");
 }
 
 int main(int argc, char **argv)
@@ -38,6 +42,15 @@ int main(int argc, char **argv)
     if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
         usage(stdout);
         return EXIT_OK;
+    }
+    if (!strcmp(argv[1], "--cache")) { /* for every command: its contexts read the variable */
+        if (argc < 4 || ft_cache_from_name(argv[2]) < 0) {
+            cli_error("fastensor", "--cache takes auto, keep or bypass, then a command");
+            return EXIT_USAGE;
+        }
+        setenv("FASTENSOR_CACHE", argv[2], 1);
+        argc -= 2;
+        argv += 2;
     }
     if (!strcmp(argv[1], "--version")) {
         printf("fastensor %s\n", ft_version());
