@@ -430,6 +430,25 @@ static void case_cache_modes(void)
     ft_cache_info ci;
     T_EQ(ft_cache_policy(x.ctx, x.f->path, FT_MEM_HOST, &ci), 0);
     T_TRUE(ci.room > 0 && !ci.prefer_direct);
+    /* a device whose cold reads measured well ahead O_DIRECT: data that fits goes O_DIRECT */
+    ft__selector *sel = atomic_load(&x.f->sel);
+    ft__sel_key cold = {.bucket = FT__SEL_BUCKET_TOP, .cls = FT__CLS_COLD};
+    for (unsigned i = 0; i < 2; i++) {
+        ft__sel_record(sel, &cold, 0, 1u << 30, 1000000000, false); /* posix 1.07 GB/s */
+        ft__sel_record(sel, &cold, 2, 1u << 30, 400000000, false);  /* direct 2.7 GB/s */
+    }
+    atomic_store(&sel->direct_memo[0], 0);
+    T_EQ(ft_cache_policy(x.ctx, x.f->path, FT_MEM_HOST, &ci), 0);
+    printf("  measured cold: buffered %.2f GB/s, O_DIRECT %.2f: prefer O_DIRECT %d\n",
+           ci.buffered_bps / 1e9, ci.direct_bps / 1e9, ci.prefer_direct);
+    T_TRUE(ci.prefer_direct);
+    evict(x.f);
+    atomic_store(&x.f->cache_memo, 0);
+    T_EQ(ft_read(x.f, &d, 0, NULL), x.n);
+    T_MEMEQ(x.src, x.dst, x.n);
+    int fd2 = open(x.f->path, O_RDONLY);
+    T_EQ(ft__probe_cache(fd2, 0, x.n), FT__CLS_COLD);
+    close(fd2);
     real_close(&x);
     /* FASTENSOR_CACHE: the default of calls that leave it to the context */
     ft_config cfg;

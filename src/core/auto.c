@@ -46,7 +46,6 @@ struct ft__auto {
     struct {
         dev_t dev;
         ft__selector *sel;
-        _Atomic uint64_t direct_memo[2]; /* per memory kind: (ns << 1) | prefer O_DIRECT */
         char path[4200]; /* profile file, "" when not persisted */
         char tag[160];
     } dev[MAX_DEVICES];
@@ -257,16 +256,10 @@ static bool measured_prefers_direct(ft__selector *sel, int mem, double *buf_bps,
     return *buf_bps > 0 && *direct_bps > 0 && *buf_bps < DIRECT_EDGE * *direct_bps;
 }
 
-/* The same, remembered per device and memory kind for a second. */
-static bool prefers_direct(ft_file *f, ft__selector *sel, int mem, uint64_t now)
+/* The same, remembered per selector (a filesystem) and memory kind for a second. */
+static bool prefers_direct(ft__selector *sel, int mem, uint64_t now)
 {
-    ft__auto *a = f->ctx->autosel;
-    _Atomic uint64_t *memo = NULL;
-    for (unsigned i = 0; i < a->n && !memo; i++)
-        if (a->dev[i].sel == sel)
-            memo = &a->dev[i].direct_memo[mem & 1];
-    if (!memo)
-        return false;
+    _Atomic uint64_t *memo = &sel->direct_memo[mem & 1];
     uint64_t m = atomic_load_explicit(memo, memory_order_relaxed);
     if (m && now - (m >> 1) < 1000000000ull)
         return m & 1;
@@ -306,7 +299,7 @@ static uint32_t cache_arms(ft_file *f, ft__selector *sel, const ft__sel_key *k, 
                                 atomic_load_explicit(&f->ws_hint, memory_order_relaxed));
         bool fits = (double)data <= CACHE_SHARE * (double)ft__probe_cache_room();
         mode = k->cls == FT__CLS_CACHED ? FT_CACHE_KEEP
-               : !fits || (sel && prefers_direct(f, sel, k->mem, now)) ? FT_CACHE_BYPASS
+               : !fits || (sel && prefers_direct(sel, k->mem, now)) ? FT_CACHE_BYPASS
                                                                       : FT_CACHE_KEEP;
     }
     uint32_t m = eligible & (mode == FT_CACHE_KEEP ? buffered : ~buffered);

@@ -47,6 +47,8 @@ typedef struct ft__selector {
     uint32_t buffered;            /* arms that go through the page cache (set by the caller) */
     const char *const *labels;    /* the arms' names in profiles (set by the caller; NULL:
                                      "#0", "#1", ...) */
+    _Atomic uint64_t direct_memo[2]; /* the caller's: per memory kind, (ns << 1) | whether
+                                        cold reads measured faster O_DIRECT */
     _Atomic int dirty;            /* changed since the last save */
     ft__sel_entry *_Atomic *entries; /* FT__SEL_KEYS, each made when first used */
 } ft__selector;
