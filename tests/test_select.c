@@ -669,6 +669,8 @@ static void case_auto_end_to_end(void)
     T_EQ(ft_profile_show(ctx, t_path("auto.bin"), out), 0);
     fclose(out);
     T_TRUE(strstr(buf, "read") && strstr(buf, "write") && strstr(buf, "uring"));
+    free(buf);
+    buf = NULL;
     out = open_memstream(&buf, &len);
     T_EQ(ft_profile_show(ctx, t_path("no-such-file"), out), -ENOENT);
     fclose(out);
