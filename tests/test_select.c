@@ -468,11 +468,13 @@ static uint64_t now_mono(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+/* long enough that a read alone (0.5 s under ThreadSanitizer) ends well before it */
+#define HOLD_US 2000000
 static int holder_fd;
 static void *release_later(void *arg)
 {
     (void)arg;
-    usleep(300000);
+    usleep(HOLD_US);
     flock(holder_fd, LOCK_UN);
     return NULL;
 }
@@ -489,7 +491,7 @@ static void case_shared_reads(void)
     /* held by another reader or not; the flock call (1st: try, 2nd: wait or the leader's
      * unlock, 3rd: the waiter's unlock) failing from which call on (0: none) */
     static const struct { bool held; unsigned fail; bool waits; const char *what; } runs[] = {
-        {true, 0, true, "lock held 0.3 s: waited"},
+        {true, 0, true, "lock held 2 s: waited"},
         {true, 1, false, "flock failing: no wait"},
         {true, 2, false, "the wait failing: read without it"},
         {true, 3, true, "the waiter's unlock failing: waited all the same"},
@@ -517,7 +519,7 @@ static void case_shared_reads(void)
             flock(x.f->fd, LOCK_UN); /* what the failed unlock left */
         printf("  %s: %.2f s\n", runs[i].what, waited);
         T_EQ(injected, 1u);
-        T_TRUE(runs[i].waits ? waited >= 0.25 : waited < 0.25);
+        T_TRUE(runs[i].waits ? waited >= HOLD_US * 0.95e-6 : waited < HOLD_US * 0.95e-6);
     }
     close(holder_fd);
     real_close(&x);
