@@ -4,6 +4,7 @@
 #include "testlib.h"
 #include "../src/gpu/cuda.h"
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
 #include <unistd.h>
@@ -510,8 +511,49 @@ static void case_auto_slices(void)
     free(back);
 }
 
+/* Host-only work (AUTO transfers, a checkpoint saved and loaded), run before anything here
+ * loads the CUDA driver; main then checks that it stayed unloaded (initialising it costs
+ * host-only users a tenth of a second or more per process in some VMs). */
+static void host_only_work(void)
+{
+    ft_ctx *c = t_ctx(0);
+    size_t n = (8u << 20) + 4096;
+    uint8_t *a = malloc(n), *b = malloc(n);
+    t_fill_random(a, n, 7);
+    ft_file *f;
+    T_EQ(ft_file_open(c, &f, t_path("host-only.bin"), FT_OPEN_READ | FT_OPEN_WRITE |
+                                                      FT_OPEN_CREATE | FT_OPEN_TRUNC, 0644), 0);
+    ft_buf ha = ft_host_buf(a, n), hb = ft_host_buf(b, n);
+    ft_io_opts o = {.flags = FT_IO_SYNC};
+    T_EQ(ft_write(f, &ha, 0, &o), (int64_t)n);
+    T_EQ(ft_read(f, &hb, 0, NULL), (int64_t)n);
+    T_EQ(ft_file_close(f), 0);
+    uint64_t shape[1] = {n};
+    ft_tensor t = {.name = "w", .dtype = FT_DTYPE_U8, .ndim = 1, .shape = shape, .data = ha};
+    T_EQ(ft_ckpt_save(c, t_path("host-only.safetensors"), &t, 1, NULL), 0);
+    ft_ckpt *ck;
+    T_EQ(ft_ckpt_open(c, &ck, t_path("host-only.safetensors")), 0);
+    memset(b, 0, n);
+    T_EQ(ft_ckpt_load_shard(ck, 0, &hb, NULL), (int64_t)n);
+    T_EQ(memcmp(a, b, n), 0);
+    ft_ckpt_close(ck);
+    ft_ctx_destroy(c);
+    free(a);
+    free(b);
+}
+
 int main(void)
 {
+    t_name = "host-only work leaves the CUDA driver unloaded";
+    host_only_work();
+    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    if (lib) {
+        dlclose(lib);
+        fprintf(stderr, "FAIL [%s]: libcuda.so.1 is loaded after host-only work\n", t_name);
+        return 1;
+    }
+    if (t_failures)
+        return 1;
     setenv("FASTENSOR_CUFILE_BATCH", "1", 0); /* exercise cuFile's batch API even without GDS */
     const char *why;
     if (!ft_cuda_available(&why))

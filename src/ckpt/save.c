@@ -6,6 +6,7 @@
  */
 #include "ckpt.h"
 #include "../core/syscall.h"
+#include "../gpu/cuda.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -218,8 +219,8 @@ static int64_t write_piece(void *arg, unsigned i)
     return r;
 }
 
-/* Staging buffers of @p piece bytes (pinned where there is a GPU: device tensors are copied
- * into them at DMA speed): the context's kept pool for the usual piece size (made on first
+/* Staging buffers of @p piece bytes (pinned where the process has loaded CUDA: device
+ * tensors are copied into them at DMA speed): the context's kept pool for the usual piece size (made on first
  * use), else a pool of this save's own, returned in *own for destruction. */
 static ft__bufpool *save_staging(ft_ctx *ctx, uint64_t piece, ft__bufpool **own)
 {
@@ -229,6 +230,11 @@ static ft__bufpool *save_staging(ft_ctx *ctx, uint64_t piece, ft__bufpool **own)
         return rc < 0 ? NULL : *own;
     }
     ft__bufpool *p = atomic_load(&ctx->ckpt_stage), *fresh = NULL;
+    if (p && !ft__bufpool_pinned(p) && ft__cuda_loaded()) {
+        /* kept from before the process loaded CUDA: this save's own, pinned */
+        int rc = ft__bufpool_create_pinned(own, (size_t)piece, ctx->cfg.threads + 1);
+        return rc < 0 ? NULL : *own;
+    }
     if (p)
         return p;
     if (ft__bufpool_create_pinned(&fresh, (size_t)piece, ctx->cfg.threads + 1) < 0)

@@ -44,7 +44,7 @@ int ft__bufpool_create_pinned(ft__bufpool **out, size_t buf_size, unsigned max_c
 {
     int rc = ft__bufpool_create(out, buf_size, max_cached);
     if (rc == 0)
-        (*out)->pinned = ft_cuda_available(NULL) == 1;
+        (*out)->pinned = ft__cuda_loaded(); /* pinning needs the driver: never load it for it */
     return rc;
 }
 
@@ -100,6 +100,11 @@ void ft__bufpool_put(ft__bufpool *p, void *buf)
     }
     pthread_mutex_unlock(&p->lock);
     buf_free(p, buf);
+}
+
+bool ft__bufpool_pinned(const ft__bufpool *p)
+{
+    return p->pinned;
 }
 
 size_t ft__bufpool_size(const ft__bufpool *p)

@@ -70,13 +70,15 @@ int ft__pool_post(ft__pool *pool, void (*fn)(void *arg), void *arg);
 typedef struct ft__bufpool ft__bufpool;
 
 int ft__bufpool_create(ft__bufpool **out, size_t buf_size, unsigned max_cached);
-/** A pool whose buffers are also page-locked for the GPU where CUDA is available. */
+/** A pool whose buffers are also page-locked for the GPU where the process has loaded CUDA
+ * (ft__cuda_loaded). */
 int ft__bufpool_create_pinned(ft__bufpool **out, size_t buf_size, unsigned max_cached);
 void ft__bufpool_destroy(ft__bufpool *pool);
 /** @return a FT__DIRECT_ALIGN-aligned buffer of the pool's size, or NULL (ENOMEM). */
 void *ft__bufpool_get(ft__bufpool *pool);
 void ft__bufpool_put(ft__bufpool *pool, void *buf);
 size_t ft__bufpool_size(const ft__bufpool *pool);
+bool ft__bufpool_pinned(const ft__bufpool *pool);
 
 /* ---- context (ctx.c) ---- */
 

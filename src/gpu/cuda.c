@@ -2,6 +2,8 @@
 #include "cuda.h"
 
 #include <dlfcn.h>
+#include <link.h>
+#include <stdatomic.h>
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -89,6 +91,48 @@ int ft__cuda_load(const char **reason)
     if (reason)
         *reason = load_reason;
     return load_rc;
+}
+
+typedef struct find_cuda {
+    unsigned long long adds; /* objects loaded so far, as dl_iterate_phdr counts them */
+    bool stop_early;         /* only count */
+    bool found;
+} find_cuda;
+
+static int find_cuda_cb(struct dl_phdr_info *info, size_t size, void *arg)
+{
+    (void)size;
+    find_cuda *fc = arg;
+    fc->adds = info->dlpi_adds;
+    if (fc->stop_early)
+        return 1;
+    const char *name = info->dlpi_name ? info->dlpi_name : "";
+    const char *base = strrchr(name, '/');
+    base = base ? base + 1 : name;
+    fc->found = strncmp(base, "libcuda.so", 10) == 0;
+    return fc->found;
+}
+
+bool ft__cuda_loaded(void)
+{
+    /* UINT64_MAX: not walked yet; else the object count of a walk that found no driver */
+    static _Atomic unsigned long long walked = UINT64_MAX;
+    static _Atomic bool present;
+    if (atomic_load_explicit(&present, memory_order_acquire))
+        return load_rc == 0;
+    find_cuda fc = {.stop_early = true};
+    dl_iterate_phdr(find_cuda_cb, &fc);
+    if (fc.adds == atomic_load_explicit(&walked, memory_order_relaxed))
+        return false;
+    fc.stop_early = false;
+    dl_iterate_phdr(find_cuda_cb, &fc);
+    if (!fc.found) {
+        atomic_store_explicit(&walked, fc.adds, memory_order_relaxed);
+        return false;
+    }
+    bool ok = ft__cuda_load(NULL) == 0;
+    atomic_store_explicit(&present, true, memory_order_release);
+    return ok;
 }
 
 int ft__cuda_err(CUresult r, const char *what)

@@ -69,6 +69,16 @@ extern ft__cuda_api ft__cu;
 /** Open the driver once. @return 0, or -ENODEV / -ENOSYS with *reason (static text). */
 int ft__cuda_load(const char **reason);
 
+/**
+ * Whether this process can hold CUDA memory: the driver library is loaded, by fastensor or
+ * by anyone else (a process that never loaded it has neither device nor pinned memory), and
+ * usable. Never loads or initialises the driver itself (cuInit takes a tenth of a second or
+ * more in some VMs), so host-only work in a process without CUDA pays nothing for it; once
+ * the library is there it is opened like ft__cuda_load. Cheap: the list of loaded objects is
+ * walked again only when objects were loaded since the last walk.
+ */
+bool ft__cuda_loaded(void);
+
 /** Map a CUresult to -errno and set the detail message "what: CUDA error N (text)". */
 int ft__cuda_err(CUresult r, const char *what);
 
