@@ -564,17 +564,34 @@ const char *ft__shard_tensor_at(const ft__shard *s, uint64_t at)
 }
 
 typedef struct prefetch_job {
+    ft_ctx *ctx;
     int fd;
     uint64_t start, len, piece;
 } prefetch_job;
 
+/* One piece: readahead asked for all of it at once, then read through a bounce buffer, so it
+ * is in the page cache when this returns (where the kernel ignores the advice, as some
+ * sandboxes do, the reads do the work; where it does not, they copy what arrived). */
 static int64_t prefetch_piece(void *arg, unsigned i)
 {
     const prefetch_job *j = arg;
-    uint64_t at = (uint64_t)i * j->piece;
-    int e = ft__sys.fadvise(j->fd, (off_t)(j->start + at),
-                            (off_t)FT__MIN(j->piece, j->len - at), POSIX_FADV_WILLNEED);
-    return e ? -e : 0;
+    uint64_t at = j->start + (uint64_t)i * j->piece;
+    uint64_t end = FT__MIN(at + j->piece, j->start + j->len);
+    int e = ft__sys.fadvise(j->fd, (off_t)at, (off_t)(end - at), POSIX_FADV_WILLNEED);
+    if (e)
+        return -e;
+    uint8_t *buf = ft__bufpool_get(j->ctx->bounce);
+    if (!buf)
+        return -ENOMEM;
+    uint64_t step = ft__bufpool_size(j->ctx->bounce);
+    int64_t r = 0;
+    for (; at < end && r >= 0; at += step) {
+        r = ft__pread_full(j->fd, buf, FT__MIN(step, end - at), at);
+        if (r >= 0 && (uint64_t)r < FT__MIN(step, end - at))
+            break; /* the file ended early: the load reports it */
+    }
+    ft__bufpool_put(j->ctx->bounce, buf);
+    return r < 0 ? r : 0;
 }
 
 int ft_ckpt_prefetch(ft_ckpt *c, unsigned k, ft_cache_mode cache)
@@ -587,8 +604,8 @@ int ft_ckpt_prefetch(ft_ckpt *c, unsigned k, ft_cache_mode cache)
     if (!ft__auto_keeps(s->file, (int)cache))
         return 0;
     /* pieces in parallel: one thread's readahead keeps a few requests in flight at most */
-    prefetch_job j = {.fd = s->file->fd, .start = s->data_start, .len = s->data_size,
-                      .piece = c->ctx->cfg.chunk_size};
+    prefetch_job j = {.ctx = c->ctx, .fd = s->file->fd, .start = s->data_start,
+                      .len = s->data_size, .piece = ft__spread_piece(c->ctx, s->data_size)};
     unsigned n = (unsigned)((j.len + j.piece - 1) / j.piece);
     int64_t *results = calloc(n, sizeof *results);
     if (!results)
@@ -596,7 +613,8 @@ int ft_ckpt_prefetch(ft_ckpt *c, unsigned k, ft_cache_mode cache)
     int rc = ft__pool_run(c->ctx->pool, n, prefetch_piece, &j, results);
     for (unsigned i = 0; rc == 0 && i < n; i++)
         if (results[i] < 0)
-            rc = ft__err((int)results[i], "%s: readahead", s->path);
+            rc = ft__err((int)results[i], "%s: readahead: %s", s->path,
+                         ft_strerror((int)results[i]));
     free(results);
     return rc < 0 ? rc : 1;
 }
