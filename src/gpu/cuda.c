@@ -96,7 +96,7 @@ int ft__cuda_load(const char **reason)
 typedef struct find_cuda {
     unsigned long long adds; /* objects loaded so far, as dl_iterate_phdr counts them */
     bool stop_early;         /* only count */
-    bool found;
+    char path[4096];         /* the driver library's path, when found */
 } find_cuda;
 
 static int find_cuda_cb(struct dl_phdr_info *info, size_t size, void *arg)
@@ -109,30 +109,52 @@ static int find_cuda_cb(struct dl_phdr_info *info, size_t size, void *arg)
     const char *name = info->dlpi_name ? info->dlpi_name : "";
     const char *base = strrchr(name, '/');
     base = base ? base + 1 : name;
-    fc->found = strncmp(base, "libcuda.so", 10) == 0;
-    return fc->found;
+    if (strncmp(base, "libcuda.so", 10) != 0)
+        return 0;
+    snprintf(fc->path, sizeof fc->path, "%s", name);
+    return 1;
+}
+
+/* cuDeviceGetCount of the driver library someone else loaded, found by walking the loaded
+ * objects again whenever objects were added since the last walk; NULL while there is none. */
+static CUresult (*others_count(void))(int *)
+{
+    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    static unsigned long long walked = UINT64_MAX; /* object count of the last walk */
+    static CUresult (*_Atomic count)(int *);
+    CUresult (*fn)(int *) = atomic_load_explicit(&count, memory_order_acquire);
+    if (fn)
+        return fn;
+    find_cuda fc = {.stop_early = true};
+    dl_iterate_phdr(find_cuda_cb, &fc);
+    pthread_mutex_lock(&lock);
+    if (fc.adds != walked && !(fn = atomic_load(&count))) {
+        fc.stop_early = false;
+        fc.path[0] = '\0';
+        dl_iterate_phdr(find_cuda_cb, &fc);
+        walked = fc.adds;
+        void *lib = fc.path[0] ? dlopen(fc.path, RTLD_NOW | RTLD_NOLOAD | RTLD_LOCAL) : NULL;
+        if (lib && (*(void **)&fn = dlsym(lib, "cuDeviceGetCount")) != NULL)
+            atomic_store_explicit(&count, fn, memory_order_release);
+        /* (the reference is kept: the library stays as long as the process) */
+    }
+    pthread_mutex_unlock(&lock);
+    return fn;
 }
 
 bool ft__cuda_loaded(void)
 {
-    /* UINT64_MAX: not walked yet; else the object count of a walk that found no driver */
-    static _Atomic unsigned long long walked = UINT64_MAX;
-    static _Atomic bool present;
-    if (atomic_load_explicit(&present, memory_order_acquire))
+    static _Atomic bool initialised;
+    if (atomic_load_explicit(&initialised, memory_order_acquire))
         return load_rc == 0;
-    find_cuda fc = {.stop_early = true};
-    dl_iterate_phdr(find_cuda_cb, &fc);
-    if (fc.adds == atomic_load_explicit(&walked, memory_order_relaxed))
+    CUresult (*count)(int *) = others_count();
+    int n = 0;
+    /* 3 (CUDA_ERROR_NOT_INITIALIZED): loaded, but nobody called cuInit, so no memory of
+     * the process is CUDA's yet; without cuInit every call but a few answers that. */
+    if (!count || count(&n) == 3)
         return false;
-    fc.stop_early = false;
-    dl_iterate_phdr(find_cuda_cb, &fc);
-    if (!fc.found) {
-        atomic_store_explicit(&walked, fc.adds, memory_order_relaxed);
-        return false;
-    }
-    bool ok = ft__cuda_load(NULL) == 0;
-    atomic_store_explicit(&present, true, memory_order_release);
-    return ok;
+    atomic_store_explicit(&initialised, true, memory_order_release);
+    return ft__cuda_load(NULL) == 0;
 }
 
 int ft__cuda_err(CUresult r, const char *what)

@@ -71,11 +71,11 @@ int ft__cuda_load(const char **reason);
 
 /**
  * Whether this process can hold CUDA memory: the driver library is loaded, by fastensor or
- * by anyone else (a process that never loaded it has neither device nor pinned memory), and
- * usable. Never loads or initialises the driver itself (cuInit takes a tenth of a second or
- * more in some VMs), so host-only work in a process without CUDA pays nothing for it; once
- * the library is there it is opened like ft__cuda_load. Cheap: the list of loaded objects is
- * walked again only when objects were loaded since the last walk.
+ * anyone else, and initialised (cuInit called); then it is opened like ft__cuda_load. Never
+ * loads or initialises the driver itself: cuInit takes a tenth of a second or more in some
+ * VMs, and a process that has not initialised CUDA has neither device nor pinned memory
+ * (torch, for one, loads the library at import and initialises it on first CUDA use). Cheap:
+ * the loaded objects are walked again only when objects were added since the last walk.
  */
 bool ft__cuda_loaded(void);
 
