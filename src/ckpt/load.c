@@ -283,6 +283,14 @@ int64_t ft_ckpt_load_shard(ft_ckpt *c, unsigned k, const ft_buf *dst, const ft_l
         rc = verify_shard(c->ctx, s, dst->ptr, device, &io, NULL, NULL, &done, s->data_size);
         return rc < 0 ? rc : (int64_t)s->data_size;
     }
+    ft_engine engine = io.engine == FT_ENGINE_AUTO ? c->ctx->cfg.engine : io.engine;
+    if (dst->kind == FT_MEM_CUDA && engine == FT_ENGINE_AUTO) {
+        /* An uncached shard the cache policy keeps is read into the cache in parallel
+         * first (as host loads do before mapping it): the copy to the device is then a
+         * cached read, and no cold read through one arm or another is left to chance. */
+        if ((rc = ft_ckpt_prefetch(c, k, io.cache)) < 0)
+            return rc;
+    }
     ft_buf part = *dst;
     part.len = (size_t)s->data_size;
     int64_t r = ft__transfer(s->file, &part, s->data_start, &io, false);
