@@ -219,19 +219,15 @@ static int64_t write_piece(void *arg, unsigned i)
     return r;
 }
 
-/* Staging buffers of @p piece bytes (pinned where the process has loaded CUDA: device
- * tensors are copied into them at DMA speed): the context's kept pool for the usual piece size (made on first
- * use), else a pool of this save's own, returned in *own for destruction. */
+/* Staging buffers of @p piece bytes (pinned where the process has initialised CUDA: device
+ * tensors are copied into them at DMA speed): the context's kept pool for the usual piece
+ * size (made on first use), else a pool of this save's own, returned in *own for
+ * destruction (other sizes, and a kept pool left unpinned from before CUDA was in use). */
 static ft__bufpool *save_staging(ft_ctx *ctx, uint64_t piece, ft__bufpool **own)
 {
     *own = NULL;
-    if (piece != FT__CKPT_PIECE) {
-        int rc = ft__bufpool_create_pinned(own, (size_t)piece, ctx->cfg.threads + 1);
-        return rc < 0 ? NULL : *own;
-    }
     ft__bufpool *p = atomic_load(&ctx->ckpt_stage), *fresh = NULL;
-    if (p && !ft__bufpool_pinned(p) && ft__cuda_loaded()) {
-        /* kept from before the process loaded CUDA: this save's own, pinned */
+    if (piece != FT__CKPT_PIECE || (p && !ft__bufpool_pinned(p) && ft__cuda_in_use())) {
         int rc = ft__bufpool_create_pinned(own, (size_t)piece, ctx->cfg.threads + 1);
         return rc < 0 ? NULL : *own;
     }

@@ -44,7 +44,7 @@ int ft__bufpool_create_pinned(ft__bufpool **out, size_t buf_size, unsigned max_c
 {
     int rc = ft__bufpool_create(out, buf_size, max_cached);
     if (rc == 0)
-        (*out)->pinned = ft__cuda_loaded(); /* pinning needs the driver: never load it for it */
+        (*out)->pinned = ft__cuda_in_use(); /* never initialises CUDA just to pin */
     return rc;
 }
 

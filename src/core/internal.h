@@ -70,8 +70,8 @@ int ft__pool_post(ft__pool *pool, void (*fn)(void *arg), void *arg);
 typedef struct ft__bufpool ft__bufpool;
 
 int ft__bufpool_create(ft__bufpool **out, size_t buf_size, unsigned max_cached);
-/** A pool whose buffers are also page-locked for the GPU where the process has loaded CUDA
- * (ft__cuda_loaded). */
+/** A pool whose buffers are also page-locked for the GPU where the process has initialised
+ * CUDA (ft__cuda_in_use). */
 int ft__bufpool_create_pinned(ft__bufpool **out, size_t buf_size, unsigned max_cached);
 void ft__bufpool_destroy(ft__bufpool *pool);
 /** @return a FT__DIRECT_ALIGN-aligned buffer of the pool's size, or NULL (ENOMEM). */

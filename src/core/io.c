@@ -44,9 +44,9 @@ static ft_engine requested_engine(const ft_file *f, const ft_io_opts *opts)
 int ft__buf_device(const ft_buf *buf, int *device)
 {
     *device = -1;
-    if (buf->kind == FT_MEM_CUDA || ft__cuda_loaded()) {
+    if (buf->kind == FT_MEM_CUDA || ft__cuda_in_use()) {
         /* Device memory, whatever the caller said: a memcpy on it would crash. (A process
-         * that has not loaded the driver holds none.) */
+         * that has not initialised CUDA holds none.) */
         int dev = buf->device;
         bool pinned;
         int kind = ft__cuda_pointer(buf->ptr, &dev, &pinned);

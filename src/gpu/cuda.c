@@ -120,41 +120,44 @@ static int find_cuda_cb(struct dl_phdr_info *info, size_t size, void *arg)
 static CUresult (*others_count(void))(int *)
 {
     static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-    static unsigned long long walked = UINT64_MAX; /* object count of the last walk */
+    static _Atomic unsigned long long walked = UINT64_MAX; /* object count of the last walk */
     static CUresult (*_Atomic count)(int *);
     CUresult (*fn)(int *) = atomic_load_explicit(&count, memory_order_acquire);
     if (fn)
         return fn;
     find_cuda fc = {.stop_early = true};
     dl_iterate_phdr(find_cuda_cb, &fc);
+    if (fc.adds == atomic_load_explicit(&walked, memory_order_relaxed))
+        return NULL; /* nothing loaded since a walk that found no driver */
     pthread_mutex_lock(&lock);
-    if (fc.adds != walked && !(fn = atomic_load(&count))) {
+    if (!(fn = atomic_load(&count))) {
         fc.stop_early = false;
         fc.path[0] = '\0';
         dl_iterate_phdr(find_cuda_cb, &fc);
-        walked = fc.adds;
         void *lib = fc.path[0] ? dlopen(fc.path, RTLD_NOW | RTLD_NOLOAD | RTLD_LOCAL) : NULL;
         if (lib && (*(void **)&fn = dlsym(lib, "cuDeviceGetCount")) != NULL)
             atomic_store_explicit(&count, fn, memory_order_release);
         /* (the reference is kept: the library stays as long as the process) */
+        atomic_store_explicit(&walked, fc.adds, memory_order_relaxed);
     }
     pthread_mutex_unlock(&lock);
     return fn;
 }
 
-bool ft__cuda_loaded(void)
+bool ft__cuda_in_use(void)
 {
     static _Atomic bool initialised;
     if (atomic_load_explicit(&initialised, memory_order_acquire))
-        return load_rc == 0;
+        return ft__cuda_load(NULL) == 0;
     CUresult (*count)(int *) = others_count();
     int n = 0;
     /* 3 (CUDA_ERROR_NOT_INITIALIZED): loaded, but nobody called cuInit, so no memory of
      * the process is CUDA's yet; without cuInit every call but a few answers that. */
     if (!count || count(&n) == 3)
         return false;
+    bool ok = ft__cuda_load(NULL) == 0;
     atomic_store_explicit(&initialised, true, memory_order_release);
-    return ft__cuda_load(NULL) == 0;
+    return ok;
 }
 
 int ft__cuda_err(CUresult r, const char *what)

@@ -77,7 +77,7 @@ int ft__cuda_load(const char **reason);
  * (torch, for one, loads the library at import and initialises it on first CUDA use). Cheap:
  * the loaded objects are walked again only when objects were added since the last walk.
  */
-bool ft__cuda_loaded(void);
+bool ft__cuda_in_use(void);
 
 /** Map a CUresult to -errno and set the detail message "what: CUDA error N (text)". */
 int ft__cuda_err(CUresult r, const char *what);

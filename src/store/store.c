@@ -73,7 +73,7 @@ static int file_extend(ft_store *s, uint64_t from, uint64_t to)
 
 static int host_alloc(ft_store *s, uint64_t bytes)
 {
-    if (ft__cuda_loaded() && ft__cuda_enter(0) == 0) {
+    if (ft__cuda_in_use() && ft__cuda_enter(0) == 0) {
         /* Pinned: device copies run at full speed and straight from the ring. */
         void *p = NULL;
         CUresult r = ft__cu.MemHostAlloc(&p, bytes, FT_CU_MEMHOSTALLOC_PORTABLE);
@@ -422,7 +422,7 @@ int ft_store_get_stats(ft_store *s, ft_store_stats *out)
     if (!s || !out)
         return ft__err(-EINVAL, "ft_store_get_stats: store or output is NULL");
     pthread_mutex_lock(&s->lock);
-    if (ft__cuda_loaded())
+    if (ft__cuda_in_use())
         ft__store_reap(s);
     *out = s->st;
     out->file_used = s->space.used;
