@@ -675,6 +675,69 @@ static void case_crash_atomicity(void)
     free_tensors(b, n);
 }
 
+/* Descriptors of this process open on files of the test directory (deleted ones too). */
+static int count_fds(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    int n = 0;
+    for (struct dirent *e; d && (e = readdir(d));) {
+        char link[300], target[4096];
+        snprintf(link, sizeof link, "/proc/self/fd/%s", e->d_name);
+        ssize_t len = readlink(link, target, sizeof target - 1);
+        n += len > 0 && strncmp(target, t_dir(), strlen(t_dir())) == 0;
+    }
+    if (d)
+        closedir(d);
+    return d ? n : -1;
+}
+
+/* Wait (up to 10 s) for the references a save held to its replaced files to be dropped. */
+static void wait_fds(void)
+{
+    for (int i = 0; i < 1000 && count_fds() != 0; i++)
+        usleep(10000);
+    T_EQ(count_fds(), 0);
+}
+
+/* A save that replaces a file, or removes an earlier save's shards, frees them off its own
+ * path: afterwards every reference it held is dropped (no descriptor leaks), the name holds
+ * the new checkpoint only, and a FIFO at the name is replaced without being opened. */
+static void case_replace_reclaims(void)
+{
+    size_t n = 6;
+    owned_tensor *a = make_tensors(n, FT_DTYPE_F32, 11, 1 << 18);
+    owned_tensor *b = make_tensors(n, FT_DTYPE_U8, 12, 1 << 18);
+    ft_tensor *la = list_of(a, n), *lb = list_of(b, n);
+    const char *path = t_path("replace.safetensors");
+    T_EQ(ft_ckpt_save(ctx, path, la, n, NULL), 0);
+    T_EQ(ft_ckpt_save(ctx, path, lb, n, NULL), 0); /* over a single file */
+    wait_fds();
+    check_ckpt(path, b, n, true);
+    ft_save_opts sharded = {.shard_size = 1 << 18};
+    const char *index = t_path("replace.safetensors.index.json");
+    T_EQ(ft_ckpt_save(ctx, path, la, n, &sharded), 0); /* removes the single file */
+    wait_fds();
+    check_ckpt(index, a, n, true);
+    T_EQ(ft_ckpt_save(ctx, path, lb, n, &sharded), 0); /* removes the earlier shards */
+    wait_fds();
+    check_ckpt(index, b, n, true);
+    T_EQ(ft_ckpt_save(ctx, path, la, n, NULL), 0); /* removes the index and its shards */
+    wait_fds();
+    check_ckpt(path, a, n, true);
+    struct stat st;
+    T_TRUE(stat(index, &st) != 0 && errno == ENOENT);
+    const char *fifo = t_path("fifo.safetensors");
+    unlink(fifo);
+    T_EQ(mkfifo(fifo, 0600), 0);
+    T_EQ(ft_ckpt_save(ctx, fifo, lb, n, NULL), 0);
+    wait_fds();
+    check_ckpt(fifo, b, n, false);
+    free(la);
+    free(lb);
+    free_tensors(a, n);
+    free_tensors(b, n);
+}
+
 int main(void)
 {
     if (!t_have_odirect())
@@ -695,6 +758,7 @@ int main(void)
         {"a flipped byte in a shared block names its tensor", case_flipped_shared_block},
         {"failed saves keep the old file and leave no temporaries", case_failed_saves},
         {"crash atomicity: SIGKILL during saves", case_crash_atomicity},
+        {"replaced and removed files are freed off the save's path", case_replace_reclaims},
     };
     int rc = t_run(cases, sizeof cases / sizeof *cases);
     ft_ctx_destroy(ctx);

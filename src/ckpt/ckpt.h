@@ -141,10 +141,18 @@ typedef struct ft__ckpt_name {
     size_t stem_len;   /* base without ".safetensors": "model" */
     char **old;        /* file names the previous index listed */
     size_t nold;
+    int *held;         /* references to files being replaced or removed (reclaim.c) */
+    size_t nheld, held_cap;
 } ft__ckpt_name;
 
 int ft__name_init(ft__ckpt_name *n, const char *path);
+/** Frees @p n; its held files are released (ft__name_release). */
 void ft__name_free(ft__ckpt_name *n);
+/** Before @p path is renamed over or unlinked: keep a reference to the file there, if any,
+ * so that its blocks are freed by ft__name_release instead of by that call. */
+void ft__name_hold(ft__ckpt_name *n, const char *path);
+/** Drop the held references on a thread of their own (here, if none can start). */
+void ft__name_release(ft__ckpt_name *n);
 /** Note the shards the name's index lists now. @return 0 or -errno (what is there cannot be
  * told: the save must not go on). */
 int ft__name_installed(ft_ctx *ctx, ft__ckpt_name *n);

@@ -66,6 +66,7 @@ int ft__name_init(ft__ckpt_name *n, const char *path)
 
 void ft__name_free(ft__ckpt_name *n)
 {
+    ft__name_release(n);
     for (size_t i = 0; i < n->nold; i++)
         free(n->old[i]);
     free(n->old);
@@ -379,12 +380,13 @@ int64_t ft_ckpt_gc(ft_ctx *ctx, const char *dir,
 /* ---- after the commit ---- */
 
 /* Unlink a file of the previous checkpoint. @return 1 removed, 0 absent, or -errno. */
-static int remove_file(const char *dir, const char *name, bool in_dir)
+static int remove_file(ft__ckpt_name *n, const char *name, bool in_dir)
 {
     char *path = NULL;
-    if (in_dir ? asprintf(&path, "%s/%s", dir, name) < 0 : !(path = strdup(name)))
+    if (in_dir ? asprintf(&path, "%s/%s", n->dir, name) < 0 : !(path = strdup(name)))
         return ft__err(-ENOMEM, "%s", name);
     int rc = 1;
+    ft__name_hold(n, path);
     if (ft__sys.unlink(path) != 0)
         rc = errno == ENOENT ? 0
                              : ft__err(-errno, "cannot remove %s of the previous checkpoint", path);
@@ -399,7 +401,7 @@ int ft__after_commit(ft_ctx *ctx, ft__ckpt_name *n, bool sharded, const char *co
     unsigned removed = 0;
     /* The other form of the name goes first (tried whether or not it was seen before the
      * save): from here on the name has one checkpoint. */
-    rc = remove_file(n->dir, sharded ? n->path : n->index, false);
+    rc = remove_file(n, sharded ? n->path : n->index, false);
     removed += rc > 0;
     if (rc < 0 && !first)
         first = rc;
@@ -409,7 +411,7 @@ int ft__after_commit(ft_ctx *ctx, ft__ckpt_name *n, bool sharded, const char *co
             kept = strcmp(keep[j], n->old[i]) == 0;
         if (kept)
             continue;
-        rc = remove_file(n->dir, n->old[i], true);
+        rc = remove_file(n, n->old[i], true);
         removed += rc > 0;
         if (rc < 0 && !first)
             first = rc;

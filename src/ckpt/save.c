@@ -444,6 +444,7 @@ static int commit(save_job *job, ft__ckpt_name *nm, bool sync)
 {
     if (job->nshards == 1) {
         save_shard *s = &job->shards[0];
+        ft__name_hold(nm, s->path);
         if (ft__sys.rename(s->tmp, s->path) != 0)
             return ft__err(-errno, "cannot rename %s to %s", s->tmp, s->path);
         free(s->tmp);
