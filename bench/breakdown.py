@@ -6,7 +6,7 @@ with settings varied one at a time, each run in a fresh process with a fresh pro
 
 Sections (each prints a table of seconds and GB/s, median of --rounds):
   save   durable saves of host tensors: AUTO, each fixed engine, FASTENSOR_THREADS variants,
-         against the raw O_DIRECT write rate (16 MiB writes, one at a time, then fsync);
+         against the raw O_DIRECT write rate (a new file, 16 MiB writes, one at a time, then fsync);
   cold   first loads after a page-cache drop (host memory): AUTO, cache=bypass, fixed
          engines, thread variants, against the raw O_DIRECT read rate;
   repeat loads of a cached checkpoint in a fresh process: the load call, then the first
