@@ -28,7 +28,7 @@ ALL_CFLAGS := -std=c11 -D_GNU_SOURCE -fPIC -pthread $(WARN) $(CFLAGS) $(SANFLAGS
 URING_LIBS := -Wl,-Bstatic -luring -Wl,-Bdynamic
 LIBS := $(URING_LIBS) -ljansson -lxxhash -ldl -lpthread -lm
 
-LIB_SRC := $(wildcard src/core/*.c src/engine/*.c src/ckpt/*.c src/select/*.c src/gpu/*.c src/store/*.c)
+LIB_SRC := $(wildcard src/base/*.c src/core/*.c src/engine/*.c src/ckpt/*.c src/select/*.c src/gpu/*.c src/store/*.c)
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
 CLI_SRC := $(wildcard tools/*.c)
 CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/%.o)

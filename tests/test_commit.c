@@ -4,7 +4,7 @@
  * (ft_ckpt_gc), FIFOs refused, and SIGKILL trials: at random moments and at each rename,
  * fsync and unlink, never a mixed checkpoint, never a leftover after gc. */
 #include "fixture.h"
-#include "../src/core/syscall.h"
+#include "../src/base/syscall.h"
 
 #include <fcntl.h>
 #include <stdatomic.h>

@@ -1,7 +1,7 @@
 /* Every engine: random-data round trips over sizes x offsets x buffer alignments, cross-
  * engine reads, reads past the end, and one transfer above 2 GiB. */
 #include "testlib.h"
-#include "../src/core/syscall.h"
+#include "../src/base/syscall.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -2,7 +2,7 @@
  * (or is cut short, or interrupted) from its nth call on; each injected call's site is kept
  * for tests/check-fault-sites.sh. */
 #include "testlib.h"
-#include "../src/core/syscall.h"
+#include "../src/base/syscall.h"
 
 #include <dlfcn.h>
 #include <errno.h>

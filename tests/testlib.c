@@ -1,5 +1,5 @@
 #include "testlib.h"
-#include "../src/core/syscall.h"
+#include "../src/base/syscall.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -13,7 +13,7 @@
  * pid is alive belongs to a save in progress and is left alone.
  */
 #include "ckpt.h"
-#include "../core/syscall.h"
+#include "../base/syscall.h"
 
 #include <ctype.h>
 #include <errno.h>

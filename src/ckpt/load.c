@@ -5,7 +5,7 @@
  */
 #include "ckpt.h"
 #include "../gpu/cuda.h"
-#include "../core/syscall.h"
+#include "../base/syscall.h"
 
 #include <errno.h>
 #include <stdlib.h>

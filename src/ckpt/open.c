@@ -11,7 +11,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "../core/syscall.h"
+#include "../base/syscall.h"
 
 static bool ends_with(const char *s, const char *suffix)
 {

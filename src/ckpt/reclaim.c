@@ -9,7 +9,7 @@
  * but that wait.
  */
 #include "ckpt.h"
-#include "../core/syscall.h"
+#include "../base/syscall.h"
 
 #include <fcntl.h>
 #include <pthread.h>

@@ -5,7 +5,7 @@
  * the single file, or of the index once every shard is durable under its generation's name.
  */
 #include "ckpt.h"
-#include "../core/syscall.h"
+#include "../base/syscall.h"
 #include "../gpu/cuda.h"
 
 #include <errno.h>

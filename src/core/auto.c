@@ -8,7 +8,7 @@
  */
 #include "../select/select.h"
 #include "../engine/engine.h"
-#include "syscall.h"
+#include "../base/syscall.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -1,6 +1,6 @@
 /* Files: one buffered descriptor, an O_DIRECT one opened on first use. */
 #include "internal.h"
-#include "syscall.h"
+#include "../base/syscall.h"
 
 #include <errno.h>
 #include <fcntl.h>

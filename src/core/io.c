@@ -1,7 +1,7 @@
 /* Synchronous transfers: checks, engine choice, dispatch, durability. */
 #include "internal.h"
 #include "../engine/engine.h"
-#include "syscall.h"
+#include "../base/syscall.h"
 #include "../gpu/cuda.h"
 
 #include <errno.h>

@@ -5,7 +5,7 @@
  * mapped for writing, the write goes through the posix engine instead.
  */
 #include "engine.h"
-#include "../core/syscall.h"
+#include "../base/syscall.h"
 
 #include <errno.h>
 #include <fcntl.h>

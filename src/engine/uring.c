@@ -6,7 +6,7 @@
  * engine runs the direct engine instead, and ft_engine_available() says why.
  */
 #include "engine.h"
-#include "../core/syscall.h"
+#include "../base/syscall.h"
 
 #include <errno.h>
 #include <liburing.h>

@@ -256,3 +256,24 @@ void ft__cuda_event_free(int device, void *event)
         ft__cuda_leave();
     }
 }
+
+static void pin(void *buf, size_t len)
+{
+    if (ft__cuda_enter(0) == 0) {
+        ft__cu.MemHostRegister(buf, len, FT_CU_MEMHOSTREGISTER_PORTABLE);
+        ft__cuda_leave(); /* a failure leaves it pageable, which still works */
+    }
+}
+
+static void unpin(void *buf)
+{
+    ft__cu.MemHostUnregister(buf); /* of a buffer never registered: an error, and harmless */
+}
+
+static const ft__buf_hooks pinned_hooks = {.made = pin, .unmade = unpin};
+
+int ft__bufpool_create_pinned(ft__bufpool **out, size_t buf_size, unsigned max_cached)
+{
+    return ft__bufpool_create_with(out, buf_size, max_cached,
+                                   ft__cuda_in_use() ? &pinned_hooks : NULL);
+}

@@ -6,7 +6,7 @@
 #ifndef FT_GPU_CUDA_H
 #define FT_GPU_CUDA_H
 
-#include "../core/internal.h"
+#include "../base/base.h"
 
 typedef int CUresult;      /* 0 = CUDA_SUCCESS */
 typedef int CUdevice;
@@ -78,6 +78,16 @@ int ft__cuda_load(const char **reason);
  * the loaded objects are walked again only when objects were added since the last walk.
  */
 bool ft__cuda_in_use(void);
+
+/** A buffer pool whose buffers are page-locked for the GPU (device copies from them run at
+ * DMA speed) where the process has initialised CUDA (ft__cuda_in_use), plain ones otherwise:
+ * never initialises CUDA just to pin. */
+int ft__bufpool_create_pinned(ft__bufpool **out, size_t buf_size, unsigned max_cached);
+/** Whether the buffers of a pool of ft__bufpool_create_pinned are page-locked. */
+static inline bool ft__bufpool_pinned(const ft__bufpool *p)
+{
+    return ft__bufpool_hooked(p);
+}
 
 /** Map a CUresult to -errno and set the detail message "what: CUDA error N (text)". */
 int ft__cuda_err(CUresult r, const char *what);

@@ -9,7 +9,7 @@
  * lacks are skipped).
  */
 #include "select.h"
-#include "../core/syscall.h"
+#include "../base/syscall.h"
 
 #include <errno.h>
 #include <math.h>

@@ -3,7 +3,7 @@
  * pinned host ring (and host tier) with LRU eviction of cached copies, the entry table.
  */
 #include "store.h"
-#include "../core/syscall.h"
+#include "../base/syscall.h"
 
 #include <errno.h>
 #include <fcntl.h>

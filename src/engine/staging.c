@@ -5,8 +5,8 @@
  * Pinned buffers (cuMemHostAlloc, 4096-aligned, so O_DIRECT works in place) are allocated
  * once per context and device, and reused.
  */
-#include "cuda.h"
-#include "../engine/engine.h"
+#include "engine.h"
+#include "../gpu/cuda.h"
 
 #include <errno.h>
 #include <stdlib.h>

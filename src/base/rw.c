@@ -1,5 +1,5 @@
 /* Whole-range pread/pwrite: loop on short counts and EINTR, cap each call at FT__MAX_RW. */
-#include "internal.h"
+#include "base.h"
 #include "syscall.h"
 
 #include <errno.h>

@@ -5,7 +5,7 @@
  * is itself waiting inside a task, so nested use from workers (async requests) cannot
  * deadlock.
  */
-#include "internal.h"
+#include "base.h"
 
 #include <errno.h>
 #include <stdlib.h>

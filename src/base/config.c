@@ -1,5 +1,5 @@
 /* Context settings: defaults, FASTENSOR_* environment variables, validation. */
-#include "internal.h"
+#include "base.h"
 
 #include <ctype.h>
 #include <errno.h>

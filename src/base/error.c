@@ -1,4 +1,4 @@
-#include "internal.h"
+#include "base.h"
 
 #include <errno.h>
 #include <stdarg.h>

@@ -4,9 +4,8 @@
  * fresh memory is the slow part of a first transfer in a virtual machine (0.2 GB/s with 4 KiB
  * pages on the development VM, 0.67 GB/s with transparent huge pages).
  */
-#include "internal.h"
+#include "base.h"
 #include "syscall.h"
-#include "../gpu/cuda.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -16,7 +15,7 @@
 
 struct ft__bufpool {
     pthread_mutex_t lock;
-    bool pinned; /* page-locked for the GPU (cuMemHostRegister) */
+    const ft__buf_hooks *hooks; /* what each buffer goes through (page-locking), or NULL */
     size_t size;
     unsigned max_cached;
     unsigned ncached;
@@ -40,18 +39,19 @@ int ft__bufpool_create(ft__bufpool **out, size_t buf_size, unsigned max_cached)
     return 0;
 }
 
-int ft__bufpool_create_pinned(ft__bufpool **out, size_t buf_size, unsigned max_cached)
+int ft__bufpool_create_with(ft__bufpool **out, size_t buf_size, unsigned max_cached,
+                            const ft__buf_hooks *hooks)
 {
     int rc = ft__bufpool_create(out, buf_size, max_cached);
     if (rc == 0)
-        (*out)->pinned = ft__cuda_in_use(); /* never initialises CUDA just to pin */
+        (*out)->hooks = hooks;
     return rc;
 }
 
 static void buf_free(const ft__bufpool *p, void *buf)
 {
-    if (buf && p->pinned)
-        ft__cu.MemHostUnregister(buf);
+    if (buf && p->hooks)
+        p->hooks->unmade(buf);
     free(buf);
 }
 
@@ -82,10 +82,8 @@ void *ft__bufpool_get(ft__bufpool *p)
     }
     if (huge) /* a hint: without THP the memory simply stays in small pages */
         ft__sys.madvise(buf, p->size / HUGE_PAGE * HUGE_PAGE, MADV_HUGEPAGE);
-    if (p->pinned && ft__cuda_enter(0) == 0) { /* pinned: device copies run at DMA speed */
-        ft__cu.MemHostRegister(buf, p->size, FT_CU_MEMHOSTREGISTER_PORTABLE);
-        ft__cuda_leave(); /* a failure leaves it pageable, which still works */
-    }
+    if (p->hooks)
+        p->hooks->made(buf, p->size);
     return buf;
 }
 
@@ -102,9 +100,9 @@ void ft__bufpool_put(ft__bufpool *p, void *buf)
     buf_free(p, buf);
 }
 
-bool ft__bufpool_pinned(const ft__bufpool *p)
+bool ft__bufpool_hooked(const ft__bufpool *p)
 {
-    return p->pinned;
+    return p->hooks != NULL;
 }
 
 size_t ft__bufpool_size(const ft__bufpool *p)

@@ -1,5 +1,5 @@
 /* Cheap context probes for AUTO: page-cache residency, and the room the page cache has. */
-#include "internal.h"
+#include "base.h"
 #include "syscall.h"
 
 #include <errno.h>

@@ -3,8 +3,8 @@
  * sorted by address so the cuFile engine can find, per transfer, the registered base that
  * cuFile wants as bufPtr_base (it addresses registered memory as base + offset).
  */
-#include "../core/internal.h"
-#include "cuda.h"
+#include "engine.h"
+#include "../gpu/cuda.h"
 
 #include <errno.h>
 #include <stdlib.h>
