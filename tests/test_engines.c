@@ -2,6 +2,7 @@
  * engine reads, reads past the end, and one transfer above 2 GiB. */
 #include "testlib.h"
 #include "../src/base/syscall.h"
+#include "../src/engine/engine.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -215,6 +216,77 @@ static void case_mmap_read_advice(void)
     free(dst);
 }
 
+/* Pages of [0, len) of @p path in the page cache, by mincore over a mapping. */
+static size_t cached_pages(const char *path, size_t len)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    void *m = fd >= 0 ? mmap(NULL, len, PROT_READ, MAP_SHARED, fd, 0) : MAP_FAILED;
+    size_t pages = (len + 4095) / 4096, n = 0;
+    unsigned char *vec = malloc(pages);
+    if (m != MAP_FAILED && vec && mincore(m, len, vec) == 0)
+        for (size_t i = 0; i < pages; i++)
+            n += vec[i] & 1;
+    if (m != MAP_FAILED)
+        munmap(m, len);
+    if (fd >= 0)
+        close(fd);
+    free(vec);
+    return n;
+}
+
+/* The capabilities are what the code that picks and runs engines reads, so they must be
+ * true: an engine that says it bypasses the page cache leaves an evicted file uncached after
+ * a read and a write, the others leave it cached; one that needs O_DIRECT says so exactly
+ * when it bypasses the cache; only cuFile moves device memory itself. */
+static void case_caps_are_true(void)
+{
+    const char *path = t_path("caps.bin");
+    size_t len = 8u << 20, pages = len / 4096;
+    uint8_t *buf = t_alloc_misaligned(len, 0);
+    T_TRUE(buf != NULL);
+    t_fill_random(buf, len, 5);
+    for (int e = FT_ENGINE_POSIX; e < FT_ENGINE_COUNT; e++) {
+        const ft__engine_ops *ops = ft__engine_get((ft_engine)e);
+        T_TRUE(ops != NULL && ops->id == (ft_engine)e);
+        bool bypass = ops->caps & FT__CAP_BYPASS_CACHE;
+        T_EQ(!!(ops->caps & FT__CAP_NEEDS_DIRECT), bypass);
+        T_EQ(!!(ops->caps & FT__CAP_DEVICE_MEMORY), e == FT_ENGINE_CUFILE);
+        const char *why;
+        if (ops->caps & FT__CAP_DEVICE_MEMORY || !ft_engine_available(ctx, (ft_engine)e, &why)) {
+            printf("  %s: not tried on host memory here\n", ops->name);
+            continue;
+        }
+        for (int write = 0; write < 2; write++) {
+            ft_file *f;
+            T_EQ(ft_file_open(ctx, &f, path, FT_OPEN_READ | FT_OPEN_WRITE | FT_OPEN_CREATE, 0644), 0);
+            ft_buf b = ft_host_buf(buf, len);
+            ft_io_opts plain = {.engine = FT_ENGINE_POSIX};
+            T_EQ(ft_write(f, &b, 0, &plain), (int64_t)len);
+            T_EQ(ft_file_sync(f), 0);
+            int fd = open(path, O_RDONLY | O_CLOEXEC);
+            T_TRUE(fd >= 0);
+            T_EQ(posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);
+            close(fd);
+            size_t before = cached_pages(path, len);
+            ft_io_opts o = {.engine = (ft_engine)e, .flags = write ? FT_IO_SYNC : 0};
+            T_EQ(write ? ft_write(f, &b, 0, &o) : ft_read(f, &b, 0, &o), (int64_t)len);
+            size_t after = cached_pages(path, len);
+            T_EQ(ft_file_close(f), 0);
+            printf("  %s %s: %zu of %zu pages cached (%zu before)\n", ops->name,
+                   write ? "write" : "read", after, pages, before);
+            if (before > pages / 10) {
+                printf("  (eviction did not take here: not judged)\n");
+                continue;
+            }
+            if (bypass)
+                T_TRUE(after <= pages / 10);
+            else
+                T_TRUE(after >= pages * 9 / 10);
+        }
+    }
+    t_free_misaligned(buf, 0);
+}
+
 int main(void)
 {
     if (!t_have_odirect())
@@ -227,6 +299,8 @@ int main(void)
         {"reads at and past the end of the file", case_read_past_eof},
         {"one transfer above 2 GiB, every engine", case_above_2gib},
         {"mmap reads: MADV_HUGEPAGE from 1 MiB, MADV_WILLNEED below", case_mmap_read_advice},
+        {"engine capabilities tell the truth (page cache, O_DIRECT, device memory)",
+         case_caps_are_true},
     };
     int rc = t_run(cases, sizeof cases / sizeof *cases);
     ft_ctx_destroy(ctx);

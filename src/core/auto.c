@@ -159,6 +159,12 @@ static ft__selector *selector_for(ft_file *f)
 }
 
 /* Engines usable for @p f, worked out once per file. */
+/* What file_caps knows of a file: worked out (1), O_DIRECT opens (2), engine e usable
+ * (ENGINE_OK(e): available in the process, and O_DIRECT works where it needs that). */
+#define CAPS_KNOWN 1u
+#define CAPS_DIRECT 2u
+#define ENGINE_OK(e) (4u << (e))
+
 static unsigned file_caps(ft_file *f)
 {
     unsigned caps = atomic_load_explicit(&f->auto_caps, memory_order_acquire);
@@ -167,9 +173,15 @@ static unsigned file_caps(ft_file *f)
     char keep[FT__DETAIL_MAX];
     ft__detail_save(keep);
     bool direct = ft__file_direct_fd(f) >= 0;
+    caps = CAPS_KNOWN | (direct ? CAPS_DIRECT : 0);
+    for (int e = 0; e < FT_ENGINE_COUNT; e++) {
+        const ft__engine_ops *ops = ft__engine_get((ft_engine)e);
+        /* an engine with ready() is asked per call instead: its available() may wait */
+        if (ops && !ops->ready && (direct || !(ops->caps & FT__CAP_NEEDS_DIRECT)) &&
+            ft_engine_available(f->ctx, (ft_engine)e, NULL))
+            caps |= ENGINE_OK(e);
+    }
     ft__detail_restore(keep);
-    caps = 1u | (direct ? 2u : 0) |
-           (direct && ft_engine_available(f->ctx, FT_ENGINE_URING, NULL) ? 4u : 0);
     atomic_store_explicit(&f->auto_caps, caps, memory_order_release);
     return caps;
 }
@@ -212,16 +224,14 @@ static unsigned read_class(ft_file *f, uint64_t off, uint64_t len, unsigned infl
 static uint32_t eligible_arms(ft_file *f, uint64_t len, int device)
 {
     unsigned caps = file_caps(f);
-    bool direct = caps & 2, uring = caps & 4;
-    /* cuFile: device memory only, once its driver is open (no call waits for that), while
-     * the file's registration has not failed */
-    bool cufile = device >= 0 && direct && !f->cufile_err && ft__cufile_usable_now(f->ctx);
     uint32_t mask = 0;
     for (unsigned i = 0; i < ft__narms; i++) {
         const ft__arm *arm = &ft__arms[i];
-        if ((arm->engine == FT_ENGINE_DIRECT && !direct) ||
-            (arm->engine == FT_ENGINE_URING && !uring) ||
-            (arm->engine == FT_ENGINE_CUFILE && !cufile))
+        const ft__engine_ops *ops = ft__engine_get(arm->engine);
+        if ((ops->caps & FT__CAP_DEVICE_MEMORY) && device < 0)
+            continue;
+        bool direct_ok = (caps & CAPS_DIRECT) || !(ops->caps & FT__CAP_NEEDS_DIRECT);
+        if (ops->ready ? !(direct_ok && ops->ready(f)) : !(caps & ENGINE_OK(arm->engine)))
             continue;
         /* a setting that cannot change this transfer is the same arm twice */
         if (arm->piece == UINT64_MAX && len <= (2u << 20))

@@ -5,6 +5,7 @@
  * ft_read/ft_write would take), and one fdatasync ends a FT_IO_SYNC write batch.
  */
 #include "internal.h"
+#include "../engine/engine.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -93,8 +94,9 @@ static int batch(ft_file *f, ft_batch_op *ops, size_t n, const ft_io_opts *opts,
         job.opts.flags = (job.opts.flags & ~(unsigned)FT_IO_SYNC) | FT_IO_SYNC_LATER;
     int rc = 1, device;
     ft_engine e = job.opts.engine == FT_ENGINE_AUTO ? f->ctx->cfg.engine : job.opts.engine;
-    if (e == FT_ENGINE_CUFILE && (device = batch_device(ops, n)) >= 0)
-        rc = ft__cufile_batch(f, ops, n, write, device, job.opts.stream);
+    const ft__engine_ops *eo = ft__engine_get(e);
+    if (eo && eo->batch && (device = batch_device(ops, n)) >= 0)
+        rc = eo->batch(f, ops, n, write, device, job.opts.stream);
     if (rc == 1)
         rc = batch_on_pool(&job, n);
     if (rc == 0 && write && opts && (opts->flags & FT_IO_SYNC))

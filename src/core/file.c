@@ -1,5 +1,6 @@
 /* Files: one buffered descriptor, an O_DIRECT one opened on first use. */
 #include "internal.h"
+#include "../engine/engine.h"
 #include "../base/syscall.h"
 
 #include <errno.h>
@@ -97,7 +98,11 @@ int ft_file_close(ft_file *f)
         return 0;
     int rc = 0;
     ft__auto_file_close(f);
-    ft__cufile_file_close(f);
+    for (int e = 0; e < FT_ENGINE_COUNT; e++) {
+        const ft__engine_ops *ops = ft__engine_get((ft_engine)e);
+        if (ops && ops->file_close)
+            ops->file_close(f);
+    }
     if (f->direct_fd >= 0 && ft__sys.close(f->direct_fd) != 0 && errno != EINTR)
         rc = ft__err(-errno, "close of %s (O_DIRECT)", f->path);
     if (ft__sys.close(f->fd) != 0 && errno != EINTR && rc == 0)

@@ -194,38 +194,4 @@ static inline bool ft__is_direct_aligned(const void *ptr, uint64_t off, uint64_t
 int64_t ft__direct_transfer(const ft__io *io, bool write, int64_t (*mid)(const ft__io *part,
                                                                          bool write, int fd));
 
-/* ---- device memory (gpu/) ---- */
-
-struct ft__engine_ops;
-/** Move a device-memory transfer through pinned staging with a host engine, after the
- * event @p caller_ready (a CUevent on the caller's stream). */
-int64_t ft__stage_transfer(const ft__io *io, const struct ft__engine_ops *ops, bool write,
-                           int device, void *caller_ready);
-/** cuFile's mode ("GPUDirect Storage (nvidia-fs)" / "compatibility mode") or NULL. */
-const char *ft__cufile_mode(void);
-/** Whether cuFile is open and usable, without waiting: the first call starts opening it on
- * @p ctx's pool and answers false until that is done. */
-bool ft__cufile_usable_now(ft_ctx *ctx);
-/** Deregister the file's cuFile handle, if any. */
-void ft__cufile_file_close(ft_file *f);
-/** cuFileBufRegister / cuFileBufDeregister in @p device's context. @return 0 or -errno. */
-int ft__cufile_buf_register(void *ptr, size_t len, int device);
-void ft__cufile_buf_deregister(void *ptr, int device);
-/**
- * Run a checked batch of device-memory ops of one @p device through cuFile's batch API.
- * @return 1 when the batch API cannot take them (nothing ran: the caller runs them another
- * way), else 0 or the first failed op's -errno with every op's result set.
- */
-int ft__cufile_batch(ft_file *f, ft_batch_op *ops, size_t n, bool write, int device,
-                     void *stream);
-/** Describe the batch API's state ("available, N ops per batch" / "not available: why"). */
-void ft__cufile_batch_describe(char *buf, size_t len);
-
-/* ---- registered buffers (gpu/register.c) ---- */
-
-/** If [ptr, ptr+len) lies in a registered buffer, *base = its start. @return whether. */
-bool ft__reg_base(ft_ctx *ctx, const void *ptr, uint64_t len, uint8_t **base);
-/** Deregister every buffer still registered with @p ctx (context teardown). */
-void ft__reg_release_all(ft_ctx *ctx);
-
 #endif

@@ -61,7 +61,7 @@ int ft__buf_device(const ft_buf *buf, int *device)
 static int64_t dispatch(const ft__io *io, ft_engine engine, bool write, void *ready)
 {
     const ft__engine_ops *ops = ft__engine_get(engine);
-    if (io->device >= 0 && engine != FT_ENGINE_CUFILE) /* device memory via pinned staging */
+    if (io->device >= 0 && !(ops->caps & FT__CAP_DEVICE_MEMORY)) /* via pinned staging */
         return ft__stage_transfer(io, ops, write, io->device, ready);
     if (io->device >= 0) { /* cuFile runs on no stream: wait for the caller's on the host */
         int rc = ft__cuda_event_wait(io->device, ready);
@@ -146,7 +146,8 @@ static int64_t auto_transfer(ft_file *f, const ft__io *io, bool write, unsigned 
             part.len = TRIAL_SLICE;
         part.piece = d->piece;
         int64_t r = dispatch(&part, d->engine, write, ready);
-        if (r < 0 && d->engine == FT_ENGINE_CUFILE && f->cufile_err) {
+        const ft__engine_ops *ops = ft__engine_get(d->engine);
+        if (r < 0 && ops->ready && !ops->ready(f)) { /* it can no longer take the file */
             decide_part(f, io, &part, write, durable, cache, d);
             part.piece = d->piece;
             r = dispatch(&part, d->engine, write, ready);

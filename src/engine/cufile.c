@@ -141,7 +141,7 @@ int ft__cufile_file_handle(ft_file *f, void **out)
     return rc;
 }
 
-void ft__cufile_file_close(ft_file *f)
+static void cufile_file_close(ft_file *f)
 {
     if (f->cufile_handle)
         ft__cf.HandleDeregister(f->cufile_handle);
@@ -264,11 +264,20 @@ static int cufile_available(ft_ctx *ctx, const char **reason)
     return ft__cufile_usable(reason);
 }
 
+/* The driver is open (no call waits for that) and the file's registration has not failed. */
+static bool cufile_ready(ft_file *f)
+{
+    return !f->cufile_err && ft__cufile_usable_now(f->ctx);
+}
+
 const ft__engine_ops ft__engine_cufile = {
     .name = "cufile",
     .id = FT_ENGINE_CUFILE,
-    .caps = FT__CAP_BYPASS_CACHE | FT__CAP_PARALLEL,
+    .caps = FT__CAP_BYPASS_CACHE | FT__CAP_NEEDS_DIRECT | FT__CAP_DEVICE_MEMORY,
     .available = cufile_available,
+    .ready = cufile_ready,
     .read = cufile_read,
     .write = cufile_write,
+    .batch = ft__cufile_batch,
+    .file_close = cufile_file_close,
 };

@@ -2,7 +2,7 @@
  * Transfer engines: each is a static const ft__engine_ops in its own file, listed in the
  * explicit table of table.c. To add one, copy the shape of posix.c:
  *   required: name, id, read, write;
- *   optional (NULL when not needed): available, ctx_fini.
+ *   optional (NULL when not needed): available, ready, batch, file_close, ctx_fini.
  * Engines receive a validated ft__io: host memory, any alignment, len > 0, reads clamped to
  * the file's size. They return bytes transferred or -errno with a detail message set.
  */
@@ -11,9 +11,13 @@
 
 #include "../core/internal.h"
 
+/* What an engine is, for the code that chooses and runs engines: it tests these, never an
+ * engine's identity. */
 enum {
-    FT__CAP_BYPASS_CACHE = 1u << 0, /* uses O_DIRECT: does not fill the page cache */
-    FT__CAP_PARALLEL = 1u << 1,     /* splits one transfer over several threads or queue slots */
+    FT__CAP_BYPASS_CACHE = 1u << 0,  /* does not go through (or fill) the page cache */
+    FT__CAP_NEEDS_DIRECT = 1u << 1,  /* needs an O_DIRECT descriptor of the file */
+    FT__CAP_DEVICE_MEMORY = 1u << 2, /* moves device memory itself (no pinned staging); AUTO
+                                        offers it for device memory only */
 };
 
 typedef struct ft__engine_ops {
@@ -22,8 +26,18 @@ typedef struct ft__engine_ops {
     unsigned caps;
     /** Optional: 1 when usable in this process, else 0 and *reason set. */
     int (*available)(ft_ctx *ctx, const char **reason);
+    /** Optional: whether a transfer of @p f can run now, without waiting for anything (a
+     * driver still opening, a registration of the file that failed). NULL: whenever
+     * available() says so, which then holds for the process's life. */
+    bool (*ready)(ft_file *f);
     int64_t (*read)(const ft__io *io);
     int64_t (*write)(const ft__io *io);
+    /** Optional: run a checked batch of device-memory ops of one @p device in one go.
+     * @return 1 when it cannot take them (nothing ran), else 0 or the first failed op's
+     * -errno with every op's result set. */
+    int (*batch)(ft_file *f, ft_batch_op *ops, size_t n, bool write, int device, void *stream);
+    /** Optional: release the engine's per-file state (the file is being closed). */
+    void (*file_close)(ft_file *f);
     /** Optional: release the engine's per-context state. */
     void (*ctx_fini)(ft_ctx *ctx);
 } ft__engine_ops;
@@ -36,5 +50,36 @@ extern const ft__engine_ops ft__engine_cufile;
 
 /** @return the ops of a concrete engine, or NULL for AUTO and unknown ids. */
 const ft__engine_ops *ft__engine_get(ft_engine id);
+
+/* ---- device memory: staging over host engines (staging.c), cuFile (cufile*.c) ---- */
+
+/** Move a device-memory transfer through pinned staging with a host engine, after the
+ * event @p caller_ready (a CUevent on the caller's stream). */
+int64_t ft__stage_transfer(const ft__io *io, const struct ft__engine_ops *ops, bool write,
+                           int device, void *caller_ready);
+/** cuFile's mode ("GPUDirect Storage (nvidia-fs)" / "compatibility mode") or NULL. */
+const char *ft__cufile_mode(void);
+/** Whether cuFile is open and usable, without waiting: the first call starts opening it on
+ * @p ctx's pool and answers false until that is done. */
+bool ft__cufile_usable_now(ft_ctx *ctx);
+/** cuFileBufRegister / cuFileBufDeregister in @p device's context. @return 0 or -errno. */
+int ft__cufile_buf_register(void *ptr, size_t len, int device);
+void ft__cufile_buf_deregister(void *ptr, int device);
+/**
+ * Run a checked batch of device-memory ops of one @p device through cuFile's batch API.
+ * @return 1 when the batch API cannot take them (nothing ran: the caller runs them another
+ * way), else 0 or the first failed op's -errno with every op's result set.
+ */
+int ft__cufile_batch(ft_file *f, ft_batch_op *ops, size_t n, bool write, int device,
+                     void *stream);
+/** Describe the batch API's state ("available, N ops per batch" / "not available: why"). */
+void ft__cufile_batch_describe(char *buf, size_t len);
+
+/* ---- buffers registered with cuFile (cufile_register.c) ---- */
+
+/** If [ptr, ptr+len) lies in a registered buffer, *base = its start. @return whether. */
+bool ft__reg_base(ft_ctx *ctx, const void *ptr, uint64_t len, uint8_t **base);
+/** Deregister every buffer still registered with @p ctx (context teardown). */
+void ft__reg_release_all(ft_ctx *ctx);
 
 #endif

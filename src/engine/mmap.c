@@ -139,7 +139,7 @@ static int64_t mmap_write(const ft__io *io)
 const ft__engine_ops ft__engine_mmap = {
     .name = "mmap",
     .id = FT_ENGINE_MMAP,
-    .caps = FT__CAP_PARALLEL,
+    .caps = 0,
     .read = mmap_read,
     .write = mmap_write,
 };

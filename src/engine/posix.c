@@ -24,7 +24,7 @@ static int64_t posix_write(const ft__io *io)
 const ft__engine_ops ft__engine_posix = {
     .name = "posix",
     .id = FT_ENGINE_POSIX,
-    .caps = FT__CAP_PARALLEL,
+    .caps = 0,
     .read = posix_read,
     .write = posix_write,
 };

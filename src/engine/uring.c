@@ -389,7 +389,7 @@ static void uring_ctx_fini(ft_ctx *ctx)
 const ft__engine_ops ft__engine_uring = {
     .name = "uring",
     .id = FT_ENGINE_URING,
-    .caps = FT__CAP_BYPASS_CACHE | FT__CAP_PARALLEL,
+    .caps = FT__CAP_BYPASS_CACHE | FT__CAP_NEEDS_DIRECT,
     .available = uring_available,
     .read = uring_read,
     .write = uring_write,
