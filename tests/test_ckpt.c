@@ -280,7 +280,12 @@ static void case_sharded(void)
     T_EQ(ft_ckpt_save(ctx, path, list, n, &so), 0);
     check_ckpt(index, o, n, true);
     check_ckpt(dir, o, n, true); /* a directory holding the index */
+    check_ckpt(path, o, n, false); /* the name it was saved under opens the index */
     ft_ckpt *c;
+    t_fault_set(T_OP_STAT, T_FAULT_ERRNO, EIO, 2, 1); /* the index's stat, after the name's */
+    T_EQ(ft_ckpt_open(ctx, &c, path), -ENOENT);
+    T_EQ(t_fault_clear(), 1);
+    T_TRUE(strstr(ft_last_error(), "model.safetensors") != NULL);
     T_EQ(ft_ckpt_open(ctx, &c, index), 0);
     T_TRUE(ft_ckpt_shard_count(c) > 2);
     T_TRUE(strstr(ft_ckpt_shard_path(c, 0), "model-00001-of-") != NULL);

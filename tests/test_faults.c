@@ -3,6 +3,8 @@
 #include "testlib.h"
 
 #include <errno.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static ft_ctx *ctx;
@@ -161,6 +163,88 @@ static void case_open_fails(void)
     ft_file_close(f);
 }
 
+/* In a child: one AUTO read and one mmap read of random bytes with a new context; a
+ * fault set by @p arm is injected from the read on. @return 0 when both gave the bytes. */
+static int reads_under(enum t_fault_op op, const char *label)
+{
+    ft_ctx *c;
+    if (ft_ctx_create(&c, NULL) < 0)
+        return 1;
+    size_t n = (2u << 20) + 3;
+    uint8_t *src = malloc(n), *dst = malloc(n);
+    t_fill_random(src, n, 99);
+    ft_file *f;
+    ft_buf b = ft_host_buf(src, n), d = ft_host_buf(dst, n);
+    int bad = ft_file_open(c, &f, t_path("settings.bin"), FT_OPEN_READ | FT_OPEN_WRITE |
+                                                          FT_OPEN_CREATE | FT_OPEN_TRUNC, 0644) != 0 ||
+              ft_write(f, &b, 0, &(ft_io_opts){.engine = FT_ENGINE_POSIX}) != (int64_t)n;
+    t_fault_set(op, T_FAULT_ERRNO, EACCES, 1, 0);
+    for (int e = 0; !bad && e < 2; e++) {
+        memset(dst, 0, n);
+        ft_io_opts o = {.engine = e ? FT_ENGINE_MMAP : FT_ENGINE_AUTO};
+        bad = ft_read(f, &d, 0, &o) != (int64_t)n || memcmp(src, dst, n) != 0;
+    }
+    unsigned hit = t_fault_clear();
+    printf("  %s: %u %s calls failed, reads %s\n", label, hit, t_fault_op_name(op),
+           bad ? "WRONG" : "right");
+    ft_file_close(f);
+    ft_ctx_destroy(c);
+    free(src);
+    free(dst);
+    return bad || !hit;
+}
+
+/* What the library reads for itself besides the transfer: the profile directory (its
+ * stat, and the mkdir of the default one), the FASTENSOR_TRACE file and the transparent huge
+ * page setting. Each failing costs that setting only (no profile kept, no trace, no huge
+ * page advice); the transfers give the right bytes. In a child process: the trace file and
+ * the THP setting are read once per process. */
+static void case_settings_fail(void)
+{
+    pid_t pid = fork();
+    T_TRUE(pid >= 0);
+    if (pid == 0) {
+        setenv("FASTENSOR_QUIET", "1", 1);
+        setenv("FASTENSOR_PROFILE", "off", 1);
+        setenv("FASTENSOR_TRACE", t_path("trace.txt"), 1);
+        int bad = reads_under(T_OP_OPEN, "trace file and THP setting unreadable");
+        struct stat st;
+        bad |= stat(t_path("trace.txt"), &st) == 0; /* nothing traced, nothing created */
+        setenv("FASTENSOR_PROFILE", t_dir(), 1);
+        bad |= reads_under(T_OP_STAT, "profile directory's stat fails");
+        unsetenv("FASTENSOR_PROFILE");
+        setenv("XDG_CACHE_HOME", t_path("xdg-cache"), 1);
+        bad |= reads_under(T_OP_MKDIR, "profile directory cannot be made");
+        bad |= stat(t_path("xdg-cache"), &st) == 0;
+        t_fault_sites_flush();
+        fflush(stdout);
+        _exit(bad);
+    }
+    int status;
+    T_EQ(waitpid(pid, &status, 0), pid);
+    T_TRUE(WIFEXITED(status));
+    T_EQ(WEXITSTATUS(status), 0);
+}
+
+/* The huge-page setting's descriptor failing to close costs nothing (a child: the setting
+ * is read once per process). */
+static void case_settings_close_fails(void)
+{
+    pid_t pid = fork();
+    T_TRUE(pid >= 0);
+    if (pid == 0) {
+        setenv("FASTENSOR_PROFILE", "off", 1);
+        int bad = reads_under(T_OP_CLOSE, "closes fail");
+        t_fault_sites_flush();
+        fflush(stdout);
+        _exit(bad);
+    }
+    int status;
+    T_EQ(waitpid(pid, &status, 0), pid);
+    T_TRUE(WIFEXITED(status));
+    T_EQ(WEXITSTATUS(status), 0);
+}
+
 int main(void)
 {
     if (!t_have_odirect())
@@ -176,6 +260,9 @@ int main(void)
     if (!ft_engine_available(ctx, FT_ENGINE_URING, NULL))
         printf("  note: io_uring unavailable here; the uring cases exercise its fallback\n");
     const t_case cases[] = {
+        /* first: a child of a process that has made no transfer yet */
+        {"settings that cannot be read: profile directory, trace file, THP", case_settings_fail},
+        {"the huge-page setting's descriptor fails to close", case_settings_close_fails},
         {"EIO mid-transfer: clean -EIO, usable after", case_eio},
         {"ENOSPC on write: clean -ENOSPC", case_enospc},
         {"EINTR is retried: right bytes", case_eintr},

@@ -3,7 +3,7 @@
  * trip, concurrency. Then engine AUTO on real files: bytes, the cache policy, sample windows,
  * first uses, trial slices. */
 #include "testlib.h"
-#include "../src/select/select.h"
+#include "../src/core/internal.h" /* select.h, and the files AUTO wires to */
 
 #include <errno.h>
 #include <fcntl.h>

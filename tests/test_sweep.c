@@ -11,7 +11,7 @@
  * sampled with a stride, to bound the time.
  */
 #include "fixture.h"
-#include "../src/select/select.h"
+#include "../src/core/internal.h" /* select.h, and the files AUTO wires to */
 
 #include <fcntl.h>
 #include <sys/stat.h>

@@ -358,11 +358,19 @@ int ft_ckpt_open(ft_ctx *ctx, ft_ckpt **out, const char *path_in)
     if (!ctx || !out || !path_in || !*path_in)
         return ft__err(-EINVAL, "ft_ckpt_open: missing context, output or path");
     struct stat st;
-    if (ft__sys.stat(path_in, &st) != 0)
-        return ft__err(-errno, "cannot open checkpoint %s", path_in);
     char *picked = NULL;
     int rc = 0;
-    if (S_ISDIR(st.st_mode) && (rc = pick_in_dir(path_in, &picked)) < 0)
+    if (ft__sys.stat(path_in, &st) != 0) {
+        /* The name a sharded save was given ("model.safetensors") opens its index. */
+        int err = errno;
+        if (err == ENOENT && asprintf(&picked, "%s.index.json", path_in) < 0)
+            picked = NULL;
+        if (!picked || ft__sys.stat(picked, &st) != 0 || !S_ISREG(st.st_mode)) {
+            free(picked);
+            return ft__err(-err, "cannot open checkpoint %s", path_in);
+        }
+    }
+    if (!picked && S_ISDIR(st.st_mode) && (rc = pick_in_dir(path_in, &picked)) < 0)
         return rc;
     const char *path = picked ? picked : path_in;
     ft_ckpt *c = calloc(1, sizeof *c);

@@ -78,7 +78,7 @@ static void profile_path(dev_t dev, char *out, size_t len)
         return;
     char dir[4096];
     struct stat st;
-    if (env && *env && !(stat(env, &st) == 0 && S_ISDIR(st.st_mode))) {
+    if (env && *env && !(ft__sys.stat(env, &st) == 0 && S_ISDIR(st.st_mode))) {
         snprintf(out, len, "%s", env);
         return;
     }
@@ -96,9 +96,9 @@ static void profile_path(dev_t dev, char *out, size_t len)
         char *slash = strrchr(parent, '/');
         if (slash) {
             *slash = '\0';
-            mkdir(parent, 0755);
+            ft__sys.mkdir(parent, 0755); /* EEXIST mostly; a failure shows when it is saved */
         }
-        mkdir(dir, 0755);
+        ft__sys.mkdir(dir, 0755);
     }
     snprintf(out, len, "%s/profile-%u-%u.txt", dir, major(dev), minor(dev));
 }
@@ -425,7 +425,11 @@ static FILE *trace_file;
 static void trace_open(void)
 {
     const char *path = getenv("FASTENSOR_TRACE");
-    if (path && *path && (trace_file = fopen(path, "ae")) != NULL)
+    int fd = path && *path ? ft__sys.open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644)
+                           : -1;
+    if (fd >= 0 && !(trace_file = fdopen(fd, "a")))
+        ft__sys.close(fd); /* no fault test: fdopen fails only without memory */
+    if (trace_file)
         setvbuf(trace_file, NULL, _IOLBF, 0);
 }
 

@@ -3,6 +3,7 @@
 #define FT_CORE_INTERNAL_H
 
 #include "../base/base.h"
+#include "../select/select.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -92,15 +93,6 @@ int64_t ft__transfer_after(ft_file *f, const ft_buf *buf, uint64_t offset,
 
 /* ---- engine AUTO (select/auto.c) ---- */
 
-/* A selector key: (direction, memory kind, size bucket, class, company). */
-typedef struct ft__sel_key {
-    uint8_t write;  /* 0 read, 1 write */
-    uint8_t mem;    /* ft_mem_kind */
-    uint8_t bucket; /* floor(log2(len)), FT__SEL_BUCKET_TOP and up together */
-    uint8_t cls;    /* reads: 0 cold, 1 cached, 2 stream (continuing an uncached run);
-                       writes: 0 plain, 1 synced by the call, 2 synced later by the caller */
-    uint8_t busy;   /* other transfers in flight in the context */
-} ft__sel_key;
 
 typedef struct ft__arm {
     ft_engine engine;

@@ -26,14 +26,14 @@ typedef struct mapping {
 static bool thp_usable;
 static void thp_probe(void)
 {
-    /* "always [madvise] never": the advice does something unless THP is off. (Plain libc
-     * calls: a setting, not I/O of the transfer, so not the syscalls tests inject faults in.) */
+    /* "always [madvise] never": the advice does something unless THP is off (or the
+     * setting cannot be read). */
     char text[128] = "";
-    int fd = open("/sys/kernel/mm/transparent_hugepage/enabled", O_RDONLY | O_CLOEXEC);
+    int fd = ft__sys.open("/sys/kernel/mm/transparent_hugepage/enabled", O_RDONLY | O_CLOEXEC, 0);
     if (fd >= 0) {
-        ssize_t n = pread(fd, text, sizeof text - 1, 0);
+        int64_t n = ft__pread_full(fd, text, sizeof text - 1, 0);
         text[n > 0 ? n : 0] = '\0';
-        close(fd);
+        ft__sys.close(fd);
     }
     thp_usable = text[0] && !strstr(text, "[never]");
 }

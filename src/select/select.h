@@ -11,7 +11,7 @@
 #ifndef FT_SELECT_SELECT_H
 #define FT_SELECT_SELECT_H
 
-#include "../core/internal.h"
+#include "../base/base.h"
 
 #include <stdio.h>
 
@@ -22,6 +22,16 @@
 #define FT__SEL_KEYS (2 * 2 * FT__SEL_BUCKETS * FT__SEL_CLASSES * 2)
 #define FT__SEL_MAX_ARMS 16
 #define FT__SEL_WINDOW 8       /* samples kept per key and arm: drift leaves in 8 calls */
+
+/* A selector key: (direction, memory kind, size bucket, class, company). */
+typedef struct ft__sel_key {
+    uint8_t write;  /* 0 read, 1 write */
+    uint8_t mem;    /* ft_mem_kind */
+    uint8_t bucket; /* floor(log2(len)), FT__SEL_BUCKET_TOP and up together */
+    uint8_t cls;    /* reads: 0 cold, 1 cached, 2 stream (continuing an uncached run);
+                       writes: 0 plain, 1 synced by the call, 2 synced later by the caller */
+    uint8_t busy;   /* other transfers in flight in the context */
+} ft__sel_key;
 
 /* Write classes of ft__sel_key.cls (the read classes are FT__CLS_COLD, _CACHED, _STREAM). */
 enum { FT__CLS_PLAIN = 0, FT__CLS_SYNC = 1, FT__CLS_LATER = 2 };
