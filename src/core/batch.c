@@ -15,9 +15,7 @@ typedef struct batch_job {
     ft_batch_op *ops;
     ft_io_opts opts; /* without FT_IO_SYNC: the batch syncs once at the end */
     bool write;
-    pthread_mutex_t lock;
-    size_t first_err; /* lowest failed op, SIZE_MAX when none */
-    char detail[FT__DETAIL_MAX];
+    ft__first_err failed; /* the lowest failed op, with its worker's detail */
 } batch_job;
 
 static int64_t batch_op(void *arg, unsigned i)
@@ -25,14 +23,8 @@ static int64_t batch_op(void *arg, unsigned i)
     batch_job *job = arg;
     ft_batch_op *op = &job->ops[i];
     op->result = ft__transfer(job->file, &op->buf, op->offset, &job->opts, job->write);
-    if (op->result < 0) {
-        pthread_mutex_lock(&job->lock);
-        if (i < job->first_err) {
-            job->first_err = i;
-            ft__detail_save(job->detail);
-        }
-        pthread_mutex_unlock(&job->lock);
-    }
+    if (op->result < 0)
+        ft__first_err_note(&job->failed, i, (int)op->result);
     return op->result;
 }
 
@@ -41,17 +33,13 @@ static int batch_on_pool(batch_job *job, size_t n)
     int64_t *results = malloc(n * sizeof *results);
     if (!results)
         return ft__err(-ENOMEM, "%s: batch of %zu ops", job->file->path, n);
-    pthread_mutex_init(&job->lock, NULL);
-    job->first_err = SIZE_MAX;
+    ft__first_err_init(&job->failed);
     int rc = ft__pool_run(job->file->ctx->pool, (unsigned)n, batch_op, job, results);
-    pthread_mutex_destroy(&job->lock);
+    int first = ft__first_err_take(&job->failed);
     free(results);
     if (rc < 0)
         return ft__err(rc, "%s: cannot queue a batch of %zu ops", job->file->path, n);
-    if (job->first_err == SIZE_MAX)
-        return 0;
-    ft__detail_restore(job->detail);
-    return (int)job->ops[job->first_err].result;
+    return first;
 }
 
 /* The one device all ops' memory is on, or -1 (host memory, or several devices). */

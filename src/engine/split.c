@@ -9,9 +9,7 @@ typedef struct parallel_job {
     const ft__io *io;
     uint64_t piece;
     ft__piece_fn fn;
-    pthread_mutex_t lock;
-    unsigned err_index; /* lowest failing piece so far, UINT32_MAX when none */
-    char detail[FT__DETAIL_MAX];
+    ft__first_err failed; /* the lowest failing piece, with its worker's detail */
 } parallel_job;
 
 static uint64_t piece_len(const parallel_job *job, unsigned i)
@@ -25,15 +23,8 @@ static int64_t parallel_piece(void *arg, unsigned i)
     parallel_job *job = arg;
     uint64_t start = (uint64_t)i * job->piece;
     int64_t r = job->fn(job->io, job->io->ptr + start, job->io->off + start, piece_len(job, i));
-    if (r < 0) {
-        /* The detail lives in this worker's thread; keep the first piece's for the caller. */
-        pthread_mutex_lock(&job->lock);
-        if (i < job->err_index) {
-            job->err_index = i;
-            ft__detail_save(job->detail);
-        }
-        pthread_mutex_unlock(&job->lock);
-    }
+    if (r < 0)
+        ft__first_err_note(&job->failed, i, (int)r);
     return r;
 }
 
@@ -50,13 +41,13 @@ int64_t ft__io_parallel(const ft__io *io, uint64_t piece, ft__piece_fn fn)
     if (!results)
         return ft__err(-ENOMEM, "cannot split a %llu-byte transfer",
                        (unsigned long long)io->len);
-    parallel_job job = {.io = io, .piece = piece, .fn = fn, .err_index = UINT32_MAX};
-    pthread_mutex_init(&job.lock, NULL);
+    parallel_job job = {.io = io, .piece = piece, .fn = fn};
+    ft__first_err_init(&job.failed);
     int rc = ft__pool_run(io->ctx->pool, n, parallel_piece, &job, results);
+    ft__first_err_take(&job.failed); /* the first failing piece's detail, if one failed */
     int64_t total = 0;
     for (unsigned i = 0; rc == 0 && i < n; i++) {
         if (results[i] < 0) {
-            ft__detail_restore(job.detail);
             total = results[i];
             break;
         }
@@ -64,7 +55,6 @@ int64_t ft__io_parallel(const ft__io *io, uint64_t piece, ft__piece_fn fn)
         if ((uint64_t)results[i] < piece_len(&job, i))
             break; /* end of file: later pieces may have read bytes past a hole in ours */
     }
-    pthread_mutex_destroy(&job.lock);
     free(results);
     return rc < 0 ? ft__err(rc, "cannot queue a parallel transfer") : total;
 }
