@@ -66,7 +66,10 @@ void ft__pool_destroy(ft__pool *pool);
 int ft__pool_run(ft__pool *pool, unsigned n, int64_t (*fn)(void *arg, unsigned i), void *arg,
                  int64_t *results);
 
-/** Queue a detached task: fn(arg) runs once on a worker. @return 0 or -ENOMEM. */
+/** The pool's worker threads (0: tasks run on their callers only). */
+unsigned ft__pool_workers(const ft__pool *pool);
+/** Queue a detached task: fn(arg) runs once on a worker (before the pool is destroyed).
+ * @return 0 or -ENOMEM. */
 int ft__pool_post(ft__pool *pool, void (*fn)(void *arg), void *arg);
 
 /* ---- aligned buffer pool (bufpool.c) ---- */

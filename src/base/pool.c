@@ -172,6 +172,11 @@ int ft__pool_run(ft__pool *p, unsigned n, int64_t (*fn)(void *arg, unsigned i), 
     return 0;
 }
 
+unsigned ft__pool_workers(const ft__pool *p)
+{
+    return p->nthreads;
+}
+
 int ft__pool_post(ft__pool *p, void (*fn)(void *arg), void *arg)
 {
     ft__task *t = calloc(1, sizeof *t);

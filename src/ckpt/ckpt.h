@@ -146,13 +146,13 @@ typedef struct ft__ckpt_name {
 } ft__ckpt_name;
 
 int ft__name_init(ft__ckpt_name *n, const char *path);
-/** Frees @p n; its held files are released (ft__name_release). */
+/** Frees @p n; files still held are released here (ft__name_release with no pool). */
 void ft__name_free(ft__ckpt_name *n);
 /** Before @p path is renamed over or unlinked: keep a reference to the file there, if any,
  * so that its blocks are freed by ft__name_release instead of by that call. */
 void ft__name_hold(ft__ckpt_name *n, const char *path);
-/** Drop the held references on a thread of their own (here, if none can start). */
-void ft__name_release(ft__ckpt_name *n);
+/** Drop the held references on a worker of @p pool (here when it has none, or NULL). */
+void ft__name_release(ft__ckpt_name *n, ft__pool *pool);
 /** Note the shards the name's index lists now. @return 0 or -errno (what is there cannot be
  * told: the save must not go on). */
 int ft__name_installed(ft_ctx *ctx, ft__ckpt_name *n);

@@ -66,7 +66,7 @@ int ft__name_init(ft__ckpt_name *n, const char *path)
 
 void ft__name_free(ft__ckpt_name *n)
 {
-    ft__name_release(n);
+    ft__name_release(n, NULL);
     for (size_t i = 0; i < n->nold; i++)
         free(n->old[i]);
     free(n->old);

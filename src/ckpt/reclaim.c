@@ -4,15 +4,14 @@
  * (on ext4 hundreds of milliseconds for a few GiB, more with online discard): the caller
  * would wait for the old checkpoint's deletion as long as for a good part of the new one's
  * writing. So a save first takes an O_PATH reference to each file it is about to replace or
- * remove; the rename and the unlink then drop names only, and the references are closed on a
- * thread of their own once the save is done. A reference that cannot be taken costs nothing
+ * remove; the rename and the unlink then drop names only, and the references are closed by
+ * a worker of the context's pool once the save is done. A reference that cannot be taken costs nothing
  * but that wait.
  */
 #include "ckpt.h"
 #include "../base/syscall.h"
 
 #include <fcntl.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -40,7 +39,7 @@ typedef struct held_fds {
 } held_fds;
 
 /* close() directly, not through the syscall table: nothing could act on a failure to drop
- * an O_PATH reference, and a call on a background thread would make the fault tests' call
+ * an O_PATH reference, and a call on a pool worker would make the fault tests' call
  * counts depend on timing. */
 static void close_all(const int *fd, size_t n)
 {
@@ -48,29 +47,23 @@ static void close_all(const int *fd, size_t n)
         close(fd[i]);
 }
 
-static void *close_held(void *arg)
+static void close_held(void *arg)
 {
     held_fds *h = arg;
     close_all(h->fd, h->n);
     free(h);
-    return NULL;
 }
 
-void ft__name_release(ft__ckpt_name *n)
+void ft__name_release(ft__ckpt_name *n, ft__pool *pool)
 {
-    held_fds *h = n->nheld ? malloc(sizeof *h + n->nheld * sizeof h->fd[0]) : NULL;
-    pthread_attr_t attr;
-    pthread_t t;
-    bool started = false;
-    if (h && pthread_attr_init(&attr) == 0) {
+    held_fds *h = n->nheld && pool && ft__pool_workers(pool)
+                      ? malloc(sizeof *h + n->nheld * sizeof h->fd[0]) : NULL;
+    if (h) {
         h->n = n->nheld;
         memcpy(h->fd, n->held, n->nheld * sizeof h->fd[0]);
-        started = pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED) == 0 &&
-                  pthread_create(&t, &attr, close_held, h) == 0;
-        pthread_attr_destroy(&attr);
     }
-    if (!started) { /* no thread: free them here, as an unheld rename would have */
-        free(h);
+    if (!h || ft__pool_post(pool, close_held, h) < 0) {
+        free(h); /* no worker to take them: free them here, as an unheld rename would have */
         close_all(n->held, n->nheld);
     }
     free(n->held);

@@ -542,6 +542,7 @@ int ft_ckpt_save(ft_ctx *ctx, const char *path, const ft_tensor *tensors, size_t
     char keep[FT__DETAIL_MAX];
     ft__detail_save(keep);
     free_job(&job);
+    ft__name_release(&nm, ctx->pool);
     ft__name_free(&nm);
     ft__detail_restore(keep);
     return rc;
