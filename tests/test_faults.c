@@ -194,30 +194,16 @@ static int reads_under(enum t_fault_op op, const char *label)
     return bad || !hit;
 }
 
-/* What the library reads for itself besides the transfer: the profile directory (its
- * stat, and the mkdir of the default one), the FASTENSOR_TRACE file and the transparent huge
- * page setting. Each failing costs that setting only (no profile kept, no trace, no huge
- * page advice); the transfers give the right bytes. In a child process: the trace file and
- * the THP setting are read once per process. */
-static void case_settings_fail(void)
+/* Run @p body in a forked child (settings read once per process start fresh there) and
+ * expect it to exit 0. */
+static void in_child(int (*body)(void))
 {
     if (!t_fork_threads_ok())
         return;
     pid_t pid = fork();
     T_TRUE(pid >= 0);
     if (pid == 0) {
-        setenv("FASTENSOR_QUIET", "1", 1);
-        setenv("FASTENSOR_PROFILE", "off", 1);
-        setenv("FASTENSOR_TRACE", t_path("trace.txt"), 1);
-        int bad = reads_under(T_OP_OPEN, "trace file and THP setting unreadable");
-        struct stat st;
-        bad |= stat(t_path("trace.txt"), &st) == 0; /* nothing traced, nothing created */
-        setenv("FASTENSOR_PROFILE", t_dir(), 1);
-        bad |= reads_under(T_OP_STAT, "profile directory's stat fails");
-        unsetenv("FASTENSOR_PROFILE");
-        setenv("XDG_CACHE_HOME", t_path("xdg-cache"), 1);
-        bad |= reads_under(T_OP_MKDIR, "profile directory cannot be made");
-        bad |= stat(t_path("xdg-cache"), &st) == 0;
+        int bad = body();
         t_fault_sites_flush();
         fflush(stdout);
         _exit(bad);
@@ -228,25 +214,42 @@ static void case_settings_fail(void)
     T_EQ(WEXITSTATUS(status), 0);
 }
 
-/* The huge-page setting's descriptor failing to close costs nothing (a child: the setting
- * is read once per process). */
+static int settings_fail_body(void)
+{
+    setenv("FASTENSOR_QUIET", "1", 1);
+    setenv("FASTENSOR_PROFILE", "off", 1);
+    setenv("FASTENSOR_TRACE", t_path("trace.txt"), 1);
+    int bad = reads_under(T_OP_OPEN, "trace file and THP setting unreadable");
+    struct stat st;
+    bad |= stat(t_path("trace.txt"), &st) == 0; /* nothing traced, nothing created */
+    setenv("FASTENSOR_PROFILE", t_dir(), 1);
+    bad |= reads_under(T_OP_STAT, "profile directory's stat fails");
+    unsetenv("FASTENSOR_PROFILE");
+    setenv("XDG_CACHE_HOME", t_path("xdg-cache"), 1);
+    bad |= reads_under(T_OP_MKDIR, "profile directory cannot be made");
+    bad |= stat(t_path("xdg-cache"), &st) == 0;
+    return bad;
+}
+
+/* What the library reads for itself besides the transfer: the profile directory (its
+ * stat, and the mkdir of the default one), the FASTENSOR_TRACE file and the transparent huge
+ * page setting. Each failing costs that setting only (no profile kept, no trace, no huge
+ * page advice); the transfers give the right bytes. */
+static void case_settings_fail(void)
+{
+    in_child(settings_fail_body);
+}
+
+static int settings_close_body(void)
+{
+    setenv("FASTENSOR_PROFILE", "off", 1);
+    return reads_under(T_OP_CLOSE, "closes fail");
+}
+
+/* The huge-page setting's descriptor failing to close costs nothing. */
 static void case_settings_close_fails(void)
 {
-    if (!t_fork_threads_ok())
-        return;
-    pid_t pid = fork();
-    T_TRUE(pid >= 0);
-    if (pid == 0) {
-        setenv("FASTENSOR_PROFILE", "off", 1);
-        int bad = reads_under(T_OP_CLOSE, "closes fail");
-        t_fault_sites_flush();
-        fflush(stdout);
-        _exit(bad);
-    }
-    int status;
-    T_EQ(waitpid(pid, &status, 0), pid);
-    T_TRUE(WIFEXITED(status));
-    T_EQ(WEXITSTATUS(status), 0);
+    in_child(settings_close_body);
 }
 
 int main(void)
