@@ -216,24 +216,6 @@ static void case_mmap_read_advice(void)
     free(dst);
 }
 
-/* Pages of [0, len) of @p path in the page cache, by mincore over a mapping. */
-static size_t cached_pages(const char *path, size_t len)
-{
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    void *m = fd >= 0 ? mmap(NULL, len, PROT_READ, MAP_SHARED, fd, 0) : MAP_FAILED;
-    size_t pages = (len + 4095) / 4096, n = 0;
-    unsigned char *vec = malloc(pages);
-    if (m != MAP_FAILED && vec && mincore(m, len, vec) == 0)
-        for (size_t i = 0; i < pages; i++)
-            n += vec[i] & 1;
-    if (m != MAP_FAILED)
-        munmap(m, len);
-    if (fd >= 0)
-        close(fd);
-    free(vec);
-    return n;
-}
-
 /* The capabilities are what the code that picks and runs engines reads, so they must be
  * true: an engine that says it bypasses the page cache leaves an evicted file uncached after
  * a read and a write, the others leave it cached; one that needs O_DIRECT says so exactly
@@ -263,14 +245,11 @@ static void case_caps_are_true(void)
             ft_io_opts plain = {.engine = FT_ENGINE_POSIX};
             T_EQ(ft_write(f, &b, 0, &plain), (int64_t)len);
             T_EQ(ft_file_sync(f), 0);
-            int fd = open(path, O_RDONLY | O_CLOEXEC);
-            T_TRUE(fd >= 0);
-            T_EQ(posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);
-            close(fd);
-            size_t before = cached_pages(path, len);
+            t_evict(path);
+            size_t before = t_cached_pages(path, len);
             ft_io_opts o = {.engine = (ft_engine)e, .flags = write ? FT_IO_SYNC : 0};
             T_EQ(write ? ft_write(f, &b, 0, &o) : ft_read(f, &b, 0, &o), (int64_t)len);
-            size_t after = cached_pages(path, len);
+            size_t after = t_cached_pages(path, len);
             T_EQ(ft_file_close(f), 0);
             printf("  %s %s: %zu of %zu pages cached (%zu before)\n", ops->name,
                    write ? "write" : "read", after, pages, before);

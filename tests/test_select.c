@@ -390,10 +390,7 @@ static unsigned samples_of(ft_file *f, const ft__sel_key *k)
 
 static void evict(ft_file *f)
 {
-    int fd = open(f->path, O_RDONLY);
-    fdatasync(fd);
-    posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-    close(fd);
+    t_evict(f->path);
 }
 
 /* The cache modes: keep leaves a cold read's data in the page cache, bypass does not; auto

@@ -117,6 +117,41 @@ void t_skip(const char *fmt, ...)
     exit(T_SKIP);
 }
 
+size_t t_cached_pages(const char *path, size_t len)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    void *m = fd >= 0 && len ? mmap(NULL, len, PROT_READ, MAP_SHARED, fd, 0) : MAP_FAILED;
+    size_t pages = (len + 4095) / 4096, n = 0;
+    unsigned char *vec = malloc(pages ? pages : 1);
+    if (m != MAP_FAILED && vec && mincore(m, len, vec) == 0)
+        for (size_t i = 0; i < pages; i++)
+            n += vec[i] & 1;
+    if (m != MAP_FAILED)
+        munmap(m, len);
+    if (fd >= 0)
+        close(fd);
+    free(vec);
+    return n;
+}
+
+bool t_evict(const char *path)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return false;
+    off_t len = lseek(fd, 0, SEEK_END);
+    bool gone = false;
+    for (int i = 0; i < 200 && !gone; i++) {
+        if (i)
+            usleep(10000);
+        fdatasync(fd);
+        posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+        gone = len <= 0 || t_cached_pages(path, (size_t)len) == 0;
+    }
+    close(fd);
+    return gone;
+}
+
 bool t_have_odirect(void)
 {
     const char *p = t_path("odirect-probe");

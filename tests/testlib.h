@@ -77,6 +77,14 @@ const char *t_path(const char *name);
 /* Skip the whole binary with a reason: prints "SKIP: reason" and exits 77. */
 void t_skip(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
 
+/* Pages of [0, len) of @p path in the page cache (mincore over a shared mapping); 0 where
+ * the file cannot be mapped. */
+size_t t_cached_pages(const char *path, size_t len);
+/* Push @p path out of the page cache: flush it, drop it (POSIX_FADV_DONTNEED), and retry for
+ * up to 2 s while pages remain, since the kernel keeps pages that are under I/O (readahead
+ * still in flight, writeback). @return whether no page of it is left cached. */
+bool t_evict(const char *path);
+
 /* Whether the filesystem holding t_dir() accepts O_DIRECT. */
 bool t_have_odirect(void);
 /* Whether a forked child may start threads: not under ThreadSanitizer, which kills such a
