@@ -368,7 +368,7 @@ static void real_close(real_file *x)
 
 static ft__sel_arm arm_of(ft_file *f, const ft__sel_key *k, unsigned arm)
 {
-    ft__selector *sel = atomic_load(&f->sel);
+    ft__selector *sel = atomic_load(&f->au->sel);
     ft__sel_entry *e = sel ? ft__sel_entry_at(sel, ft__sel_key_index(k), false) : NULL;
     ft__sel_arm st = {{0}, 0, 0, 0, 0};
     if (e) {
@@ -409,9 +409,9 @@ static void case_cache_modes(void)
     };
     for (unsigned i = 0; i < sizeof runs / sizeof *runs; i++) {
         for (unsigned rep = 0; rep < 3; rep++) { /* whatever arm each call explores */
-            atomic_store(&x.f->ws_hint, runs[i].hint);
+            atomic_store(&x.f->au->ws_hint, runs[i].hint);
             evict(x.f);
-            atomic_store(&x.f->cache_memo, 0);
+            atomic_store(&x.f->au->cache_memo, 0);
             memset(x.dst, 0, x.n);
             T_EQ(ft_read(x.f, &d, 0, &(ft_io_opts){.cache = (ft_cache_mode)runs[i].mode}), x.n);
             T_MEMEQ(x.src, x.dst, x.n);
@@ -428,7 +428,7 @@ static void case_cache_modes(void)
     T_EQ(ft_cache_policy(x.ctx, x.f->path, FT_MEM_HOST, &ci), 0);
     T_TRUE(ci.room > 0 && !ci.prefer_direct);
     /* a device whose cold reads measured well ahead O_DIRECT: data that fits goes O_DIRECT */
-    ft__selector *sel = atomic_load(&x.f->sel);
+    ft__selector *sel = atomic_load(&x.f->au->sel);
     ft__sel_key cold = {.bucket = FT__SEL_BUCKET_TOP, .cls = FT__CLS_COLD};
     for (unsigned i = 0; i < 2; i++) {
         ft__sel_record(sel, &cold, 0, 1u << 30, 1000000000, false); /* posix 1.07 GB/s */
@@ -440,7 +440,7 @@ static void case_cache_modes(void)
            ci.buffered_bps / 1e9, ci.direct_bps / 1e9, ci.prefer_direct);
     T_TRUE(ci.prefer_direct);
     evict(x.f);
-    atomic_store(&x.f->cache_memo, 0);
+    atomic_store(&x.f->au->cache_memo, 0);
     T_EQ(ft_read(x.f, &d, 0, NULL), x.n);
     T_MEMEQ(x.src, x.dst, x.n);
     int fd2 = open(x.f->path, O_RDONLY);
@@ -496,7 +496,7 @@ static void case_shared_reads(void)
     };
     for (unsigned i = 0; i < sizeof runs / sizeof *runs; i++) {
         evict(x.f);
-        atomic_store(&x.f->cache_memo, 0);
+        atomic_store(&x.f->au->cache_memo, 0);
         pthread_t th;
         if (runs[i].held) {
             T_EQ(flock(holder_fd, LOCK_EX), 0);

@@ -11,6 +11,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <sys/types.h>
 
 /* O_DIRECT alignment for offsets, lengths and memory. 4096 is at least the logical block
  * size of every device we target, and the page size, so it is always safe. */
@@ -118,6 +119,8 @@ void ft__probe_forget(void);
 int64_t ft__rw_full(int fd, int unaligned_fd, void *buf, uint64_t len, uint64_t off, bool write);
 /** @return bytes read (< len only at EOF) or -errno. */
 int64_t ft__pread_full(int fd, void *buf, uint64_t len, uint64_t off);
+/** open(2) through the syscall table, again while it fails with EINTR. */
+int ft__open_retry(const char *path, int flags, mode_t mode);
 /** @return len or -errno (a write making no progress gives -EIO). */
 int64_t ft__pwrite_full(int fd, const void *buf, uint64_t len, uint64_t off);
 

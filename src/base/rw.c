@@ -1,4 +1,5 @@
-/* Whole-range pread/pwrite: loop on short counts and EINTR, cap each call at FT__MAX_RW. */
+/* Whole-range pread/pwrite (loop on short counts and EINTR, cap each call at FT__MAX_RW); open
+ * again on EINTR. */
 #include "base.h"
 #include "syscall.h"
 
@@ -43,4 +44,13 @@ int64_t ft__pread_full(int fd, void *buf, uint64_t len, uint64_t off)
 int64_t ft__pwrite_full(int fd, const void *buf, uint64_t len, uint64_t off)
 {
     return ft__rw_full(fd, -1, (void *)buf, len, off, true);
+}
+
+int ft__open_retry(const char *path, int flags, mode_t mode)
+{
+    for (;;) {
+        int fd = ft__sys.open(path, flags, mode);
+        if (fd >= 0 || errno != EINTR)
+            return fd;
+    }
 }

@@ -398,7 +398,7 @@ int ft_ckpt_open(ft_ctx *ctx, ft_ckpt **out, const char *path_in)
     for (unsigned k = 0; rc == 0 && k < c->nshards; k++)
         total += c->shards[k].data_size;
     for (unsigned k = 0; rc == 0 && k < c->nshards; k++)
-        atomic_store_explicit(&c->shards[k].file->ws_hint, total, memory_order_relaxed);
+        atomic_store_explicit(&c->shards[k].file->au->ws_hint, total, memory_order_relaxed);
     json_decref(index);
     free(picked);
     if (rc < 0) {

@@ -219,25 +219,33 @@ static int64_t write_piece(void *arg, unsigned i)
     return r;
 }
 
+static void *make_stage(ft_ctx *ctx)
+{
+    ft__bufpool *p;
+    return ft__bufpool_create_pinned(&p, (size_t)FT__CKPT_PIECE, ctx->cfg.threads + 1) < 0
+               ? NULL
+               : p;
+}
+
+static void destroy_stage(void *p)
+{
+    ft__bufpool_destroy(p);
+}
+
 /* Staging buffers of @p piece bytes (pinned where the process has initialised CUDA: device
  * tensors are copied into them at DMA speed): the context's kept pool for the usual piece
  * size (made on first use), else a pool of this save's own, returned in *own for
  * destruction (other sizes, and a kept pool left unpinned from before CUDA was in use). */
 static ft__bufpool *save_staging(ft_ctx *ctx, uint64_t piece, ft__bufpool **own)
 {
+    static const char key; /* the context's kept pool, made on first use */
     *own = NULL;
-    ft__bufpool *p = atomic_load(&ctx->ckpt_stage), *fresh = NULL;
-    if (piece != FT__CKPT_PIECE || (p && !ft__bufpool_pinned(p) && ft__cuda_in_use())) {
+    ft__bufpool *p = piece == FT__CKPT_PIECE ? ft__ctx_ext(ctx, &key, make_stage, destroy_stage)
+                                             : NULL;
+    if (!p || (!ft__bufpool_pinned(p) && ft__cuda_in_use())) {
         int rc = ft__bufpool_create_pinned(own, (size_t)piece, ctx->cfg.threads + 1);
         return rc < 0 ? NULL : *own;
     }
-    if (p)
-        return p;
-    if (ft__bufpool_create_pinned(&fresh, (size_t)piece, ctx->cfg.threads + 1) < 0)
-        return NULL;
-    if (atomic_compare_exchange_strong(&ctx->ckpt_stage, &p, fresh))
-        return fresh;
-    ft__bufpool_destroy(fresh); /* another save made it first */
     return p;
 }
 

@@ -6,6 +6,7 @@
  * profile per device; any other value names the file itself. Default directory:
  * $XDG_CACHE_HOME/fastensor, else $HOME/.cache/fastensor.
  */
+#include "internal.h"
 #include "../select/select.h"
 #include "../engine/engine.h"
 #include "../base/syscall.h"
@@ -147,14 +148,14 @@ static ft__selector *selector_of_dev(ft__auto *a, dev_t dev)
 /* The selector for the filesystem holding @p f, remembered by the file. */
 static ft__selector *selector_for(ft_file *f)
 {
-    ft__selector *known = atomic_load_explicit(&f->sel, memory_order_acquire);
+    ft__selector *known = atomic_load_explicit(&f->au->sel, memory_order_acquire);
     if (known)
         return known;
     struct stat st;
     if (ft__sys.fstat(f->fd, &st) != 0)
         return NULL;
     ft__selector *sel = selector_of_dev(f->ctx->autosel, st.st_dev);
-    atomic_store_explicit(&f->sel, sel, memory_order_release);
+    atomic_store_explicit(&f->au->sel, sel, memory_order_release);
     return sel;
 }
 
@@ -167,7 +168,7 @@ static ft__selector *selector_for(ft_file *f)
 
 static unsigned file_caps(ft_file *f)
 {
-    unsigned caps = atomic_load_explicit(&f->auto_caps, memory_order_acquire);
+    unsigned caps = atomic_load_explicit(&f->au->caps, memory_order_acquire);
     if (caps)
         return caps;
     char keep[FT__DETAIL_MAX];
@@ -182,7 +183,7 @@ static unsigned file_caps(ft_file *f)
             caps |= ENGINE_OK(e);
     }
     ft__detail_restore(keep);
-    atomic_store_explicit(&f->auto_caps, caps, memory_order_release);
+    atomic_store_explicit(&f->au->caps, caps, memory_order_release);
     return caps;
 }
 
@@ -190,11 +191,11 @@ static unsigned file_caps(ft_file *f)
  * small reads the probe would cost as much as the read. */
 static unsigned cache_class(ft_file *f, uint64_t off, uint64_t len, uint64_t now)
 {
-    uint64_t memo = atomic_load_explicit(&f->cache_memo, memory_order_relaxed);
+    uint64_t memo = atomic_load_explicit(&f->au->cache_memo, memory_order_relaxed);
     if (memo && now - (memo >> 2) < 1000000u)
         return (unsigned)(memo & 3);
     unsigned cls = ft__probe_cache(f->fd, off, len);
-    atomic_store_explicit(&f->cache_memo, (now << 2) | cls, memory_order_relaxed);
+    atomic_store_explicit(&f->au->cache_memo, (now << 2) | cls, memory_order_relaxed);
     return cls;
 }
 
@@ -210,13 +211,13 @@ static unsigned read_class(ft_file *f, uint64_t off, uint64_t len, unsigned infl
                            uint64_t now)
 {
     unsigned cls = cache_class(f, off, len, now);
-    uint64_t prev = atomic_exchange_explicit(&f->read_end, off + len, memory_order_relaxed);
+    uint64_t prev = atomic_exchange_explicit(&f->au->read_end, off + len, memory_order_relaxed);
     uint64_t gap = prev > off ? prev - off : off - prev;
     uint64_t reach = FT__MAX((uint64_t)64 << 20, 2ull * inflight * len);
     bool seq = prev != 0 && off != 0 && gap / 32 <= len && gap <= reach && off + len != prev;
     if (!seq || cls == FT__CLS_COLD)
-        atomic_store_explicit(&f->stream_cold, cls == FT__CLS_COLD, memory_order_relaxed);
-    return seq && atomic_load_explicit(&f->stream_cold, memory_order_relaxed) ? FT__CLS_STREAM
+        atomic_store_explicit(&f->au->stream_cold, cls == FT__CLS_COLD, memory_order_relaxed);
+    return seq && atomic_load_explicit(&f->au->stream_cold, memory_order_relaxed) ? FT__CLS_STREAM
                                                                               : cls;
 }
 
@@ -306,7 +307,7 @@ static uint32_t cache_arms(ft_file *f, ft__selector *sel, const ft__sel_key *k, 
     } else if (mode == FT_CACHE_AUTO) {
         int64_t size = ft__file_size(f);
         uint64_t data = FT__MAX(size > 0 ? (uint64_t)size : 0,
-                                atomic_load_explicit(&f->ws_hint, memory_order_relaxed));
+                                atomic_load_explicit(&f->au->ws_hint, memory_order_relaxed));
         bool fits = (double)data <= CACHE_SHARE * (double)ft__probe_cache_room();
         mode = k->cls == FT__CLS_CACHED ? FT_CACHE_KEEP
                : !fits || (sel && prefers_direct(sel, k->mem, now)) ? FT_CACHE_BYPASS
@@ -386,7 +387,7 @@ void ft__auto_decide(ft_file *f, uint64_t off, uint64_t len, bool write, unsigne
     if (!sel)
         d->arm = fallback;
     else if (!(ft__win_key(&d->key) && !write &&
-               (d->joined = ft__win_join(&f->wins, sel, &d->key, eligible, &d->arm))))
+               (d->joined = ft__win_join(&f->au->wins, sel, &d->key, eligible, &d->arm))))
         d->arm = ft__sel_choose(sel, &d->key, eligible, fallback, &d->trial);
     d->engine = ft__arms[d->arm].engine;
     d->piece = ft__arms[d->arm].piece;
@@ -489,19 +490,19 @@ void ft__auto_done(ft_file *f, const ft__decision *d, int64_t result, bool count
     bool windowed = ft__win_key(&s.key);
     trace(d, &s.key, result, ns, windowed ? "window" : "sample");
     if (windowed)
-        ft__win_add(&f->wins, d->sel, &s.key, d->arm, s.trial, (uint64_t)result, ns);
+        ft__win_add(&f->au->wins, d->sel, &s.key, d->arm, s.trial, (uint64_t)result, ns);
     else
         ft__sel_record(d->sel, &s.key, d->arm, (uint64_t)result, ns, s.trial);
 }
 
 void ft__auto_synced(ft_file *f, uint64_t ns)
 {
-    ft__win_flush(&f->wins, ns, false);
+    ft__win_flush(&f->au->wins, ns, false);
 }
 
 void ft__auto_file_close(ft_file *f)
 {
-    ft__win_flush(&f->wins, 0, true);
+    ft__win_flush(&f->au->wins, 0, true);
 }
 
 static int save_all(ft__auto *a, bool only_dirty)

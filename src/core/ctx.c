@@ -1,4 +1,5 @@
-/* The context: settings, thread pool, bounce-buffer pool and per-engine state. */
+/* The context: settings, thread pool, bounce-buffer pool, per-engine state and what the
+ * layers above keep on it. */
 #include "internal.h"
 #include "../engine/engine.h"
 
@@ -22,6 +23,7 @@ int ft_ctx_create(ft_ctx **out, const ft_config *cfg_in)
         return ft__err(-ENOMEM, "context");
     ctx->cfg = cfg;
     pthread_mutex_init(&ctx->reg_lock, NULL);
+    pthread_mutex_init(&ctx->ext_lock, NULL);
     if ((rc = ft__bufpool_create(&ctx->bounce, cfg.bounce_size, 2 * cfg.threads + 2)) < 0 ||
         (rc = ft__uring_cache_create(&ctx->uring)) < 0 ||
         (rc = ft__auto_create(&ctx->autosel)) < 0 ||
@@ -48,9 +50,28 @@ void ft_ctx_destroy(ft_ctx *ctx)
             ops->ctx_fini(ctx);
     }
     ft__bufpool_destroy(ctx->bounce);
-    ft__bufpool_destroy(atomic_load(&ctx->ckpt_stage));
+    for (unsigned i = 0; i < FT__CTX_EXTS; i++)
+        if (ctx->ext[i].key)
+            ctx->ext[i].destroy(ctx->ext[i].obj);
+    pthread_mutex_destroy(&ctx->ext_lock);
     ft__stage_destroy(ctx->stage);
     free(ctx);
+}
+
+void *ft__ctx_ext(ft_ctx *ctx, const void *key, void *(*make)(ft_ctx *ctx),
+                  void (*destroy)(void *obj))
+{
+    void *obj = NULL;
+    pthread_mutex_lock(&ctx->ext_lock);
+    unsigned i = 0;
+    while (i < FT__CTX_EXTS && ctx->ext[i].key && ctx->ext[i].key != key)
+        i++;
+    if (i < FT__CTX_EXTS && ctx->ext[i].key)
+        obj = ctx->ext[i].obj;
+    else if (i < FT__CTX_EXTS && (obj = make(ctx)))
+        ctx->ext[i] = (ft__ext_slot){.key = key, .obj = obj, .destroy = destroy};
+    pthread_mutex_unlock(&ctx->ext_lock);
+    return obj;
 }
 
 void ft_ctx_config(const ft_ctx *ctx, ft_config *cfg)

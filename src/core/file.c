@@ -1,4 +1,5 @@
-/* Files: one buffered descriptor, an O_DIRECT one opened on first use. */
+/* Files: opening, adopting a descriptor, closing, sizes (the descriptors themselves:
+ * engine/handle.c). */
 #include "internal.h"
 #include "../engine/engine.h"
 #include "../base/syscall.h"
@@ -9,15 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-static int open_fd(const char *path, int oflags, mode_t mode)
-{
-    for (;;) {
-        int fd = ft__sys.open(path, oflags, mode);
-        if (fd >= 0 || errno != EINTR)
-            return fd;
-    }
-}
 
 int ft_file_open(ft_ctx *ctx, ft_file **out, const char *path, unsigned flags, mode_t mode)
 {
@@ -41,10 +33,10 @@ int ft_file_open(ft_ctx *ctx, ft_file **out, const char *path, unsigned flags, m
         extra |= O_EXCL;
     /* A write-only file is opened read-write when permitted: mmap writes need it. */
     int access = (flags & FT_OPEN_WRITE) ? O_RDWR : O_RDONLY;
-    int fd = open_fd(path, access | extra, mode);
+    int fd = ft__open_retry(path, access | extra, mode);
     if (fd < 0 && errno == EACCES && !(flags & FT_OPEN_READ)) {
         access = O_WRONLY;
-        fd = open_fd(path, access | extra, mode);
+        fd = ft__open_retry(path, access | extra, mode);
     }
     if (fd < 0)
         return ft__err(-errno, "cannot open %s", path);
@@ -70,7 +62,14 @@ int ft__file_adopt(ft_ctx *ctx, ft_file **out, int fd, const char *path, unsigne
         rc = ft__err(-EISDIR, "%s", path);
     else if (!S_ISREG(st.st_mode))
         rc = ft__err(-EINVAL, "%s is not a regular file (a FIFO, socket or device)", path);
-    ft_file *f = rc ? NULL : calloc(1, sizeof *f);
+    /* AUTO's state is allocated with the file */
+    struct with_auto {
+        ft_file f;
+        struct ft__file_auto au;
+    } *w = rc ? NULL : calloc(1, sizeof *w);
+    ft_file *f = w ? &w->f : NULL;
+    if (f)
+        f->au = &w->au;
     if (!rc && (!f || !(f->path = strdup(path)))) {
         free(f);
         f = NULL;
@@ -111,57 +110,6 @@ int ft_file_close(ft_file *f)
     free(f->path);
     free(f);
     return rc;
-}
-
-/* Reopen the same inode (not whatever the path names now) with O_DIRECT. */
-static int open_direct(ft_file *f)
-{
-    char proc[64];
-    snprintf(proc, sizeof proc, "/proc/self/fd/%d", f->fd);
-    int fd = open_fd(proc, f->open_flags | O_DIRECT | O_CLOEXEC, 0);
-    if (fd < 0 && errno == ENOENT) { /* no /proc: the path, checked to be the same file */
-        fd = open_fd(f->path, f->open_flags | O_DIRECT | O_CLOEXEC, 0);
-        struct stat a, b;
-        if (fd >= 0 && (ft__sys.fstat(fd, &a) || ft__sys.fstat(f->fd, &b) ||
-                        a.st_dev != b.st_dev || a.st_ino != b.st_ino)) {
-            ft__sys.close(fd);
-            errno = ESTALE;
-            fd = -1;
-        }
-    }
-    if (fd >= 0)
-        return fd;
-    if (errno == EINVAL)
-        return ft__err(-EINVAL, "O_DIRECT is not supported by the filesystem holding %s",
-                       f->path);
-    return ft__err(-errno, "cannot open %s with O_DIRECT", f->path);
-}
-
-int ft__file_direct_fd(ft_file *f)
-{
-    bool fresh = false; /* this call tried, so the thread's detail says why it failed */
-    pthread_mutex_lock(&f->lock);
-    if (f->direct_fd < 0 && f->direct_err == 0) {
-        fresh = true;
-        int fd = open_direct(f);
-        if (fd >= 0)
-            f->direct_fd = fd;
-        else
-            f->direct_err = fd;
-    }
-    int rc = f->direct_fd >= 0 ? f->direct_fd : f->direct_err;
-    pthread_mutex_unlock(&f->lock);
-    if (rc < 0 && !fresh)
-        return ft__err(rc, "O_DIRECT unavailable for %s", f->path);
-    return rc;
-}
-
-int64_t ft__file_size(ft_file *f)
-{
-    struct stat st;
-    if (ft__sys.fstat(f->fd, &st) != 0)
-        return ft__err(-errno, "cannot stat %s", f->path);
-    return (int64_t)st.st_size;
 }
 
 int64_t ft_file_size(ft_file *f)

@@ -1,5 +1,6 @@
 /* Public GPU helpers: status, device memory for callers without a CUDA runtime of their own
  * (the CLI, tests, benchmarks), and a description of the GPUs and cuFile. */
+#include "internal.h"
 #include "../gpu/cuda.h"
 #include "../engine/engine.h"
 

@@ -3,6 +3,8 @@
 #define FT_CORE_INTERNAL_H
 
 #include "../base/base.h"
+#include "../engine/engine.h"
+#include "../gpu/cuda.h"
 #include "../select/select.h"
 
 #include <pthread.h>
@@ -11,54 +13,30 @@
 
 /* ---- context (ctx.c) ---- */
 
-typedef struct ft__uring_cache ft__uring_cache;
-int ft__uring_cache_create(ft__uring_cache **out);
-typedef struct ft__stage ft__stage;
-int ft__stage_create(ft__stage **out, size_t chunk);
-void ft__stage_destroy(ft__stage *s);
 typedef struct ft__auto ft__auto;
 int ft__auto_create(ft__auto **out);
 void ft__auto_destroy(ft__auto *a);
 
-struct ft_ctx {
-    ft_config cfg;
-    ft__pool *pool;
-    ft__bufpool *bounce;
-    ft__uring_cache *uring; /* rings kept for reuse by the uring engine */
-    ft__auto *autosel;      /* the AUTO selector, one per filesystem device */
-    ft__stage *stage;       /* pinned staging buffers for device memory */
-    _Atomic unsigned inflight; /* transfers running now (a selector context probe) */
-    ft__bufpool *_Atomic ckpt_stage; /* checkpoint saves' staging buffers, made on first use
-                                        and kept: fresh memory is slow to touch in a VM */
-    pthread_mutex_t reg_lock;  /* guards the registered buffers below */
-    struct ft__reg *regs;      /* buffers registered with ft_buf_register, sorted by ptr */
-    unsigned nregs, capregs;
-};
+/**
+ * The object a layer above core keeps on @p ctx under @p key (the address of something of
+ * its own): made by @p make on first use, destroyed by @p destroy with the context. NULL when
+ * @p make fails or every slot is taken (the caller then does without).
+ */
+void *ft__ctx_ext(ft_ctx *ctx, const void *key, void *(*make)(ft_ctx *ctx),
+                  void (*destroy)(void *obj));
 
 /* ---- files (file.c) ---- */
 
-struct ft_file {
-    ft_ctx *ctx;
-    char *path;
-    int fd;            /* buffered descriptor */
-    int open_flags;    /* the O_* flags of fd, reused for the O_DIRECT descriptor */
-    bool readable;     /* opened with FT_OPEN_READ */
-    bool writable;     /* opened with FT_OPEN_WRITE */
-    bool fd_readable;  /* fd may be read (O_RDWR or O_RDONLY) */
-    pthread_mutex_t lock;   /* guards the lazily opened state below and file growth */
-    int direct_fd;          /* O_DIRECT descriptor, -1 until first use */
-    int direct_err;         /* cached -errno when O_DIRECT cannot be opened, else 0 */
-    struct ft__selector *_Atomic sel; /* AUTO's selector for this file's filesystem */
-    _Atomic unsigned auto_caps;  /* AUTO: 1 | 2 O_DIRECT works | 4 io_uring works; 0 unknown */
-    _Atomic uint64_t cache_memo; /* AUTO: last cache probe, (ns << 2) | class */
-    _Atomic uint64_t ws_hint;    /* AUTO: bytes read together with this file (a checkpoint's
+/* AUTO's state of one file, hung on ft_file.au (allocated with the file). */
+struct ft__file_auto {
+    struct ft__selector *_Atomic sel; /* the selector for this file's filesystem */
+    _Atomic unsigned caps;       /* 1 | 2 O_DIRECT works | 4 io_uring works; 0 unknown */
+    _Atomic uint64_t cache_memo; /* last cache probe, (ns << 2) | class */
+    _Atomic uint64_t ws_hint;    /* bytes read together with this file (a checkpoint's
                                     shards), 0: the file alone */
-    _Atomic uint64_t read_end;   /* AUTO: where the latest read decided on this file ends */
-    _Atomic bool stream_cold;    /* AUTO: the current run of sequential reads started uncached */
-    struct ft__win_set *_Atomic wins; /* AUTO: open sample windows (select/window.c) */
-    void *cufile_handle;    /* registered cuFile handle (under lock), NULL until first use */
-    int cufile_err;         /* cached -errno when registration failed */
-    int cufile_code;        /* cuFile's error code of that failure */
+    _Atomic uint64_t read_end;   /* where the latest read decided on this file ends */
+    _Atomic bool stream_cold;    /* the current run of sequential reads started uncached */
+    struct ft__win_set *_Atomic wins; /* open sample windows (select/window.c) */
 };
 
 /**
@@ -68,20 +46,11 @@ struct ft_file {
 int ft__file_adopt(ft_ctx *ctx, ft_file **out, int fd, const char *path, unsigned flags,
                    int access);
 
-/** @return the O_DIRECT descriptor (opened once, on first use) or -errno (cached). */
-int ft__file_direct_fd(ft_file *file);
-
-/** @return the file's size or -errno. */
-int64_t ft__file_size(ft_file *file);
-
 /* ---- transfers (io.c) ---- */
 
 /** Check a transfer's arguments. @return 0 or -errno with a detail. */
 int ft__io_check(ft_file *f, const ft_buf *buf, uint64_t offset, const ft_io_opts *opts,
                  bool write);
-/** *device = the CUDA device holding @p buf's memory (whatever kind it claims), -1 for
- * host memory. @return 0 or -errno. */
-int ft__buf_device(const ft_buf *buf, int *device);
 /** Run a checked transfer on the calling thread (what ft_read/ft_write do). Device memory
  * is touched only after the work queued now on opts->stream. */
 int64_t ft__transfer(ft_file *f, const ft_buf *buf, uint64_t offset, const ft_io_opts *opts,
@@ -91,7 +60,7 @@ int64_t ft__transfer(ft_file *f, const ft_buf *buf, uint64_t offset, const ft_io
 int64_t ft__transfer_after(ft_file *f, const ft_buf *buf, uint64_t offset,
                            const ft_io_opts *opts, bool write, void *ready);
 
-/* ---- engine AUTO (select/auto.c) ---- */
+/* ---- engine AUTO (auto.c) ---- */
 
 
 typedef struct ft__arm {
@@ -131,59 +100,5 @@ void ft__auto_done(ft_file *f, const ft__decision *d, int64_t result, bool count
 void ft__auto_synced(ft_file *f, uint64_t ns);
 /** Record the file's pending write measurements as they are (at close). */
 void ft__auto_file_close(ft_file *f);
-
-/* ---- transfer description shared by the engines ---- */
-
-typedef struct ft__io {
-    ft_ctx *ctx;
-    ft_file *file;
-    uint8_t *ptr;  /* memory side */
-    uint64_t len;  /* bytes; for reads already clamped to the file's end */
-    uint64_t off;  /* file offset */
-    void *aux;     /* engine's own data for its piece functions */
-    uint64_t piece; /* selector's setting: piece size (0 default, UINT64_MAX unsplit) */
-    int device;     /* -1: ptr is host memory; else the CUDA device of ptr */
-} ft__io;
-
-/** One piece of a transfer: [off, off+len) of the file <-> ptr. */
-typedef int64_t (*ft__piece_fn)(const ft__io *io, uint8_t *ptr, uint64_t off, uint64_t len);
-
-/**
- * Split @p io into pieces of @p piece bytes, run @p fn on each in parallel over the context's
- * pool, and combine: the first failing piece's -errno (with its detail), else the bytes done
- * up to the first short piece.
- */
-int64_t ft__io_parallel(const ft__io *io, uint64_t piece, ft__piece_fn fn);
-
-/**
- * Piece size for spreading a buffered transfer of @p len bytes over the pool: an even share
- * per thread (the workers and the caller), at least 1 MiB, at most chunk_size, 4096-aligned.
- */
-uint64_t ft__spread_piece(const ft_ctx *ctx, uint64_t len);
-
-/** The piece size for splitting @p io: the selector's setting, else ft__spread_piece. */
-static inline uint64_t ft__io_piece(const ft__io *io)
-{
-    if (io->piece == UINT64_MAX)
-        return io->len;
-    return io->piece ? io->piece : ft__spread_piece(io->ctx, io->len);
-}
-
-/** @return whether [off, off+len) is whole O_DIRECT blocks and ptr is aligned for it. */
-static inline bool ft__is_direct_aligned(const void *ptr, uint64_t off, uint64_t len)
-{
-    return ((uintptr_t)ptr % FT__DIRECT_ALIGN) == 0 && off % FT__DIRECT_ALIGN == 0 &&
-           len % FT__DIRECT_ALIGN == 0;
-}
-
-/**
- * Run an O_DIRECT transfer: the block-aligned middle of [off, off+len) goes to @p mid (with
- * an ft__io for just that part), the unaligned head and tail go through buffered I/O on the
- * ordinary descriptor, which stays coherent with O_DIRECT and needs no read-modify-write of
- * blocks shared with neighbouring writes. Transfers smaller than one block are all buffered.
- * @return what ft_read/ft_write return.
- */
-int64_t ft__direct_transfer(const ft__io *io, bool write, int64_t (*mid)(const ft__io *part,
-                                                                         bool write, int fd));
 
 #endif

@@ -41,23 +41,6 @@ static ft_engine requested_engine(const ft_file *f, const ft_io_opts *opts)
     return e == FT_ENGINE_AUTO ? f->ctx->cfg.engine : e;
 }
 
-int ft__buf_device(const ft_buf *buf, int *device)
-{
-    *device = -1;
-    if (buf->kind == FT_MEM_CUDA || ft__cuda_in_use()) {
-        /* Device memory, whatever the caller said: a memcpy on it would crash. (A process
-         * that has not initialised CUDA holds none.) */
-        int dev = buf->device;
-        bool pinned;
-        int kind = ft__cuda_pointer(buf->ptr, &dev, &pinned);
-        if (kind < 0)
-            return kind;
-        if (kind == 1 || buf->kind == FT_MEM_CUDA)
-            *device = dev;
-    }
-    return 0;
-}
-
 static int64_t dispatch(const ft__io *io, ft_engine engine, bool write, void *ready)
 {
     const ft__engine_ops *ops = ft__engine_get(engine);
@@ -136,7 +119,7 @@ static int64_t auto_transfer(ft_file *f, const ft__io *io, bool write, unsigned 
         bool waited = false;
         if (first && d->shared && !(locked = share_lock(f, &waited)) && waited) {
             /* what the other reader read is cached now */
-            atomic_store_explicit(&f->cache_memo, 0, memory_order_relaxed);
+            atomic_store_explicit(&f->au->cache_memo, 0, memory_order_relaxed);
             ft__auto_done(f, d, 0, true); /* (no sample: it waited) */
             decide_part(f, io, &part, write, durable, cache, d);
         }

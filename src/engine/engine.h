@@ -9,7 +9,7 @@
 #ifndef FT_ENGINE_ENGINE_H
 #define FT_ENGINE_ENGINE_H
 
-#include "../core/internal.h"
+#include "handle.h"
 
 /* What an engine is, for the code that chooses and runs engines: it tests these, never an
  * engine's identity. */

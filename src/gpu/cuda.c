@@ -277,3 +277,20 @@ int ft__bufpool_create_pinned(ft__bufpool **out, size_t buf_size, unsigned max_c
     return ft__bufpool_create_with(out, buf_size, max_cached,
                                    ft__cuda_in_use() ? &pinned_hooks : NULL);
 }
+
+int ft__buf_device(const ft_buf *buf, int *device)
+{
+    *device = -1;
+    if (buf->kind == FT_MEM_CUDA || ft__cuda_in_use()) {
+        /* Device memory, whatever the caller said: a memcpy on it would crash. (A process
+         * that has not initialised CUDA holds none.) */
+        int dev = buf->device;
+        bool pinned;
+        int kind = ft__cuda_pointer(buf->ptr, &dev, &pinned);
+        if (kind < 0)
+            return kind;
+        if (kind == 1 || buf->kind == FT_MEM_CUDA)
+            *device = dev;
+    }
+    return 0;
+}

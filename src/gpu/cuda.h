@@ -97,6 +97,9 @@ int ft__cuda_err(CUresult r, const char *what);
  * pinned: *pinned set), or -errno. Works without CUDA (everything is host then).
  */
 int ft__cuda_pointer(const void *ptr, int *device, bool *pinned);
+/** *device = the CUDA device holding @p buf's memory (whatever kind it claims), -1 for
+ * host memory. @return 0 or -errno. */
+int ft__buf_device(const ft_buf *buf, int *device);
 
 /** Make @p device's primary context current on this thread (pushed); pop with _leave. */
 int ft__cuda_enter(int device);
