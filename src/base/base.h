@@ -31,6 +31,14 @@ int ft__err(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)))
 void ft__detail_save(char *dst);
 /** Make @p src the thread's detail message. */
 void ft__detail_restore(const char *src);
+/** Run the statements (clean-up after a failure) without disturbing the thread's detail. */
+#define FT__KEEPING_DETAIL(...)                                                              \
+    do {                                                                                     \
+        char ft__kept_[FT__DETAIL_MAX];                                                      \
+        ft__detail_save(ft__kept_);                                                          \
+        __VA_ARGS__;                                                                         \
+        ft__detail_restore(ft__kept_);                                                       \
+    } while (0)
 
 /** The first failure of parallel tasks (the lowest task index), with its detail. */
 typedef struct ft__first_err {

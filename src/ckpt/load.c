@@ -22,8 +22,7 @@ typedef struct verify_job {
     ft__bufpool *scratch;
     pthread_mutex_t lock;
     uint64_t bad_block;    /* lowest mismatching block, UINT64_MAX when none */
-    char detail[FT__DETAIL_MAX];
-    unsigned err_piece;
+    ft__first_err failed;  /* the first piece that failed to read or copy */
 } verify_job;
 
 static int64_t verify_piece(void *arg, unsigned i)
@@ -55,14 +54,8 @@ static int64_t verify_piece(void *arg, unsigned i)
         int crc = ft_cuda_copy(j->dst + at, buf, (size_t)len);
         r = crc < 0 ? crc : r;
     }
-    if (r < 0) {
-        pthread_mutex_lock(&j->lock);
-        if (i < j->err_piece) {
-            j->err_piece = i;
-            ft__detail_save(j->detail);
-        }
-        pthread_mutex_unlock(&j->lock);
-    }
+    if (r < 0)
+        ft__first_err_note(&j->failed, i, (int)r);
     if (scratch)
         ft__bufpool_put(j->scratch, buf);
     return r;
@@ -111,11 +104,9 @@ static int bad_block_error(ft__shard *s, uint64_t k)
 {
     uint64_t block = s->header.csum_block, from = k * block;
     uint64_t to = FT__MIN(from + block, s->data_size);
-    char names[FT__DETAIL_MAX / 2], keep[FT__DETAIL_MAX];
-    ft__detail_save(keep);
-    if (!bad_parts(s, k, names, sizeof names))
-        ft__shard_tensors_in(s, from, to, names, sizeof names);
-    ft__detail_restore(keep);
+    char names[FT__DETAIL_MAX / 2];
+    FT__KEEPING_DETAIL(if (!bad_parts(s, k, names, sizeof names))
+                           ft__shard_tensors_in(s, from, to, names, sizeof names));
     return ft__err(-EBADMSG, "%s: block %llu (data bytes %llu..%llu, file offset %llu) does "
                              "not match its checksum; the bad bytes are in %s",
                    s->path, (unsigned long long)k, (unsigned long long)from,
@@ -132,7 +123,7 @@ static int verify_shard(ft_ctx *ctx, ft__shard *s, uint8_t *dst, bool dst_device
 {
     uint64_t block = s->header.csum_block;
     verify_job j = {.s = s, .io = io, .dst = dst, .dst_device = dst_device,
-                    .bad_block = UINT64_MAX, .err_piece = UINT32_MAX};
+                    .bad_block = UINT64_MAX};
     /* Reading into the caller's memory needs no staging: as large as one O_DIRECT request. */
     uint64_t want = dst && !dst_device
                         ? FT__MAX((uint64_t)ctx->cfg.chunk_size, (uint64_t)FT__CKPT_PIECE)
@@ -148,26 +139,25 @@ static int verify_shard(ft_ctx *ctx, ft__shard *s, uint8_t *dst, bool dst_device
     if (!results)
         rc = ft__err(-ENOMEM, "verify");
     pthread_mutex_init(&j.lock, NULL);
+    ft__first_err_init(&j.failed);
     for (uint64_t p = 0; rc == 0 && p < npieces; p += per_round) {
         unsigned n = (unsigned)FT__MIN(per_round, npieces - p);
         j.first_piece = p;
         if ((rc = ft__pool_run(ctx->pool, n, verify_piece, &j, results)) < 0)
             break;
-        for (unsigned i = 0; i < n && rc == 0; i++)
-            if (results[i] < 0) {
-                rc = (int)results[i];
-                ft__detail_restore(j.detail);
-            }
-        if (rc == 0 && j.bad_block != UINT64_MAX)
+        if (j.failed.err)
+            break; /* taken below, with its detail */
+        if (j.bad_block != UINT64_MAX)
             rc = bad_block_error(s, j.bad_block);
         *done += FT__MIN(n * j.piece, s->data_size - p * j.piece);
         if (progress)
             progress(*done, total, arg);
     }
+    int first = ft__first_err_take(&j.failed);
     pthread_mutex_destroy(&j.lock);
     free(results);
     ft__bufpool_destroy(j.scratch);
-    return rc;
+    return rc ? rc : first;
 }
 
 static ft_io_opts io_opts(const ft_load_opts *o)
@@ -302,8 +292,7 @@ int64_t ft_ckpt_load_shard(ft_ckpt *c, unsigned k, const ft_buf *dst, const ft_l
 typedef struct load_all_job {
     ft_ckpt *c;
     const ft_load_opts *o;
-    char detail[FT__DETAIL_MAX];
-    pthread_mutex_t lock;
+    ft__first_err failed; /* the first shard that failed */
 } load_all_job;
 
 static int64_t load_all_shard(void *arg, unsigned k)
@@ -322,9 +311,7 @@ static int64_t load_all_shard(void *arg, unsigned k)
     ft_buf b = ft_host_buf(s->owned, (size_t)s->data_size);
     int64_t r = ft_ckpt_load_shard(j->c, k, &b, j->o);
     if (r < 0) {
-        pthread_mutex_lock(&j->lock);
-        ft__detail_save(j->detail);
-        pthread_mutex_unlock(&j->lock);
+        ft__first_err_note(&j->failed, k, (int)r);
         free(s->owned_base);
         s->owned_base = NULL;
         s->owned = NULL;
@@ -343,14 +330,10 @@ int ft_ckpt_load_all(ft_ckpt *c, const ft_load_opts *o)
     if (!results)
         return ft__err(-ENOMEM, "load");
     load_all_job j = {.c = c, .o = o};
-    pthread_mutex_init(&j.lock, NULL);
+    ft__first_err_init(&j.failed);
     rc = ft__pool_run(c->ctx->pool, c->nshards, load_all_shard, &j, results);
-    for (unsigned k = 0; rc == 0 && k < c->nshards; k++)
-        if (results[k] < 0) {
-            rc = (int)results[k];
-            ft__detail_restore(j.detail);
-        }
-    pthread_mutex_destroy(&j.lock);
+    int first = ft__first_err_take(&j.failed);
+    rc = rc ? rc : first;
     free(results);
     return rc;
 }

@@ -402,10 +402,7 @@ int ft_ckpt_open(ft_ctx *ctx, ft_ckpt **out, const char *path_in)
     json_decref(index);
     free(picked);
     if (rc < 0) {
-        char keep[FT__DETAIL_MAX];
-        ft__detail_save(keep);
-        ft_ckpt_close(c);
-        ft__detail_restore(keep);
+        FT__KEEPING_DETAIL(ft_ckpt_close(c));
         return rc;
     }
     *out = c;

@@ -547,11 +547,6 @@ int ft_ckpt_save(ft_ctx *ctx, const char *path, const ft_tensor *tensors, size_t
         rc = commit(&job, &nm, sync);
     if (rc == 0 && after_commit(&job, &nm, sync) < 0)
         rc = FT_SAVE_WARNING; /* installed; the detail says which step after it failed */
-    char keep[FT__DETAIL_MAX];
-    ft__detail_save(keep);
-    free_job(&job);
-    ft__name_release(&nm, ctx->pool);
-    ft__name_free(&nm);
-    ft__detail_restore(keep);
+    FT__KEEPING_DETAIL(free_job(&job); ft__name_release(&nm, ctx->pool); ft__name_free(&nm));
     return rc;
 }

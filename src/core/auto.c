@@ -131,13 +131,11 @@ static ft__selector *selector_of_dev(ft__auto *a, dev_t dev)
         snprintf(a->dev[i].tag, sizeof a->dev[i].tag, "dev=%u:%u", major(dev), minor(dev));
         profile_path(dev, a->dev[i].path, sizeof a->dev[i].path);
         if (a->dev[i].path[0]) {
-            char keep[FT__DETAIL_MAX];
-            ft__detail_save(keep);
-            if (ft__sel_load(sel, a->dev[i].path, a->dev[i].tag) < 0 &&
-                !getenv("FASTENSOR_QUIET"))
-                fprintf(stderr, "fastensor: ignoring profile (it will be rebuilt): %s\n",
-                        ft_last_error());
-            ft__detail_restore(keep);
+            FT__KEEPING_DETAIL(if (ft__sel_load(sel, a->dev[i].path, a->dev[i].tag) < 0 &&
+                                   !getenv("FASTENSOR_QUIET"))
+                                   fprintf(stderr, "fastensor: ignoring profile (it will "
+                                                   "be rebuilt): %s\n",
+                                           ft_last_error()));
             atomic_store(&sel->dirty, 0);
         }
     }
@@ -159,22 +157,16 @@ static ft__selector *selector_for(ft_file *f)
     return sel;
 }
 
-/* Engines usable for @p f, worked out once per file. */
 /* What file_caps knows of a file: worked out (1), O_DIRECT opens (2), engine e usable
  * (ENGINE_OK(e): available in the process, and O_DIRECT works where it needs that). */
 #define CAPS_KNOWN 1u
 #define CAPS_DIRECT 2u
 #define ENGINE_OK(e) (4u << (e))
 
-static unsigned file_caps(ft_file *f)
+static unsigned probe_caps(ft_file *f)
 {
-    unsigned caps = atomic_load_explicit(&f->au->caps, memory_order_acquire);
-    if (caps)
-        return caps;
-    char keep[FT__DETAIL_MAX];
-    ft__detail_save(keep);
     bool direct = ft__file_direct_fd(f) >= 0;
-    caps = CAPS_KNOWN | (direct ? CAPS_DIRECT : 0);
+    unsigned caps = CAPS_KNOWN | (direct ? CAPS_DIRECT : 0);
     for (int e = 0; e < FT_ENGINE_COUNT; e++) {
         const ft__engine_ops *ops = ft__engine_get((ft_engine)e);
         /* an engine with ready() is asked per call instead: its available() may wait */
@@ -182,7 +174,17 @@ static unsigned file_caps(ft_file *f)
             ft_engine_available(f->ctx, (ft_engine)e, NULL))
             caps |= ENGINE_OK(e);
     }
-    ft__detail_restore(keep);
+    return caps;
+}
+
+/* Engines usable for @p f, worked out once per file (the probes' failures are no error of
+ * the call's). */
+static unsigned file_caps(ft_file *f)
+{
+    unsigned caps = atomic_load_explicit(&f->au->caps, memory_order_acquire);
+    if (caps)
+        return caps;
+    FT__KEEPING_DETAIL(caps = probe_caps(f));
     atomic_store_explicit(&f->au->caps, caps, memory_order_release);
     return caps;
 }
@@ -526,10 +528,7 @@ void ft__auto_destroy(ft__auto *a)
 {
     if (!a)
         return;
-    char keep[FT__DETAIL_MAX];
-    ft__detail_save(keep);
-    save_all(a, true);
-    ft__detail_restore(keep);
+    FT__KEEPING_DETAIL(save_all(a, true));
     for (unsigned i = 0; i < a->n; i++)
         ft__sel_destroy(a->dev[i].sel);
     pthread_mutex_destroy(&a->lock);

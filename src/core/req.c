@@ -107,10 +107,7 @@ void ft_req_free(ft_req *req)
 {
     if (!req)
         return;
-    char keep[FT__DETAIL_MAX]; /* freeing must not disturb the caller's last error */
-    ft__detail_save(keep);
-    (void)ft_req_wait(req);
-    ft__detail_restore(keep);
+    FT__KEEPING_DETAIL((void)ft_req_wait(req)); /* the caller's last error stays */
     ft__cuda_event_free(req->device, req->ready);
     pthread_cond_destroy(&req->cond);
     pthread_mutex_destroy(&req->lock);

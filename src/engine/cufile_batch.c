@@ -110,17 +110,13 @@ typedef struct batch_run {
     void *fh;        /* cuFile file handle */
     cufile_io_params *params;
     cufile_io_event *events;
-    size_t first_err; /* lowest failed op so far, SIZE_MAX when none */
-    char detail[FT__DETAIL_MAX];
+    ft__first_err failed; /* the lowest failed op, with its detail */
 } batch_run;
 
 static void batch_fail(batch_run *b, size_t i, int64_t err)
 {
     b->ops[i].result = err;
-    if (i < b->first_err) {
-        b->first_err = i;
-        ft__detail_save(b->detail);
-    }
+    ft__first_err_note(&b->failed, (unsigned)i, (int)err);
 }
 
 /* Fill params for ops from *next on, at most batch_max. @return how many. */
@@ -226,7 +222,7 @@ int ft__cufile_batch(ft_file *f, ft_batch_op *ops, size_t n, bool write, int dev
     for (size_t i = 0; i < n; i++)
         if (ops[i].buf.len > FT__CUFILE_BATCH_MAX_OP)
             return 1; /* large transfers are faster split over threads */
-    batch_run b = {.file = f, .ops = ops, .write = write, .first_err = SIZE_MAX};
+    batch_run b = {.file = f, .ops = ops, .write = write};
     if (ft__cufile_file_handle(f, &b.fh) < 0 || (!write && (b.size = ft__file_size(f)) < 0))
         return 1; /* the ordinary path reports it, op by op */
     void *ready = NULL;
@@ -236,6 +232,7 @@ int ft__cufile_batch(ft_file *f, ft_batch_op *ops, size_t n, bool write, int dev
     ft__cuda_event_free(device, ready);
     if (rc < 0 || (rc = ft__cuda_enter(device)) < 0)
         return rc;
+    ft__first_err_init(&b.failed);
     b.params = calloc(batch_max, sizeof *b.params);
     b.events = calloc(batch_max, sizeof *b.events);
     int refused = 1;
@@ -254,12 +251,8 @@ int ft__cufile_batch(ft_file *f, ft_batch_op *ops, size_t n, bool write, int dev
     ft__cuda_leave();
     free(b.params);
     free(b.events);
+    int first = ft__first_err_take(&b.failed); /* nothing ran where rc < 0 or refused */
     if (rc < 0)
         return rc;
-    if (refused)
-        return 1;
-    if (b.first_err == SIZE_MAX)
-        return 0;
-    ft__detail_restore(b.detail);
-    return (int)ops[b.first_err].result;
+    return refused ? 1 : first;
 }

@@ -147,8 +147,7 @@ typedef struct transfer {
     slot *slots;
     unsigned depth;
     uint64_t eof;   /* first file offset found past the end (reads), else UINT64_MAX */
-    int err;
-    char detail[FT__DETAIL_MAX];
+    ft__first_err failed; /* the first failure, with its detail */
 } transfer;
 
 static uint8_t *slot_mem(const transfer *t, const slot *s)
@@ -183,10 +182,7 @@ static int slot_queue(transfer *t, unsigned index)
 
 static void transfer_fail(transfer *t, int err)
 {
-    if (!t->err) {
-        t->err = err;
-        ft__detail_save(t->detail);
-    }
+    ft__first_err_note(&t->failed, 0, err); /* one index: the earliest stays */
 }
 
 /* Finish a slot whose remainder cannot go through O_DIRECT (unaligned after a short count). */
@@ -227,7 +223,7 @@ static bool slot_complete(transfer *t, slot *s, int res)
     if (s->done < s->len && (s->done % FT__DIRECT_ALIGN) != 0) {
         /* O_DIRECT cannot go on from an unaligned offset: finish with buffered I/O. */
         slot_finish_buffered(t, s);
-        if (!t->write && !t->err && s->done < s->len)
+        if (!t->write && !t->failed.err && s->done < s->len)
             t->eof = FT__MIN(t->eof, s->off + s->done);
         return true;
     }
@@ -252,7 +248,7 @@ static int64_t transfer_run(transfer *t)
     unsigned inflight = 0, stalls = 0;
     bool ring_broken = false;
     for (;;) {
-        for (unsigned i = 0; i < t->depth && next < io->len && !t->err; i++) {
+        for (unsigned i = 0; i < t->depth && next < io->len && !t->failed.err; i++) {
             slot *s = &t->slots[i];
             if (s->busy)
                 continue;
@@ -307,10 +303,8 @@ static int64_t transfer_run(transfer *t)
     }
     if (ring_broken)
         return INT64_MIN; /* the caller must drop the ring: requests may still be queued */
-    if (t->err) {
-        ft__detail_restore(t->detail);
-        return t->err;
-    }
+    if (t->failed.err)
+        return t->failed.err; /* its detail: the caller takes it */
     if (t->eof != UINT64_MAX)
         return (int64_t)(t->eof - io->off);
     return (int64_t)io->len;
@@ -335,11 +329,12 @@ static int64_t uring_middle(const ft__io *part, bool write, int fd)
         ring_release(ctx, r);
         return ft__err(-ENOMEM, "io_uring slots");
     }
+    ft__first_err_init(&t.failed);
     int64_t result = transfer_run(&t);
+    int err = ft__first_err_take(&t.failed);
     free(t.slots);
     if (result == INT64_MIN) {
-        result = t.err;
-        ft__detail_restore(t.detail);
+        result = err;
         ring_free(r);
     } else {
         ring_release(ctx, r);

@@ -222,6 +222,22 @@ static void put_task(void *arg)
     pthread_mutex_unlock(&s->lock);
 }
 
+/* Take back a put that could not be started (under s->lock, which this releases): wait for
+ * its device copy if one was queued, then drop the entry. */
+static void undo_put(ft_store *s, ft__entry *e, int dev)
+{
+    if (e->copied)
+        sync_event(dev, e->copied, "spill store: device-to-host copy");
+    e->copy_pending = false;
+    e->landed = true;
+    ft__store_mark_dropped(s, e);
+    ft__store_inflight(s, -(int64_t)e->len);
+    if (e->host_off >= 0)
+        ft__store_host_unref(s, e);
+    ft__store_maybe_free(s, e);
+    pthread_mutex_unlock(&s->lock);
+}
+
 int ft_store_put(ft_store *s, const ft_buf *src, void *stream, uint64_t *key)
 {
     if (!s || !src || !key)
@@ -268,19 +284,7 @@ int ft_store_put(ft_store *s, const ft_buf *src, void *stream, uint64_t *key)
         if (rc == 0)
             s->puts_landing++;
         if (rc < 0) { /* undo: nothing was started but maybe the device copy */
-            char keep[FT__DETAIL_MAX];
-            ft__detail_save(keep);
-            if (e->copied)
-                sync_event(dev, e->copied, "spill store: device-to-host copy");
-            e->copy_pending = false;
-            e->landed = true;
-            ft__store_mark_dropped(s, e);
-            ft__store_inflight(s, -(int64_t)e->len);
-            if (e->host_off >= 0)
-                ft__store_host_unref(s, e);
-            ft__store_maybe_free(s, e);
-            pthread_mutex_unlock(&s->lock);
-            ft__detail_restore(keep);
+            FT__KEEPING_DETAIL(undo_put(s, e, dev));
             return rc;
         }
     }

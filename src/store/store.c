@@ -157,10 +157,7 @@ int ft_store_create(ft_ctx *ctx, ft_store **out, const ft_store_opts *opts)
     if (rc == 0)
         rc = host_alloc(s, o.staging_bytes + o.host_cache_bytes);
     if (rc < 0) {
-        char keep[FT__DETAIL_MAX];
-        ft__detail_save(keep);
-        ft_store_destroy(s);
-        ft__detail_restore(keep);
+        FT__KEEPING_DETAIL(ft_store_destroy(s));
         return rc;
     }
     *out = s;
