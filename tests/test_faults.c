@@ -142,6 +142,28 @@ static void case_sync_fails(void)
     ft_file_close(f);
 }
 
+/* Energy counters that cannot be listed are reported as unreadable, never an error; the
+ * listing's entries fail the same way. */
+static void case_energy_unreadable(void)
+{
+    ft_energy e;
+    t_fault_set(T_OP_OPENDIR, T_FAULT_ERRNO, EACCES, 1, 0);
+    T_EQ(ft_energy_sample(&e), 0);
+    T_TRUE(t_fault_clear() >= 1);
+    T_EQ(e.cpu_valid, 0);
+    T_EQ(e.cpu_joules, 0.0);
+    ft_energy clean;
+    T_EQ(ft_energy_sample(&clean), 0); /* the listing itself failing, where it exists */
+    t_fault_set(T_OP_READDIR, T_FAULT_ERRNO, EIO, 1, 0);
+    T_EQ(ft_energy_sample(&e), 0);
+    unsigned listed = t_fault_clear();
+    printf("  powercap %s; readdir failed %u times\n", clean.cpu_valid ? "readable" : "absent",
+           listed);
+    if (listed)
+        T_EQ(e.cpu_valid, 0);
+    T_EQ(ft_energy_sample(NULL), -EINVAL);
+}
+
 static void case_open_fails(void)
 {
     ft_file *f = NULL;
@@ -281,6 +303,7 @@ int main(void)
         {"mmap failure: clean -ENOMEM", case_mmap_fails},
         {"fdatasync failure and EINTR under FT_IO_SYNC", case_sync_fails},
         {"open failures (buffered and O_DIRECT)", case_open_fails},
+        {"energy counters that cannot be listed", case_energy_unreadable},
     };
     int rc = t_run(cases, sizeof cases / sizeof *cases);
     ft_ctx_destroy(ctx);

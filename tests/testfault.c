@@ -15,7 +15,7 @@
 static const char *const op_names[T_OP_COUNT] = {
     "pread", "pwrite", "uring_cqe", "fdatasync", "open", "mmap", "fallocate", "close",
     "fstat", "fstatfs", "fsync", "ftruncate", "fadvise", "munmap", "madvise", "mincore",
-    "cachestat", "fcntl", "flock", "rename", "unlink", "stat", "mkdir", "opendir", "kill",
+    "cachestat", "fcntl", "flock", "rename", "unlink", "stat", "mkdir", "opendir", "readdir", "kill",
     "uring_init", "uring_register_buffers", "uring_submit", "uring_wait_cqe"};
 
 const char *t_fault_op_name(enum t_fault_op op)
@@ -191,6 +191,15 @@ static DIR *f_opendir(const char *p)
     return ft__sys_real.opendir(p);
 }
 
+static struct dirent *f_readdir(DIR *d)
+{
+    if (fault_hit(T_OP_READDIR, RET)) {
+        errno = fault_errno();
+        return NULL;
+    }
+    return ft__sys_real.readdir(d);
+}
+
 static ssize_t f_pread(int fd, void *buf, size_t len, off_t off)
 {
     if (fault_hit(T_OP_PREAD, RET)) {
@@ -269,7 +278,7 @@ void t_fault_set(enum t_fault_op op, enum t_fault_kind kind, int err, unsigned n
     t->fadvise = f_fadvise, t->mmap = f_mmap, t->munmap = f_munmap, t->madvise = f_madvise;
     t->mincore = f_mincore, t->cachestat = f_cachestat, t->fcntl = f_fcntl;
     t->flock = f_flock, t->rename = f_rename, t->unlink = f_unlink, t->stat = f_stat;
-    t->mkdir = f_mkdir, t->opendir = f_opendir, t->kill = f_kill;
+    t->mkdir = f_mkdir, t->opendir = f_opendir, t->readdir = f_readdir, t->kill = f_kill;
     t->uring_init = f_uring_init, t->uring_register_buffers = f_uring_register;
     t->uring_submit = f_uring_submit, t->uring_wait_cqe = f_uring_wait_cqe;
 }

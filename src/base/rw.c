@@ -54,3 +54,10 @@ int ft__open_retry(const char *path, int flags, mode_t mode)
             return fd;
     }
 }
+
+int ft__dir_next(DIR *d, struct dirent **e)
+{
+    errno = 0;
+    *e = ft__sys.readdir(d);
+    return *e ? 1 : errno ? -errno : 0;
+}

@@ -44,6 +44,7 @@ typedef struct ft__syscalls {
     int (*stat)(const char *path, struct stat *st);
     int (*mkdir)(const char *path, mode_t mode);
     DIR *(*opendir)(const char *path);
+    struct dirent *(*readdir)(DIR *d); /* NULL at the end; NULL and errno set on failure */
     int (*kill)(pid_t pid, int sig);
     int (*uring_init)(unsigned entries, struct io_uring *ring, struct io_uring_params *p);
     int (*uring_register_buffers)(struct io_uring *ring, const struct iovec *iov, unsigned n);
@@ -61,7 +62,8 @@ typedef struct ft__syscalls {
         .mmap = mmap, .munmap = munmap, .madvise = madvise, .mincore = mincore,               \
         .cachestat = ft__sys_cachestat, .fcntl = ft__sys_fcntl, .flock = flock,               \
         .rename = rename, .unlink = unlink, .stat = stat, .mkdir = mkdir,                     \
-        .opendir = opendir, .kill = kill, .uring_init = io_uring_queue_init_params,           \
+        .opendir = opendir, .readdir = readdir, .kill = kill,                                 \
+        .uring_init = io_uring_queue_init_params,                                             \
         .uring_register_buffers = io_uring_register_buffers,                                  \
         .uring_submit = io_uring_submit, .uring_wait_cqe = ft__sys_uring_wait_cqe,            \
         .uring_exit = io_uring_queue_exit,                                                    \
@@ -74,5 +76,8 @@ extern ft__syscalls ft__sys;
 extern const ft__syscalls ft__sys_real;
 
 void ft__sys_reset(void);
+
+/** The next entry of @p d in *e, through the table. @return 1, 0 at the end, or -errno. */
+int ft__dir_next(DIR *d, struct dirent **e);
 
 #endif

@@ -283,11 +283,13 @@ static bool listed(const sweep *w, const char *name)
 }
 
 /* Gather the names every index in the directory lists (an unreadable index protects its
- * directory's generation shards: nothing of its stem is removed). */
+ * directory's generation shards: nothing of its stem is removed). A listing that fails is
+ * an error: an index it missed would leave its shards unprotected. */
 static int gather_listed(sweep *w, DIR *d, bool *unreadable)
 {
     struct dirent *e;
-    while ((e = readdir(d))) {
+    int more;
+    while ((more = ft__dir_next(d, &e)) > 0) {
         if (!ends_with(e->d_name, ".index.json") || tmp_owner(e->d_name))
             continue;
         char *path = NULL, **names = NULL;
@@ -310,7 +312,7 @@ static int gather_listed(sweep *w, DIR *d, bool *unreadable)
         w->nlisted += n;
         free(names);
     }
-    return 0;
+    return more < 0 ? ft__err(more, "cannot list %s: %s", w->dir, ft_strerror(more)) : 0;
 }
 
 static void sweep_remove(sweep *w, const char *name)
@@ -339,7 +341,8 @@ static int sweep_dir(sweep *w)
     int rc = gather_listed(w, d, &unreadable);
     rewinddir(d);
     struct dirent *e;
-    while (rc == 0 && (e = readdir(d))) {
+    int more = 0;
+    while (rc == 0 && (more = ft__dir_next(d, &e)) > 0) {
         const char *name = e->d_name;
         size_t stem_len = 0;
         if (w->stem && (strncmp(name, w->stem, w->stem_len) != 0))
@@ -357,6 +360,8 @@ static int sweep_dir(sweep *w)
     for (size_t i = 0; i < w->nlisted; i++)
         free(w->listed[i]);
     free(w->listed);
+    if (rc == 0 && more < 0)
+        rc = ft__err(more, "cannot list %s: %s", w->dir, ft_strerror(more));
     return rc < 0 ? rc : w->first_err;
 }
 

@@ -283,7 +283,8 @@ static int pick_in_dir(const char *dir, char **out)
     int nindex = 0, nsingle = 0;
     struct dirent *e;
     size_t stem;
-    while ((e = readdir(d))) {
+    int listed;
+    while ((listed = ft__dir_next(d, &e)) > 0) {
         if (ft__generation_shard(e->d_name, &stem))
             continue; /* listed by an index, or left by a save that died */
         if (ends_with(e->d_name, ".safetensors.index.json") && ++nindex == 1)
@@ -294,7 +295,9 @@ static int pick_in_dir(const char *dir, char **out)
     closedir(d);
     int rc = 0;
     const char *pick = nindex == 1 ? index : nindex == 0 && nsingle == 1 ? single : NULL;
-    if (nindex > 1 || (nindex == 0 && nsingle > 1))
+    if (listed < 0) /* a partial listing could pick the wrong checkpoint */
+        rc = ft__err(listed, "cannot list %s: %s", dir, ft_strerror(listed));
+    else if (nindex > 1 || (nindex == 0 && nsingle > 1))
         rc = ft__err(-EINVAL, "%s holds several checkpoints (%d indexes, %d files): name one",
                      dir, nindex, nsingle);
     else if (!pick)
