@@ -24,6 +24,12 @@ Each round runs every (scenario, tool) once, tools in a shuffled order; the tabl
 median GB/s of the rounds with the range, and fastensor's ratios to safetensors and to the
 raw ceiling of the same rounds.
 
+A paired comparison of two builds: `--base DIR` adds `fastensor-base`, the package of
+another checkout (DIR/python, built there with `make python`), with a fresh profile of its
+own, and `fastensor-twin`, this build again under another name (its own file and fresh
+profile): the twin's distance from `fastensor` is the noise floor the base's must exceed.
+The table then adds fastensor / base and fastensor / twin.
+
     PYTHONPATH=python .venv/bin/python bench/scenarios.py --size 1G --rounds 3 \\
         --dir /nvme/bench --json docs/benchmarks/scenarios-dev.json [--device cuda] [--plot x.png]
 """
@@ -88,7 +94,8 @@ def fsync_tree(path):
 def target(tool, base):
     ext = {"safetensors": ".safetensors", "torch": ".pt", "torch-mmap": ".pt", "dcp": ".dcp",
            "numpy": ".npy.d", "raw": ".raw"}.get(tool, ".safetensors")
-    name = "torch" if tool == "torch-mmap" else "fastensor" if tool.startswith("fastensor") else tool
+    name = ("torch" if tool == "torch-mmap"
+            else "fastensor" if tool in ("fastensor", "fastensor-tuned") else tool)
     return os.path.join(base, name + ext)
 
 
@@ -245,14 +252,15 @@ def collect(p):
     return json.loads(out.strip().splitlines()[-1])
 
 
-def env_for(tool, profiles):
+def env_for(tool, profiles, base=None):
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.path.join(ROOT, "python") + os.pathsep + env.get("PYTHONPATH", "")
+    tree = base if tool == "fastensor-base" else ROOT
+    env["PYTHONPATH"] = os.path.join(tree, "python") + os.pathsep + env.get("PYTHONPATH", "")
     env["FASTENSOR_QUIET"] = "1"
-    if tool == "fastensor":
-        env["FASTENSOR_PROFILE"] = profiles["fresh"]
-    elif tool == "fastensor-tuned":
-        env["FASTENSOR_PROFILE"] = profiles["tuned"]
+    if tool.startswith("fastensor"):
+        env["FASTENSOR_PROFILE"] = profiles[{"fastensor": "fresh", "fastensor-tuned": "tuned",
+                                             "fastensor-base": "base",
+                                             "fastensor-twin": "twin"}[tool]]
     return env
 
 
@@ -276,7 +284,7 @@ def make_cgroup(limit):
 
 
 def measure(args, tool, scenario, profiles, paths, cgroup):
-    env = env_for(tool, profiles)
+    env = env_for(tool, profiles, args.base)
     spec = {"tool": tool, "path": paths[tool], "device": args.device, "size": args.size_bytes,
             "op": "save" if scenario == "save" else "load"}
     if scenario in ("cold", "procs", "big") and not drop_caches():
@@ -303,8 +311,11 @@ def measure(args, tool, scenario, profiles, paths, cgroup):
 
 
 def table(results, scenarios, tools):
-    lines = ["| scenario | " + " | ".join(tools) + " | fastensor / safetensors | fastensor / raw |",
-             "|---" * (len(tools) + 3) + "|"]
+    pairs = [("fastensor", "safetensors"), ("fastensor", "raw")]
+    pairs += [("fastensor", t) for t in ("fastensor-base", "fastensor-twin") if t in tools]
+    lines = ["| scenario | " + " | ".join(tools) + " | " +
+             " | ".join(f"{a} / {b.replace('fastensor-', '')}" for a, b in pairs) + " |",
+             "|---" * (len(tools) + len(pairs) + 1) + "|"]
     for s in scenarios:
         cells, med = [], {}
         for t in tools:
@@ -316,8 +327,8 @@ def table(results, scenarios, tools):
                 cells.append("-")
         def ratio(a, b):
             return f"{med[a] / med[b]:.2f}x" if a in med and b in med and med[b] else "-"
-        lines.append(f"| {s} | " + " | ".join(cells) + f" | {ratio('fastensor', 'safetensors')} |"
-                     f" {ratio('fastensor', 'raw')} |")
+        lines.append(f"| {s} | " + " | ".join(cells) + " | " +
+                     " | ".join(ratio(a, b) for a, b in pairs) + " |")
     return "\n".join(lines)
 
 
@@ -344,7 +355,11 @@ def write_json(args, res, names, tools, skipped, rounds):
         ["git", "-C", ROOT, "describe", "--always", "--dirty"], capture_output=True,
         text=True).stdout.strip()
     with open(args.json, "w") as f:
-        json.dump({"command": " ".join(sys.argv), "commit": commit, "size": args.size_bytes,
+        base = args.base and subprocess.run(
+            ["git", "-C", args.base, "describe", "--always", "--dirty"], capture_output=True,
+            text=True).stdout.strip()
+        json.dump({"command": " ".join(sys.argv), "commit": commit, "base_commit": base or None,
+                   "size": args.size_bytes,
                    "device": args.device, "rounds": rounds, "machine": os.uname().nodename,
                    "cpus": os.cpu_count(), "samples_gbps": res, "skipped": skipped,
                    "table": table(res, names, tools)}, f, indent=1)
@@ -368,6 +383,8 @@ def main():
     ap.add_argument("--tune-seconds", type=int, default=20)
     ap.add_argument("--json", help="write every sample and the table's medians here")
     ap.add_argument("--plot", help="a PNG of the medians")
+    ap.add_argument("--base", help="a checkout of another commit, built (make python): adds "
+                    "fastensor-base and fastensor-twin for a paired comparison")
     ap.add_argument("--time-limit", type=float, default=0,
                     help="seconds: start no round after this (the JSON holds the rounds done)")
     args = ap.parse_args()
@@ -376,14 +393,19 @@ def main():
         return
     args.size_bytes = parse_size(args.size)
     tools = [t for t in args.tools.split(",") if t]
+    if args.base:
+        args.base = os.path.abspath(args.base)
+        if not os.path.isdir(os.path.join(args.base, "python", "fastensor")):
+            sys.exit(f"--base {args.base}: no python/fastensor there (a checkout, built)")
+        tools += [t for t in ("fastensor-base", "fastensor-twin") if t not in tools]
     scenarios = [s for s in args.scenarios.split(",") if s]
     try:
         import safetensors  # noqa: F401
     except ImportError:
         tools = [t for t in tools if t != "safetensors"]
     args.work = tempfile.mkdtemp(prefix="ft-scenarios-", dir=args.dir)
-    profiles = {"fresh": os.path.join(args.work, "profile-fresh"),
-                "tuned": os.path.join(args.work, "profile-tuned")}
+    profiles = {k: os.path.join(args.work, "profile-" + k)
+                for k in ("fresh", "tuned", "base", "twin")}
     for p in profiles.values():
         os.makedirs(p)
     skipped = {}
