@@ -408,6 +408,11 @@ typedef enum ft_dtype {
     FT_DTYPE_F64,
     FT_DTYPE_I64,
     FT_DTYPE_U64,
+    FT_DTYPE_F4,      /**< 4-bit float (E2M1), two per byte */
+    FT_DTYPE_F6_E2M3, /**< 6-bit floats, four per three bytes */
+    FT_DTYPE_F6_E3M2,
+    FT_DTYPE_F8_E4M3FNUZ,
+    FT_DTYPE_F8_E5M2FNUZ,
     FT_DTYPE_COUNT
 } ft_dtype;
 
@@ -415,8 +420,11 @@ typedef enum ft_dtype {
 const char *ft_dtype_name(ft_dtype dtype);
 /** @return the dtype for a safetensors name (exact, e.g. "BF16"), or -EINVAL. */
 int ft_dtype_from_name(const char *name);
-/** @return bytes per element (1..8), or 0 for an unknown value. */
+/** @return bytes per element (1..8), or 0 for the packed sub-byte types and unknown values. */
 size_t ft_dtype_size(ft_dtype dtype);
+/** @return bits per element (4, 6, 8, ..., 64), or 0 for an unknown value. A tensor of a
+ * packed type holds a whole number of bytes: elements x bits is a multiple of 8. */
+unsigned ft_dtype_bits(ft_dtype dtype);
 
 #define FT_MAX_DIMS 16
 
@@ -605,6 +613,15 @@ const void *ft_ckpt_data(const ft_ckpt *ckpt, size_t index);
  */
 int64_t ft_ckpt_load_tensor(ft_ckpt *ckpt, size_t index, const ft_buf *dst,
                             const ft_load_opts *opts);
+
+/**
+ * Read bytes [offset, offset + dst->len) of tensor @p index's data into @p dst (host or
+ * device memory), nothing else of the file (what a slice of a tensor needs). With
+ * FT_LOAD_VERIFY, the checksum blocks the range overlaps are read and checked too.
+ * @return bytes read, or -errno: -ERANGE when the range is not inside the tensor.
+ */
+int64_t ft_ckpt_read_range(ft_ckpt *ckpt, size_t index, uint64_t offset, const ft_buf *dst,
+                           const ft_load_opts *opts);
 
 /**
  * Check every checksum of every shard (reads the whole checkpoint). @p progress, when not

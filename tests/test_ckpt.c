@@ -34,8 +34,8 @@ static owned_tensor *make_tensors(size_t n, ft_dtype dtype_or_all, uint64_t seed
                                                     : dtype_or_all;
         snprintf(o[i].name, sizeof o[i].name, "layer.%zu.weight", i);
         o[i].shape[0] = (s >> 33) % (max_elems + 1);
-        o[i].shape[1] = 1 + (s >> 20) % 3;
-        size_t bytes = (size_t)(o[i].shape[0] * o[i].shape[1] * ft_dtype_size(d));
+        o[i].shape[1] = ft_dtype_bits(d) % 8 ? 4 : 1 + (s >> 20) % 3; /* packed: whole bytes */
+        size_t bytes = (size_t)(o[i].shape[0] * o[i].shape[1] * ft_dtype_bits(d) / 8);
         void *p = malloc(bytes + 1);
         t_fill_random(p, bytes, seed + i);
         o[i].t = (ft_tensor){o[i].name, d, 2, o[i].shape, ft_host_buf(p, bytes)};
@@ -128,7 +128,16 @@ static void case_every_dtype(void)
     ft_ckpt_close(c);
     for (int d = 0; d < FT_DTYPE_COUNT; d++)
         T_EQ(ft_dtype_from_name(ft_dtype_name((ft_dtype)d)), d);
-    T_EQ(ft_dtype_from_name("F4"), -EINVAL);
+    T_EQ(ft_dtype_from_name("F5"), -EINVAL);
+    T_EQ(ft_dtype_bits(FT_DTYPE_F4), 4);
+    T_EQ(ft_dtype_size(FT_DTYPE_F6_E2M3), 0);
+    T_EQ(ft_dtype_bits(FT_DTYPE_COUNT), 0);
+    /* packed elements that leave a partial byte are refused (nothing written) */
+    uint64_t odd[1] = {3};
+    uint8_t two[2] = {0};
+    ft_tensor packed = {"odd", FT_DTYPE_F4, 1, odd, ft_host_buf(two, 2)};
+    T_EQ(ft_ckpt_save(ctx, t_path("odd.safetensors"), &packed, 1, NULL), -EINVAL);
+    T_TRUE(strstr(ft_last_error(), "whole bytes") != NULL);
     free(list);
     free_tensors(o, n);
 }
@@ -392,7 +401,10 @@ static void case_validation(void)
         {"{\"a\":", 0, "JSON error"},
         {"{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
          "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}", 8, "duplicate"},
-        {"{\"a\":{\"dtype\":\"F4\",\"shape\":[2],\"data_offsets\":[0,1]}}", 1, "unknown dtype"},
+        {"{\"a\":{\"dtype\":\"F5\",\"shape\":[2],\"data_offsets\":[0,1]}}", 1, "unknown dtype"},
+        {"{\"a\":{\"dtype\":\"F4\",\"shape\":[3],\"data_offsets\":[0,2]}}", 2, "whole bytes"},
+        {"{\"a\":{\"dtype\":\"F6_E3M2\",\"shape\":[4],\"data_offsets\":[0,4]}}", 4,
+         "does not match"},
         {"{\"a\":{\"dtype\":\"F32\",\"shape\":[-1],\"data_offsets\":[0,4]}}", 4, "non-negative"},
         {"{\"a\":{\"dtype\":\"F32\",\"shape\":[4294967296,4294967296],\"data_offsets\":[0,4]}}",
          4, "overflows"},

@@ -251,8 +251,21 @@ def verify(path, *, engine: str = "auto") -> None:
     _C.ckpt_verify(ck, engine_id(engine))
 
 
+def safe_open(filename, framework: str, device="cpu", **kwargs):
+    """``safetensors.safe_open``: a checkpoint (file, index or directory) held open, tensors
+    read one at a time or in slices. ``framework``: "pt" (torch tensors) or "np"/"numpy";
+    see :func:`fastensor.torch.safe_open` for the rest."""
+    if framework in ("pt", "torch", "pytorch"):
+        from .torch import safe_open as opener
+    elif framework in ("np", "numpy"):
+        from .numpy import safe_open as opener
+    else:
+        raise ValueError(f"framework {framework!r}: \"pt\" or \"np\"")
+    return opener(filename, framework, device, **kwargs)
+
+
 from .store import SpillStore  # noqa: E402  (needs the helpers above)
 from ._ckpt import SaveWarning, gc  # noqa: E402
 
-__all__ = ["File", "Request", "SaveWarning", "SpillStore", "configure", "context", "gc",
+__all__ = ["File", "Request", "SaveWarning", "SpillStore", "configure", "context", "gc", "safe_open",
            "inspect", "verify", "ENGINES"]

@@ -500,6 +500,30 @@ static PyObject *py_ckpt_load_shard(PyObject *self, PyObject *args)
     return n < 0 ? raise_ft((int)n, ft_ckpt_shard_path(c, shard)) : PyLong_FromLongLong(n);
 }
 
+/* ckpt_read(ckpt, index, offset, address, nbytes, engine, verify, kind, device, stream,
+ * cache): bytes [offset, offset + nbytes) of one tensor into memory at address. */
+static PyObject *py_ckpt_read(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *cap;
+    unsigned long long index, off, addr, len, stream = 0;
+    int engine, verify, kind = 0, device = 0, cache = 0;
+    if (!PyArg_ParseTuple(args, "OKKKKip|iiKi", &cap, &index, &off, &addr, &len, &engine,
+                          &verify, &kind, &device, &stream, &cache))
+        return NULL;
+    ft_ckpt *c = cap_get(cap, CAP_CKPT);
+    if (!c)
+        return NULL;
+    ft_buf b = {(void *)(uintptr_t)addr, (size_t)len, kind ? FT_MEM_CUDA : FT_MEM_HOST, device};
+    ft_load_opts o = {.engine = (ft_engine)engine, .flags = verify ? FT_LOAD_VERIFY : 0,
+                      .stream = (void *)(uintptr_t)stream, .cache = (ft_cache_mode)cache};
+    int64_t n;
+    Py_BEGIN_ALLOW_THREADS
+    n = ft_ckpt_read_range(c, (size_t)index, off, &b, &o);
+    Py_END_ALLOW_THREADS
+    return n < 0 ? raise_ft((int)n, NULL) : PyLong_FromLongLong(n);
+}
+
 static PyObject *py_ckpt_verify(PyObject *self, PyObject *args)
 {
     (void)self;
@@ -640,6 +664,7 @@ static PyMethodDef methods[] = {
     {"ckpt_open", py_ckpt_open, METH_VARARGS, "ckpt_open(ctx, path) -> ckpt"},
     {"ckpt_describe", py_ckpt_describe, METH_VARARGS, "ckpt_describe(ckpt) -> (...)"},
     {"ckpt_load_shard", py_ckpt_load_shard, METH_VARARGS, "ckpt_load_shard(...) -> int"},
+    {"ckpt_read", py_ckpt_read, METH_VARARGS, "ckpt_read(ckpt, index, offset, ...) -> int"},
     {"ckpt_verify", py_ckpt_verify, METH_VARARGS, "ckpt_verify(ckpt, engine)"},
     {"ckpt_shard_cached", py_ckpt_shard_cached, METH_VARARGS,
      "ckpt_shard_cached(ckpt, shard) -> bool"},

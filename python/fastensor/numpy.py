@@ -71,4 +71,47 @@ def load_file(filename, *, engine: str = "auto", verify: bool = False, mmap=None
     return out
 
 
-__all__ = ["save_file", "load_file"]
+class _Arrays:
+    """How :class:`fastensor._safe.SafeOpen` makes numpy arrays (host memory only)."""
+
+    @staticmethod
+    def device(device):
+        if str(device) != "cpu":
+            raise ValueError(f"device {device!r}: numpy arrays live on the CPU")
+        return "cpu"
+
+    @staticmethod
+    def empty(dtype_name, shape, nbytes, device):
+        buf = np.empty(max(nbytes, 1), dtype=np.uint8)
+        return buf, buf.ctypes.data, None, 0
+
+    @staticmethod
+    def finish(buf, dtype_name, shape):
+        if dtype_name in ("F4", "F6_E2M3", "F6_E3M2"):  # packed: their raw bytes
+            return buf if int(np.prod(shape)) else buf[:0]
+        dt = _FROM_ST.get(dtype_name)
+        if dt is None:
+            raise ValueError(f"dtype {dtype_name} has no numpy equivalent")
+        n = int(np.prod(shape)) * dt.itemsize
+        return buf[:n].view(dt.newbyteorder("<")).reshape(shape)
+
+    @staticmethod
+    def gather(out, span, runs):
+        for off, n, at in runs:
+            out[at:at + n] = span[off:off + n]
+
+    @staticmethod
+    def select(part, rel, device):
+        return np.ascontiguousarray(part[rel]) if part[rel].ndim else part[rel].copy()
+
+
+def safe_open(filename, framework: str = "np", device="cpu", *, engine: str = "auto",
+              verify: bool = False, cache: str = "auto"):
+    """``safe_open`` for numpy arrays (see :func:`fastensor.torch.safe_open`)."""
+    if framework not in ("np", "numpy"):
+        raise ValueError(f"framework {framework!r}: fastensor.numpy.safe_open serves \"np\"")
+    from ._safe import SafeOpen
+    return SafeOpen(filename, _Arrays, device, engine=engine, verify=verify, cache=cache)
+
+
+__all__ = ["save_file", "load_file", "safe_open"]

@@ -13,6 +13,7 @@ staging pipeline or cuFile), one transfer per shard.
 from __future__ import annotations
 
 import json
+import math
 import threading
 
 import torch
@@ -24,43 +25,130 @@ _TO_ST = {torch.bool: "BOOL", torch.uint8: "U8", torch.int8: "I8", torch.int16: 
           torch.int32: "I32", torch.int64: "I64", torch.float16: "F16", torch.bfloat16: "BF16",
           torch.float32: "F32", torch.float64: "F64", torch.complex64: "C64"}
 for _name, _st in (("float8_e4m3fn", "F8_E4M3"), ("float8_e5m2", "F8_E5M2"),
-                   ("float8_e8m0fnu", "F8_E8M0"), ("uint16", "U16"), ("uint32", "U32"),
-                   ("uint64", "U64")):
+                   ("float8_e8m0fnu", "F8_E8M0"), ("float8_e4m3fnuz", "F8_E4M3FNUZ"),
+                   ("float8_e5m2fnuz", "F8_E5M2FNUZ"), ("float4_e2m1fn_x2", "F4"),
+                   ("uint16", "U16"), ("uint32", "U32"), ("uint64", "U64")):
     if hasattr(torch, _name):
         _TO_ST[getattr(torch, _name)] = _st
 _FROM_ST = {v: k for k, v in _TO_ST.items()}
-_ALIASES_KEY = "fastensor_aliases"
+# torch's float4_e2m1fn_x2 holds two F4 elements per element: its last dimension is half
+# the file's
+_F4X2 = getattr(torch, "float4_e2m1fn_x2", None)
 
 
-def _contiguous(name, t):
-    """The tensor, contiguous, on the CPU or a CUDA device (read there by the library)."""
-    if not isinstance(t, torch.Tensor):
-        raise TypeError(f"{name!r}: expected a torch.Tensor, got {type(t).__name__}")
-    if t.dtype not in _TO_ST:
-        raise ValueError(f"{name!r}: dtype {t.dtype} has no safetensors equivalent")
-    t = t.detach()
-    if t.device.type not in ("cpu", "cuda"):
-        t = t.to("cpu")
-    return t.contiguous()
+def _storage(t):
+    """(device, storage address, storage bytes) of a tensor, or None where it has none."""
+    try:
+        st = t.untyped_storage()
+        return (t.device, st.data_ptr(), st.nbytes()) if st.nbytes() and st.data_ptr() else None
+    except (RuntimeError, NotImplementedError):  # meta and other storage-less tensors
+        return None
 
 
-def _items(tensors):
+def _extent(t):
+    """[first byte, end) of a tensor's elements in its storage's address space."""
+    if t.numel() == 0:
+        return t.data_ptr(), t.data_ptr()
+    last = sum((n - 1) * s for n, s in zip(t.shape, t.stride()) if n)
+    return t.data_ptr(), t.data_ptr() + (last + 1) * t.element_size()
+
+
+def _shared_groups(tensors):
+    """Groups (sets of names, largest first within each storage) of tensors whose bytes
+    overlap in one storage; tensors of one storage that do not overlap are apart."""
+    by_storage = {}
+    for name, t in tensors.items():
+        key = _storage(t)
+        if key is not None:
+            by_storage.setdefault(key, []).append(name)
+    groups = []
+    for names in by_storage.values():
+        if len(names) < 2:
+            continue
+        spans = sorted((_extent(tensors[n]) + (n,) for n in names))
+        group, end = {spans[0][2]}, spans[0][1]
+        for start, stop, n in spans[1:]:
+            if start < end or (start == end == stop):  # overlapping (or empty at the same place)
+                group.add(n)
+            else:
+                if len(group) > 1:
+                    groups.append(group)
+                group = {n}
+            end = max(end, stop)
+        if len(group) > 1:
+            groups.append(group)
+    return groups
+
+
+def _check_for_save(tensors):
+    """safetensors' rules: a dict of dense tensors, none sharing memory with another."""
     if not isinstance(tensors, dict):
-        raise TypeError("tensors must be a dict of name -> torch.Tensor")
-    items, keep, devices = [], [], set()
+        raise ValueError(f"Expected a dict of [str, torch.Tensor] but received {type(tensors)}")
+    sparse = []
     for name, t in tensors.items():
         if not isinstance(name, str):
             raise TypeError(f"tensor names must be str, not {type(name).__name__}")
-        h = _contiguous(name, t)
+        if not isinstance(t, torch.Tensor):
+            raise ValueError(f"Key `{name}` is invalid, expected torch.Tensor but received "
+                             f"{type(t)}")
+        if t.layout != torch.strided:
+            sparse.append(name)
+    if sparse:
+        raise ValueError(f"You are trying to save a sparse tensors: `{sparse}` which this "
+                         "library does not support. You can make it a dense tensor before "
+                         "saving with `.to_dense()` but be aware this might make a much larger "
+                         "file than needed.")
+    shared = _shared_groups(tensors)
+    if shared:
+        raise RuntimeError(
+            f"Some tensors share memory, this will lead to duplicate memory on disk and "
+            f"potential differences when loading them again: {shared}. A potential way to "
+            f"correctly save your model is to use `save_model`. More information at "
+            f"https://huggingface.co/docs/safetensors/torch_shared_tensors")
+    for name, t in tensors.items():
+        if not t.is_contiguous():
+            raise ValueError(
+                f"You are trying to save a non contiguous tensor: `{name}` which is not "
+                "allowed. It either means you are trying to save tensors which are reference "
+                "of each other in which case it's recommended to save only the full tensors, "
+                "and reslice at load time, or simply call `.contiguous()` on your tensor to "
+                "pack it before saving.")
+        if t.dtype not in _TO_ST:
+            raise ValueError(f"{name!r}: dtype {t.dtype} has no safetensors equivalent")
+
+
+def _st_shape(t):
+    """The tensor's shape as the file records it (F4: elements, two per torch element)."""
+    shape = tuple(int(s) for s in t.shape)
+    if t.dtype is _F4X2 and _F4X2 is not None:
+        shape = shape[:-1] + (shape[-1] * 2,) if shape else (2,)
+    return shape
+
+
+def _items(tensors):
+    _check_for_save(tensors)
+    items, keep, devices = [], [], set()
+    for name, t in tensors.items():
+        h = t.detach()
+        if h.device.type not in ("cpu", "cuda"):
+            h = h.to("cpu")
         keep.append(h)
         cuda = h.device.type == "cuda"
         if cuda:
             devices.add(h.device)
-        items.append((name, _TO_ST[h.dtype], tuple(int(s) for s in h.shape), h.data_ptr(),
+        items.append((name, _TO_ST[h.dtype], _st_shape(h), h.data_ptr(),
                       h.numel() * h.element_size(), int(cuda), (h.device.index or 0) if cuda else 0))
     for d in devices:  # the data written is the data after the queued work on the stream
         torch.cuda.current_stream(d).synchronize()
     return items, keep
+
+
+def _with_format(metadata):
+    """The caller's metadata with "format": "pt" unless it says otherwise (transformers
+    expects the key in any file with metadata)."""
+    meta = {"format": "pt"}
+    meta.update(metadata or {})
+    return meta
 
 
 def save_file(tensors: dict, filename, metadata: dict | None = None, *, engine: str = "auto",
@@ -70,18 +158,35 @@ def save_file(tensors: dict, filename, metadata: dict | None = None, *, engine: 
     Atomic (temporary file, fdatasync, rename, directory fsync) and checksummed. Above
     ``shard_size`` bytes the data is split into ``NAME-0000i-of-0000N.safetensors`` shards
     plus ``NAME.safetensors.index.json``. ``cache="keep"`` leaves the files in the page cache
-    for a load soon after (an evaluation); the default writes around it (O_DIRECT). Raises
-    ValueError/TypeError for bad input (nothing written) and OSError for I/O failures (the
-    previous file is left in place).
+    for a load soon after (an evaluation); the default writes around it (O_DIRECT).
+    As safetensors: tensors that share memory raise RuntimeError (use :func:`save_model`),
+    non-contiguous ones ValueError; "format": "pt" is added to the metadata unless given.
+    Raises ValueError/TypeError for bad input (nothing written) and OSError for I/O failures
+    (the previous file is left in place).
     """
     items, keep = _items(tensors)
-    _ckpt.save(filename, items, metadata, engine=engine, shard_size=shard_size, cache=cache)
+    _ckpt.save(filename, items, _with_format(metadata), engine=engine, shard_size=shard_size,
+               cache=cache)
     del keep
 
 
+def _torch_dtype(dtype_name):
+    return _FROM_ST.get(dtype_name)
+
+
 def _tensor_from(buf, dtype_name, shape, nbytes, off):
-    dt = _FROM_ST.get(dtype_name)
+    """Tensor of the file's ``dtype_name`` and ``shape`` over ``nbytes`` bytes of the uint8
+    buffer ``buf`` at ``off``: packed types torch lacks (F6) come as their raw bytes (uint8,
+    shape (nbytes,)); F4 as float4_e2m1fn_x2 where torch has it (last dimension halved)."""
+    dt = _torch_dtype(dtype_name)
+    if dt is _F4X2 and dt is not None:
+        if shape and shape[-1] % 2 == 0:
+            shape = tuple(shape[:-1]) + (shape[-1] // 2,)
+        else:
+            dt = None
     if dt is None:
+        if dtype_name in ("F4", "F6_E2M3", "F6_E3M2"):  # packed bytes torch has no type for
+            return buf[off:off + nbytes]
         raise ValueError(f"dtype {dtype_name} is not available in this torch {torch.__version__}")
     raw = buf[off:off + nbytes]
     esize = torch.empty((), dtype=dt).element_size()
@@ -120,9 +225,72 @@ def _load(filename, device, engine, verify, mmap=None, cache="auto"):
     return out, meta
 
 
-def load_file(filename, device="cpu", *, engine: str = "auto", verify: bool = False,
-              mmap=None, cache: str = "auto") -> dict:
+class _Arrays:
+    """How :class:`fastensor._safe.SafeOpen` makes torch tensors."""
+
+    @staticmethod
+    def device(device):
+        device = torch.device(device)
+        if device.type == "cuda" and device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
+        return device
+
+    @staticmethod
+    def empty(dtype_name, shape, nbytes, device):
+        """(uint8 buffer of nbytes, its address, CUDA device index or None, stream)."""
+        cuda = device is not None and device.type == "cuda"
+        buf = torch.empty(max(nbytes, 1), dtype=torch.uint8, device=device if cuda else "cpu")
+        stream = torch.cuda.current_stream(device).cuda_stream if cuda else 0
+        return buf, buf.data_ptr(), device.index if cuda else None, stream
+
+    @staticmethod
+    def finish(buf, dtype_name, shape):
+        nbytes = buf.numel() if math.prod(shape) else 0
+        return _tensor_from(buf, dtype_name, tuple(shape), min(nbytes, buf.numel()), 0)
+
+    @staticmethod
+    def gather(out, span, runs):
+        if len(runs) > 1 and len({n for _, n, _ in runs}) == 1 and \
+                len({b[0] - a[0] for a, b in zip(runs, runs[1:])}) == 1:
+            n, step = runs[0][1], runs[1][0] - runs[0][0]  # evenly spaced: one strided copy
+            src = span.as_strided((len(runs), n), (step, 1), runs[0][0])
+            out[:len(runs) * n].view(len(runs), n).copy_(src)
+            return
+        for off, n, at in runs:
+            out[at:at + n] = span[off:off + n]
+
+    @staticmethod
+    def select(part, rel, device):
+        t = part[rel].contiguous()
+        return t.to(device) if device.type != "cpu" else t
+
+
+def safe_open(filename, framework: str = "pt", device="cpu", *, engine: str = "auto",
+              verify: bool = False, cache: str = "auto"):
+    """Open a checkpoint (file, index or directory) as ``safetensors.safe_open`` does:
+    ``keys()``, ``metadata()``, ``get_tensor(name)`` (only that tensor's bytes are read,
+    straight into device memory for CUDA), ``get_slice(name)[...]`` (only the bytes the
+    slice needs), as a context manager."""
+    if framework not in ("pt", "torch", "pytorch"):
+        raise ValueError(f"framework {framework!r}: fastensor.torch.safe_open serves \"pt\"")
+    from ._safe import SafeOpen
+    return SafeOpen(filename, _Arrays, device, engine=engine, verify=verify, cache=cache)
+
+
+def _load_some(filename, names, device, engine, verify, cache):
+    with safe_open(filename, device=device, engine=engine, verify=verify, cache=cache) as f:
+        missing = [n for n in names if n not in f._info]
+        if missing:
+            raise KeyError(f"{filename}: no tensor named {', '.join(map(repr, missing))}")
+        return f.get_tensors(names)
+
+
+def load_file(filename, device="cpu", *, names=None, engine: str = "auto",
+              verify: bool = False, mmap=None, cache: str = "auto") -> dict:
     """Load a safetensors file, index or directory into tensors on ``device``.
+
+    ``names``: load only these tensors (each read alone, only its bytes; KeyError for a
+    name the checkpoint lacks); by default every tensor.
 
     Each shard is read with one large parallel read into one buffer; tensors are views of it
     (so the buffer lives while any of them does). ``verify`` checks the xxh3 block checksums
@@ -138,7 +306,43 @@ def load_file(filename, device="cpu", *, engine: str = "auto", verify: bool = Fa
     cache can keep through it, so that the next load (another process, another rank) finds
     it there, and a larger one around it (O_DIRECT); "keep" and "bypass" decide it yourself.
     """
+    if names is not None:
+        return _load_some(filename, list(names), device, engine, verify, cache)
     return _load(filename, device, engine, verify, mmap, cache)[0]
+
+
+def save(tensors: dict, metadata: dict | None = None) -> bytes:
+    """The safetensors bytes of ``tensors`` (as ``safetensors.torch.save``; the same checks
+    as :func:`save_file`; no checksums)."""
+    _check_for_save(tensors)
+    header, chunks, at = {}, [], 0
+    for name, t in tensors.items():
+        raw = t.detach().to("cpu").reshape(-1).view(torch.uint8) if t.numel() else None
+        n = 0 if raw is None else raw.numel()
+        header[name] = {"dtype": _TO_ST[t.dtype], "shape": list(_st_shape(t)),
+                        "data_offsets": [at, at + n]}
+        if raw is not None:
+            chunks.append(raw.numpy().tobytes())
+        at += n
+    if metadata:
+        header["__metadata__"] = dict(metadata)
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    return len(text).to_bytes(8, "little") + text + b"".join(chunks)
+
+
+def load(data: bytes) -> dict:
+    """Tensors of safetensors bytes (as ``safetensors.torch.load``), validated as a file is:
+    they live in memory of their own."""
+    import os
+    fd = os.memfd_create("fastensor-load", os.MFD_CLOEXEC)
+    try:
+        with os.fdopen(os.dup(fd), "wb") as f:
+            f.write(data)
+        out = _load(f"/proc/self/fd/{fd}", "cpu", "auto", False, False, "auto")[0]
+    finally:
+        os.close(fd)
+    return out
 
 
 class AsyncSave:
@@ -173,8 +377,7 @@ def save_file_async(tensors: dict, filename, metadata: dict | None = None, *,
                     cache: str = "auto") -> AsyncSave:
     """Snapshot the tensors now (to pinned host memory for CUDA tensors), then save in the
     background. The caller may modify or free the tensors as soon as this returns."""
-    if not isinstance(tensors, dict):
-        raise TypeError("tensors must be a dict of name -> torch.Tensor")
+    _check_for_save(tensors)  # the caller's tensors: sharing is lost in the snapshot
     snap = {}
     cuda = False
     for name, t in tensors.items():
@@ -195,49 +398,83 @@ def save_file_async(tensors: dict, filename, metadata: dict | None = None, *,
                                          shard_size=shard_size, cache=cache), keep), ())
 
 
-def _dedupe(state):
-    """Store shared tensors (tied weights) once: {name: tensor}, {alias: name}."""
-    first, unique, aliases = {}, {}, {}
-    for name, t in state.items():
-        key = (t.device, t.data_ptr(), tuple(t.shape), tuple(t.stride()), t.dtype)
-        if t.numel() and key in first:
-            aliases[name] = first[key]
-        else:
-            first[key] = name
-            unique[name] = t
-    return unique, aliases
+def _complete(t):
+    """Whether a tensor covers its whole storage (the name to keep of a shared group)."""
+    st = _storage(t)
+    return st is not None and t.data_ptr() == st[1] and t.numel() * t.element_size() == st[2]
 
 
-def save_model(model, filename, metadata: dict | None = None, *, engine: str = "auto",
-               shard_size: int | None = None, cache: str = "auto") -> None:
-    """Save ``model.state_dict()`` (parameters and buffers). Tied weights are stored once
-    and restored by :func:`load_model`; non-contiguous tensors are made contiguous."""
-    unique, aliases = _dedupe(model.state_dict())
-    meta = {"format": "pt"}
-    meta.update(metadata or {})
-    if aliases:
-        meta[_ALIASES_KEY] = json.dumps(aliases, sort_keys=True)
-    save_file(unique, filename, meta, engine=engine, shard_size=shard_size, cache=cache)
+def _duplicates(state, preferred=()):
+    """{kept name: [names dropped for it]} for the tensors of ``state`` sharing memory: the
+    name kept covers the whole storage (the first such in sorted order, one of
+    ``preferred`` where one is); RuntimeError where none does."""
+    preferred = set(preferred)
+    out = {}
+    for group in _shared_groups(state):
+        complete = sorted(n for n in group if _complete(state[n]))
+        if not complete:
+            raise RuntimeError(
+                f"Error while trying to find names to remove to save state dict, but found no "
+                f"suitable name to keep for saving amongst: {group}. None is covering the "
+                f"entire storage. Refusing to save/load the model since you could be storing "
+                f"much more memory than needed. Please refer to "
+                f"https://huggingface.co/docs/safetensors/torch_shared_tensors for more "
+                f"information.")
+        keep = ([n for n in complete if n in preferred] or complete)[0]
+        out[keep] = sorted(n for n in group if n != keep)
+    return out
 
 
-def load_model(model, filename, strict: bool = True, *, device=None, engine: str = "auto",
-               verify: bool = False, mmap=None, cache: str = "auto"):
-    """Load a checkpoint made by :func:`save_model` (or any safetensors state dict) into
-    ``model``; returns ``model.load_state_dict``'s (missing_keys, unexpected_keys)."""
-    if device is None:
-        p = next(iter(model.parameters()), None)
-        device = p.device if p is not None else "cpu"
-    state, meta = _load(filename, device, engine, verify, mmap, cache)
+def save_model(model, filename, metadata: dict | None = None, force_contiguous: bool = True,
+               *, engine: str = "auto", shard_size: int | None = None,
+               cache: str = "auto") -> None:
+    """Save ``model.state_dict()`` as ``safetensors.torch.save_model`` does: of tensors that
+    share memory (tied weights) one is stored, the others are named in the metadata
+    (dropped name -> kept name) and restored by :func:`load_model` (and by safetensors'),
+    through the model's own ties. ``force_contiguous`` packs non-contiguous tensors."""
+    state = model.state_dict()
+    metadata = dict(metadata or {})
+    for kept, dropped in _duplicates(state).items():
+        for name in dropped:
+            metadata.setdefault(name, kept)
+            del state[name]
+    if force_contiguous:
+        state = {k: v.contiguous() for k, v in state.items()}
     try:
-        aliases = json.loads(meta.get(_ALIASES_KEY, "{}"))
+        save_file(state, filename, metadata, engine=engine, shard_size=shard_size, cache=cache)
     except ValueError as e:
-        raise ValueError(f"{filename}: corrupt {_ALIASES_KEY} metadata: {e}") from None
-    for alias, name in aliases.items():
-        if name not in state:
-            raise ValueError(f"{filename}: alias {alias!r} names missing tensor {name!r}")
-        state[alias] = state[name]
-    return model.load_state_dict(state, strict=strict)
+        raise ValueError(f"{e} Or use save_model(..., force_contiguous=True), read the docs "
+                         "for potential caveats.") from None
 
 
-__all__ = ["offload_activations", "save_file", "load_file", "save_file_async", "save_model", "load_model",
-           "AsyncSave"]
+def load_model(model, filename, strict: bool = True, device="cpu", *, engine: str = "auto",
+               verify: bool = False, mmap=None, cache: str = "auto"):
+    """Load a checkpoint into ``model`` as ``safetensors.torch.load_model`` does (files of
+    either library's ``save_model``, or any state dict): tensors the file stores once for
+    tied weights fill every tied name. Returns ``(missing, unexpected)``; with ``strict``,
+    RuntimeError listing them instead where either is not empty."""
+    state = load_file(filename, device=device, engine=engine, verify=verify, mmap=mmap,
+                      cache=cache)
+    dups = _duplicates(model.state_dict(), preferred=state.keys())
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    missing = set(missing)
+    for dropped in dups.values():
+        for name in dropped:
+            if name in missing:
+                missing.discard(name)
+            else:
+                unexpected.append(name)
+    missing = sorted(missing)
+    if strict and (missing or unexpected):
+        msg = f"Error(s) in loading state_dict for {model.__class__.__name__}:"
+        if missing:
+            msg += "\n    Missing key(s) in state_dict: " + ", ".join(f'"{k}"' for k in missing)
+        if unexpected:
+            msg += "\n    Unexpected key(s) in state_dict: " + ", ".join(
+                f'"{k}"' for k in sorted(unexpected))
+        raise RuntimeError(msg)
+    return missing, unexpected
+
+
+__all__ = ["offload_activations", "save_file", "load_file", "save_file_async", "save_model",
+           "load_model", "save", "load", "safe_open", "AsyncSave"]

@@ -6,17 +6,19 @@
 
 static const struct {
     const char *name;
-    size_t size;
+    unsigned bits;
 } dtypes[FT_DTYPE_COUNT] = {
-    [FT_DTYPE_BOOL] = {"BOOL", 1},       [FT_DTYPE_U8] = {"U8", 1},
-    [FT_DTYPE_I8] = {"I8", 1},           [FT_DTYPE_F8_E5M2] = {"F8_E5M2", 1},
-    [FT_DTYPE_F8_E4M3] = {"F8_E4M3", 1}, [FT_DTYPE_F8_E8M0] = {"F8_E8M0", 1},
-    [FT_DTYPE_I16] = {"I16", 2},         [FT_DTYPE_U16] = {"U16", 2},
-    [FT_DTYPE_F16] = {"F16", 2},         [FT_DTYPE_BF16] = {"BF16", 2},
-    [FT_DTYPE_I32] = {"I32", 4},         [FT_DTYPE_U32] = {"U32", 4},
-    [FT_DTYPE_F32] = {"F32", 4},         [FT_DTYPE_C64] = {"C64", 8},
-    [FT_DTYPE_F64] = {"F64", 8},         [FT_DTYPE_I64] = {"I64", 8},
-    [FT_DTYPE_U64] = {"U64", 8},
+    [FT_DTYPE_BOOL] = {"BOOL", 8},       [FT_DTYPE_U8] = {"U8", 8},
+    [FT_DTYPE_I8] = {"I8", 8},           [FT_DTYPE_F8_E5M2] = {"F8_E5M2", 8},
+    [FT_DTYPE_F8_E4M3] = {"F8_E4M3", 8}, [FT_DTYPE_F8_E8M0] = {"F8_E8M0", 8},
+    [FT_DTYPE_I16] = {"I16", 16},        [FT_DTYPE_U16] = {"U16", 16},
+    [FT_DTYPE_F16] = {"F16", 16},        [FT_DTYPE_BF16] = {"BF16", 16},
+    [FT_DTYPE_I32] = {"I32", 32},        [FT_DTYPE_U32] = {"U32", 32},
+    [FT_DTYPE_F32] = {"F32", 32},        [FT_DTYPE_C64] = {"C64", 64},
+    [FT_DTYPE_F64] = {"F64", 64},        [FT_DTYPE_I64] = {"I64", 64},
+    [FT_DTYPE_U64] = {"U64", 64},        [FT_DTYPE_F4] = {"F4", 4},
+    [FT_DTYPE_F6_E2M3] = {"F6_E2M3", 6}, [FT_DTYPE_F6_E3M2] = {"F6_E3M2", 6},
+    [FT_DTYPE_F8_E4M3FNUZ] = {"F8_E4M3FNUZ", 8}, [FT_DTYPE_F8_E5M2FNUZ] = {"F8_E5M2FNUZ", 8},
 };
 
 const char *ft_dtype_name(ft_dtype d)
@@ -34,5 +36,25 @@ int ft_dtype_from_name(const char *name)
 
 size_t ft_dtype_size(ft_dtype d)
 {
-    return (unsigned)d < FT_DTYPE_COUNT ? dtypes[d].size : 0;
+    unsigned bits = ft_dtype_bits(d);
+    return bits % 8 ? 0 : bits / 8;
+}
+
+unsigned ft_dtype_bits(ft_dtype d)
+{
+    return (unsigned)d < FT_DTYPE_COUNT ? dtypes[d].bits : 0;
+}
+
+int ft__tensor_bytes(ft_dtype d, const uint64_t *shape, unsigned ndim, uint64_t *bytes)
+{
+    uint64_t bits = ft_dtype_bits(d);
+    if (!bits)
+        return -EINVAL;
+    for (unsigned i = 0; i < ndim; i++)
+        if (__builtin_mul_overflow(bits, shape[i], &bits))
+            return -EOVERFLOW;
+    if (bits % 8)
+        return -EDOM;
+    *bytes = bits / 8;
+    return 0;
 }

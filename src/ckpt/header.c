@@ -137,16 +137,16 @@ static int parse_tensor(const char *name, const json_t *v, const char *where, ft
     if (json_array_size(sh) > FT_MAX_DIMS)
         return bad(where, "tensor '%s': more than 16 dimensions%s", name, "");
     t->ndim = (unsigned)json_array_size(sh);
-    uint64_t elems = 1;
-    for (unsigned i = 0; i < t->ndim; i++) {
+    for (unsigned i = 0; i < t->ndim; i++)
         if (!get_u64(json_array_get(sh, i), &t->shape[i]))
             return bad(where, "tensor '%s': shape holds a value that is not a non-negative "
                               "integer%s", name, "");
-        if (__builtin_mul_overflow(elems, t->shape[i], &elems))
-            return bad(where, "tensor '%s': shape's element count overflows 64 bits%s", name, "");
-    }
     uint64_t bytes;
-    if (__builtin_mul_overflow(elems, (uint64_t)ft_dtype_size(t->dtype), &bytes))
+    int sized = ft__tensor_bytes(t->dtype, t->shape, t->ndim, &bytes);
+    if (sized == -EDOM)
+        return bad(where, "tensor '%s': %s elements do not fill whole bytes", name,
+                   ft_dtype_name(t->dtype));
+    if (sized < 0)
         return bad(where, "tensor '%s': byte size overflows 64 bits%s", name, "");
     if (json_array_size(off) != 2 || !get_u64(json_array_get(off, 0), &t->begin) ||
         !get_u64(json_array_get(off, 1), &t->end))

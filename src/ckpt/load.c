@@ -347,6 +347,48 @@ const void *ft_ckpt_data(const ft_ckpt *c, size_t i)
     return s->owned ? s->owned + t->begin : NULL;
 }
 
+/* Read bytes [off, off + dst->len) of tensor @p t into @p dst (host or device memory). With
+ * FT_LOAD_VERIFY, the whole checksum blocks around them are read and checked first. */
+static int64_t read_part(ft__shard *s, const ft__st_tensor *t, uint64_t off, const ft_buf *dst,
+                         const ft_load_opts *o)
+{
+    uint64_t n = dst->len, begin = t->begin + off;
+    ft_io_opts io = io_opts(o);
+    uint64_t block = s->header.csum_block;
+    if (!(o && (o->flags & FT_LOAD_VERIFY)) || !block || n == 0) {
+        int64_t r = ft__transfer(s->file, dst, s->data_start + begin, &io, false);
+        return r >= 0 && (uint64_t)r != n ? ft__err(-EIO, "%s: the file ended early", s->path)
+                                          : r;
+    }
+    int device;
+    int64_t r = ft__buf_device(dst, &device);
+    if (r < 0)
+        return r;
+    uint64_t from = begin / block * block;
+    uint64_t to = FT__MIN((begin + n + block - 1) / block * block, s->data_size);
+    uint8_t *tmp = malloc((size_t)(to - from));
+    if (!tmp)
+        return ft__err(-ENOMEM, "tensor '%s': %llu bytes to verify", t->name,
+                       (unsigned long long)(to - from));
+    ft_buf part = ft_host_buf(tmp, (size_t)(to - from));
+    r = ft__transfer(s->file, &part, s->data_start + from, &io, false);
+    if (r >= 0 && (uint64_t)r != to - from)
+        r = ft__err(-EIO, "%s: the file ended early", s->path);
+    for (uint64_t at = from; r >= 0 && at < to; at += block)
+        if (ft__csum(tmp + (at - from), (size_t)FT__MIN(block, to - at)) !=
+            s->header.csums[at / block])
+            r = bad_block_error(s, at / block);
+    if (r >= 0 && device >= 0) {
+        int crc = ft_cuda_copy(dst->ptr, tmp + (begin - from), (size_t)n);
+        r = crc < 0 ? crc : (int64_t)n;
+    } else if (r >= 0) {
+        memcpy(dst->ptr, tmp + (begin - from), (size_t)n);
+        r = (int64_t)n;
+    }
+    free(tmp);
+    return r;
+}
+
 int64_t ft_ckpt_load_tensor(ft_ckpt *c, size_t i, const ft_buf *dst, const ft_load_opts *o)
 {
     if (!c || i >= c->ntensors || !dst)
@@ -355,40 +397,30 @@ int64_t ft_ckpt_load_tensor(ft_ckpt *c, size_t i, const ft_buf *dst, const ft_lo
     if (rc < 0)
         return rc;
     const ft__st_tensor *t = c->tensors[i];
-    ft__shard *s = &c->shards[t->shard];
     uint64_t n = t->end - t->begin;
     if (dst->len < n)
         return ft__err(-EINVAL, "tensor '%s': buffer of %zu bytes, needs %llu", t->name,
                        dst->len, (unsigned long long)n);
-    ft_io_opts io = io_opts(o);
-    uint64_t block = s->header.csum_block;
-    if (!(o && (o->flags & FT_LOAD_VERIFY)) || !block || n == 0) {
-        ft_buf part = ft_host_buf(dst->ptr, (size_t)n);
-        int64_t r = ft__transfer(s->file, &part, s->data_start + t->begin, &io, false);
-        return r >= 0 && (uint64_t)r != n ? ft__err(-EIO, "%s: the file ended early", s->path)
-                                          : r;
-    }
-    /* Read the whole blocks around the tensor, check them, hand out the tensor's part. */
-    uint64_t from = t->begin / block * block;
-    uint64_t to = FT__MIN((t->end + block - 1) / block * block, s->data_size);
-    uint8_t *tmp = malloc((size_t)(to - from));
-    if (!tmp)
-        return ft__err(-ENOMEM, "tensor '%s': %llu bytes to verify", t->name,
-                       (unsigned long long)(to - from));
-    ft_buf part = ft_host_buf(tmp, (size_t)(to - from));
-    int64_t r = ft__transfer(s->file, &part, s->data_start + from, &io, false);
-    if (r >= 0 && (uint64_t)r != to - from)
-        r = ft__err(-EIO, "%s: the file ended early", s->path);
-    for (uint64_t at = from; r >= 0 && at < to; at += block)
-        if (ft__csum(tmp + (at - from), (size_t)FT__MIN(block, to - at)) !=
-            s->header.csums[at / block])
-            r = bad_block_error(s, at / block);
-    if (r >= 0) {
-        memcpy(dst->ptr, tmp + (t->begin - from), (size_t)n);
-        r = (int64_t)n;
-    }
-    free(tmp);
-    return r;
+    ft_buf whole = *dst;
+    whole.len = (size_t)n;
+    return read_part(&c->shards[t->shard], t, 0, &whole, o);
+}
+
+int64_t ft_ckpt_read_range(ft_ckpt *c, size_t i, uint64_t offset, const ft_buf *dst,
+                           const ft_load_opts *o)
+{
+    if (!c || i >= c->ntensors || !dst)
+        return ft__err(-EINVAL, "ft_ckpt_read_range: bad checkpoint, index or buffer");
+    int rc = check_load_opts(o);
+    if (rc < 0)
+        return rc;
+    const ft__st_tensor *t = c->tensors[i];
+    uint64_t n = t->end - t->begin;
+    if (offset > n || dst->len > n - offset)
+        return ft__err(-ERANGE, "tensor '%s': bytes %llu..%llu asked of %llu", t->name,
+                       (unsigned long long)offset, (unsigned long long)(offset + dst->len),
+                       (unsigned long long)n);
+    return read_part(&c->shards[t->shard], t, offset, dst, o);
 }
 
 int ft_ckpt_verify(ft_ckpt *c, const ft_load_opts *o,

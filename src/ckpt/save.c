@@ -53,22 +53,23 @@ static int check_tensors(const ft_tensor *t, size_t n, const char *const *meta)
     int rc = 0;
     for (size_t i = 0; i < n && rc == 0; i++) {
         const char *nm = t[i].name;
-        size_t esize = ft_dtype_size(t[i].dtype);
-        uint64_t bytes = esize;
+        uint64_t bytes = 0;
+        int sized = 0;
         if (!nm || !ft__utf8_valid(nm, strlen(nm)) || strcmp(nm, "__metadata__") == 0)
             rc = ft__err(-EINVAL, "tensor %zu: name missing, not UTF-8, or reserved", i);
-        else if (!esize)
+        else if (!ft_dtype_bits(t[i].dtype))
             rc = ft__err(-EINVAL, "tensor '%s': unknown dtype %d", nm, (int)t[i].dtype);
         else if (t[i].ndim > FT_MAX_DIMS || (t[i].ndim && !t[i].shape))
             rc = ft__err(-EINVAL, "tensor '%s': bad shape (%u dimensions)", nm, t[i].ndim);
+        else if ((sized = ft__tensor_bytes(t[i].dtype, t[i].shape, t[i].ndim, &bytes)) < 0)
+            rc = ft__err(-EINVAL, "tensor '%s': %s", nm,
+                         sized == -EDOM ? "its packed elements do not fill whole bytes"
+                                        : "size overflows");
         else if (t[i].data.kind != FT_MEM_HOST && t[i].data.kind != FT_MEM_CUDA)
             rc = ft__err(-EINVAL, "tensor '%s': memory kind %d not supported", nm,
                          (int)t[i].data.kind);
         else if (t[i].data.kind == FT_MEM_CUDA && !ft_cuda_available(NULL))
             rc = ft__err(-ENODEV, "tensor '%s': device memory, but CUDA is not available", nm);
-        for (unsigned d = 0; rc == 0 && d < t[i].ndim; d++)
-            if (__builtin_mul_overflow(bytes, t[i].shape[d], &bytes))
-                rc = ft__err(-EINVAL, "tensor '%s': size overflows", nm);
         if (rc == 0 && bytes != t[i].data.len)
             rc = ft__err(-EINVAL, "tensor '%s': shape x dtype is %llu bytes, buffer has %zu",
                          nm, (unsigned long long)bytes, t[i].data.len);

@@ -1,0 +1,226 @@
+"""``safe_open``: one open checkpoint, tensors read one at a time or in slices, reading only
+the bytes asked for. The framework layers (torch, numpy) supply how to allocate an array and
+view bytes; everything about the file and the byte ranges is here."""
+from __future__ import annotations
+
+import math
+import os
+from concurrent.futures import ThreadPoolExecutor
+
+from . import _C, _ckpt, cache_id, engine_id
+
+# Runs of a slice closer than this are read as one span (they share pages anyway).
+_MERGE_GAP = 4096
+_PACKED_BITS = {"F4": 4, "F6_E2M3": 6, "F6_E3M2": 6}
+_BYTES = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E5M2": 1, "F8_E4M3": 1, "F8_E8M0": 1,
+          "F8_E4M3FNUZ": 1, "F8_E5M2FNUZ": 1, "I16": 2, "U16": 2, "F16": 2, "BF16": 2,
+          "I32": 4, "U32": 4, "F32": 4, "C64": 8, "F64": 8, "I64": 8, "U64": 8}
+
+
+def normalize_index(key, shape):
+    """Basic indexing of a tensor of ``shape`` (ints, slices with a positive step, one
+    Ellipsis) as [(start, stop, step, keep_dim)] per dimension."""
+    if not isinstance(key, tuple):
+        key = (key,)
+    if sum(k is Ellipsis for k in key) > 1:
+        raise IndexError("an index can only have a single ellipsis ('...')")
+    if Ellipsis in key:
+        at = key.index(Ellipsis)
+        fill = len(shape) - (len(key) - 1)
+        key = key[:at] + (slice(None),) * max(fill, 0) + key[at + 1:]
+    if len(key) > len(shape):
+        raise IndexError(f"too many indices: {len(key)} for a tensor of {len(shape)} "
+                         "dimensions")
+    key = key + (slice(None),) * (len(shape) - len(key))
+    out = []
+    for d, (k, n) in enumerate(zip(key, shape)):
+        if isinstance(k, slice):
+            start, stop, step = k.indices(n)
+            if step <= 0:
+                raise ValueError(f"dimension {d}: only positive slice steps are supported")
+            out.append((start, max(stop, start), step, True))
+        elif isinstance(k, int) or hasattr(k, "__index__"):
+            i = k.__index__()
+            if not -n <= i < n:
+                raise IndexError(f"index {i} is out of bounds for dimension {d} of size {n}")
+            i %= n
+            out.append((i, i + 1, 1, False))
+        else:
+            raise TypeError(f"dimension {d}: unsupported index {k!r} (ints, slices and "
+                            "'...' are)")
+    return out
+
+
+def runs_of(shape, box, esize):
+    """The contiguous byte runs [(offset, nbytes, box_offset)] that hold the box
+    [(lo, hi)] of a row-major tensor of ``shape`` with ``esize``-byte elements, in order."""
+    nd = len(shape)
+    k = nd - 1  # the innermost dimension the box does not cover whole
+    while k >= 0 and box[k] == (0, shape[k]):
+        k -= 1
+    inner = esize * math.prod(shape[k + 1:])
+    if k < 0:
+        return [(0, inner, 0)]
+    strides = [esize * math.prod(shape[d + 1:]) for d in range(nd)]
+    run = (box[k][1] - box[k][0]) * inner
+    outer = [range(lo, hi) for lo, hi in box[:k]]
+    runs, at = [], 0
+    def walk(d, base):
+        nonlocal at
+        if d == k:
+            runs.append((base + box[k][0] * strides[k], run, at))
+            at += run
+            return
+        for i in outer[d]:
+            walk(d + 1, base + i * strides[d])
+    walk(0, 0)
+    return runs
+
+
+class SafeOpen:
+    """A checkpoint held open: ``keys()``, ``metadata()``, ``get_tensor(name)``,
+    ``get_slice(name)[...]``. ``adapter`` makes arrays for the framework."""
+
+    def __init__(self, filename, adapter, device, *, engine="auto", verify=False,
+                 cache="auto"):
+        self._adapter = adapter
+        self._device = adapter.device(device)
+        self._engine, self._verify, self._cache = engine_id(engine), bool(verify), cache_id(cache)
+        self._filename = os.fspath(filename)
+        self._ck, tensors, self._meta, self._shards = _ckpt.open_checkpoint(filename)
+        self._checksums = _C.ckpt_describe(self._ck)[3]
+        self._info = {t[0]: (i,) + tuple(t[1:]) for i, t in enumerate(tensors)}
+        self._order = [t[0] for t in tensors]
+
+    # ---- the context manager ----
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def close(self):
+        self._ck = None
+
+    def _open(self):
+        if self._ck is None:
+            raise ValueError(f"{self._filename}: the checkpoint is closed")
+        return self._ck
+
+    # ---- what the file says ----
+    def keys(self) -> list:
+        """The tensor names, sorted (as safetensors' ``safe_open.keys``)."""
+        self._open()
+        return sorted(self._info)
+
+    def offset_keys(self) -> list:
+        """The tensor names in file order."""
+        self._open()
+        return list(self._order)
+
+    def metadata(self):
+        """The user's metadata (str -> str), None when the file has none; fastensor's
+        checksum keys are not part of it (see :attr:`checksums`)."""
+        self._open()
+        return dict(self._meta) if self._meta else None
+
+    @property
+    def checksums(self) -> bool:
+        """Whether every shard carries fastensor's block checksums."""
+        return bool(self._checksums)
+
+    def _entry(self, name):
+        self._open()
+        try:
+            return self._info[name]
+        except KeyError:
+            raise KeyError(f"{self._filename}: no tensor named {name!r}") from None
+
+    # ---- reads ----
+    def _read(self, index, offset, address, nbytes, cuda_device=None, stream=0):
+        if nbytes == 0:
+            return
+        _C.ckpt_read(self._open(), index, offset, address, nbytes, self._engine,
+                     self._verify, 0 if cuda_device is None else 1, cuda_device or 0, stream,
+                     self._cache)
+
+    def get_tensor(self, name):
+        """Tensor ``name`` on the device, reading only its bytes (straight into device
+        memory for a CUDA device)."""
+        index, dtype, shape, nbytes, _, _ = self._entry(name)
+        out, address, cuda_device, stream = self._adapter.empty(dtype, shape, nbytes,
+                                                                self._device)
+        self._read(index, 0, address, nbytes, cuda_device, stream)
+        return self._adapter.finish(out, dtype, shape)
+
+    def get_tensors(self, names=None, threads: int = 8) -> dict:
+        """Several tensors (all, by default), read concurrently."""
+        names = self.offset_keys() if names is None else list(names)
+        for n in names:
+            self._entry(n)
+        if len(names) <= 1:
+            return {n: self.get_tensor(n) for n in names}
+        with ThreadPoolExecutor(max_workers=max(1, min(threads, len(names)))) as ex:
+            return dict(zip(names, ex.map(self.get_tensor, names)))
+
+    def get_slice(self, name):
+        """A lazy view of tensor ``name``: ``get_shape()``, ``get_dtype()``, and ``[...]``
+        (basic indexing), which reads only the bytes the selection needs."""
+        self._entry(name)
+        return _Slice(self, name)
+
+    def read_box(self, name, box):
+        """The bytes of the box [(lo, hi)] of tensor ``name``, dense, in host memory (an
+        array of the box's shape)."""
+        index, dtype, shape, nbytes, _, _ = self._entry(name)
+        if dtype in _PACKED_BITS:
+            if any(b != (0, n) for b, n in zip(box, shape)):
+                raise ValueError(f"{name!r}: {dtype} elements are packed below a byte; "
+                                 "slice it after get_tensor")
+        esize = _BYTES.get(dtype, 1)
+        dims = tuple(hi - lo for lo, hi in box)
+        total = esize * math.prod(dims) if dtype not in _PACKED_BITS else nbytes
+        out, address, _, _ = self._adapter.empty(dtype, dims, total, None)
+        if total == 0:
+            return self._adapter.finish(out, dtype, dims)
+        runs = runs_of(shape, box, esize) if dtype not in _PACKED_BITS else [(0, nbytes, 0)]
+        gaps = [b[0] - (a[0] + a[1]) for a, b in zip(runs, runs[1:])]
+        if gaps and max(gaps) < _MERGE_GAP:
+            # close runs: one read of their span, then the runs picked out of it
+            first, last = runs[0][0], runs[-1][0] + runs[-1][1]
+            span, span_addr, _, _ = self._adapter.empty("U8", (last - first,), last - first,
+                                                        None)
+            self._read(index, first, span_addr, last - first)
+            self._adapter.gather(out, span, [(o - first, n, at) for o, n, at in runs])
+        else:
+            for off, n, at in runs:
+                self._read(index, off, address + at, n)
+        return self._adapter.finish(out, dtype, dims)
+
+
+class _Slice:
+    def __init__(self, owner, name):
+        self._owner, self._name = owner, name
+
+    def get_shape(self) -> list:
+        return list(self._owner._entry(self._name)[2])
+
+    def get_dtype(self) -> str:
+        """The safetensors dtype name ("F32", "BF16", ...)."""
+        return self._owner._entry(self._name)[1]
+
+    def __len__(self):
+        shape = self.get_shape()
+        if not shape:
+            raise TypeError("len() of a 0-d tensor")
+        return shape[0]
+
+    def __getitem__(self, key):
+        shape = self._owner._entry(self._name)[2]
+        sel = normalize_index(key, shape)
+        box = [(lo, (lo + ((hi - lo - 1) // st) * st + 1) if hi > lo else lo)
+               for lo, hi, st, _ in sel]
+        part = self._owner.read_box(self._name, box)
+        rel = tuple(slice(0, hi2 - lo, st) if keep else 0
+                    for (lo, hi, st, keep), (_, hi2) in zip(sel, box))
+        return self._owner._adapter.select(part, rel, self._owner._device)

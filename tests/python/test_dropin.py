@@ -1,0 +1,284 @@
+"""fastensor as a drop-in for the safetensors package: the same calls give the same answers,
+files cross-read both ways, and transformers' files load (and ours load into transformers)."""
+import json
+import os
+import struct
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch is not installed")
+st = pytest.importorskip("safetensors.torch", reason="the safetensors package is not installed")
+import safetensors  # noqa: E402
+
+import fastensor  # noqa: E402
+import fastensor.numpy as ftn  # noqa: E402
+import fastensor.torch as ft  # noqa: E402
+
+DTYPES = [torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
+          torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.complex64]
+DTYPES += [getattr(torch, n) for n in ("float8_e4m3fn", "float8_e5m2", "float8_e8m0fnu",
+                                       "float8_e4m3fnuz", "float8_e5m2fnuz", "float4_e2m1fn_x2",
+                                       "uint16", "uint32", "uint64") if hasattr(torch, n)]
+
+
+def rand(dtype, shape, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    n = int(np.prod(shape)) if shape else 1
+    raw = torch.randint(0, 256, (n * torch.empty((), dtype=dtype).element_size(),),
+                        dtype=torch.uint8, generator=g)
+    if dtype == torch.bool:
+        return (raw % 2).bool().reshape(shape)
+    return raw.view(dtype).reshape(shape)
+
+
+def raw_bytes(t):
+    return t.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b""
+
+
+def same(a, b):
+    return a.dtype == b.dtype and tuple(a.shape) == tuple(b.shape) and raw_bytes(a) == raw_bytes(b)
+
+
+def sample_tensors():
+    t = {}
+    for i, dt in enumerate(DTYPES):
+        t[f"m{i}"] = rand(dt, (6, 8), i)
+        t[f"s{i}"] = rand(dt, (), 50 + i) if dt != getattr(torch, "float4_e2m1fn_x2", 0) \
+            else rand(dt, (3,), 50 + i)
+        t[f"e{i}"] = torch.empty((0, 4), dtype=dt)
+    return t
+
+
+@pytest.mark.parametrize("writer", ["fastensor", "safetensors"])
+def test_every_dtype_cross_reads(tmp, writer):
+    t = sample_tensors()
+    p = os.path.join(tmp, "x.safetensors")
+    (ft.save_file if writer == "fastensor" else st.save_file)(t, p)
+    for reader in (ft.load_file, st.load_file):
+        back = reader(p)
+        assert set(back) == set(t)
+        for k in t:
+            assert same(back[k], t[k]), (writer, reader.__module__, k)
+
+
+def test_safe_open_parity(tmp):
+    t = {"w": torch.randn(37, 19), "b": torch.arange(11, dtype=torch.int64),
+         "h": rand(torch.bfloat16, (5, 4, 6), 3), "z": torch.zeros(()),
+         "e": torch.empty(0, 3)}
+    for writer in (ft.save_file, st.save_file):
+        p = os.path.join(tmp, f"{writer.__module__}.safetensors")
+        writer(t, p, metadata={"k": "v", "format": "pt"})
+        with safetensors.safe_open(p, framework="pt") as theirs, \
+                fastensor.safe_open(p, framework="pt") as ours:
+            assert ours.keys() == theirs.keys()
+            # the same, less fastensor's checksum keys (reachable as ours.checksums)
+            assert ours.metadata() == {k: v for k, v in theirs.metadata().items()
+                                       if not k.startswith("fastensor.")}
+            assert ours.checksums == (writer is ft.save_file)
+            for k in theirs.keys():
+                assert same(ours.get_tensor(k), theirs.get_tensor(k)), k
+                a, b = ours.get_slice(k), theirs.get_slice(k)
+                assert a.get_shape() == b.get_shape() and a.get_dtype() == b.get_dtype()
+            indexes = {"w": [5, slice(2, 9), (slice(None), slice(3, 11)), (Ellipsis, 4),
+                             (slice(30, 99), slice(0, 19)), (-1, slice(1, 2)),
+                             (slice(4, 4),)],
+                       "h": [(1, slice(None), slice(2, 5)), (slice(1, 3), 2), Ellipsis],
+                       "b": [slice(3, 7), 10]}
+            for k, keys in indexes.items():
+                for key in keys:
+                    assert same(ours.get_slice(k)[key], theirs.get_slice(k)[key]), (k, key)
+            # steps, which safetensors' slices do not take, against plain indexing
+            full = ours.get_tensor("w")
+            assert same(ours.get_slice("w")[1:30:7, ::3], full[1:30:7, ::3].contiguous())
+            with pytest.raises(IndexError):
+                ours.get_slice("w")[37]
+            with pytest.raises(KeyError):
+                ours.get_tensor("nope")
+    # numpy, and the closed handle
+    p = os.path.join(tmp, "np.safetensors")
+    ftn.save_file({"a": np.arange(24, dtype=np.float32).reshape(4, 6)}, p)
+    with fastensor.safe_open(p, framework="np") as f:
+        assert np.array_equal(f.get_tensor("a"), np.arange(24, dtype=np.float32).reshape(4, 6))
+        assert np.array_equal(f.get_slice("a")[1:3, 2], np.array([8, 14], dtype=np.float32))
+        assert f.metadata() == {"format": "pt"} or f.metadata() is None
+    with pytest.raises(ValueError, match="closed"):
+        f.keys()
+    with pytest.raises(ValueError):
+        fastensor.safe_open(p, framework="tf")
+
+
+def test_safe_open_on_an_index_and_a_directory(tmp):
+    t = {f"l{i}": torch.randn(64, 32, generator=torch.Generator().manual_seed(i))
+         for i in range(8)}
+    d = os.path.join(tmp, "sharded")
+    os.makedirs(d)
+    ft.save_file(t, os.path.join(d, "model.safetensors"), shard_size=20000)
+    for path in (os.path.join(d, "model.safetensors.index.json"), d):
+        with fastensor.safe_open(path, framework="pt") as f:
+            assert f.keys() == sorted(t)
+            got = f.get_tensors()
+            assert all(same(got[k], t[k]) for k in t)
+            assert same(f.get_slice("l5")[7:9], t["l5"][7:9])
+
+
+def _rchar():
+    with open("/proc/self/io") as f:
+        return int(next(line for line in f if line.startswith("rchar:")).split()[1])
+
+
+def test_get_slice_reads_only_the_rows_it_needs(tmp):
+    """One row of a 1 GiB tensor: the bytes read are that row's (a sparse file by hand)."""
+    rows, cols = 1 << 15, 1 << 13  # F32: 32 KiB rows, 1 GiB in all
+    header = json.dumps({"w": {"dtype": "F32", "shape": [rows, cols],
+                               "data_offsets": [0, rows * cols * 4]}}).encode()
+    header += b" " * (-len(header) % 8)
+    p = os.path.join(tmp, "big.safetensors")
+    start = 8 + len(header)
+    row = np.random.default_rng(0).standard_normal(cols).astype(np.float32)
+    with open(p, "wb") as f:
+        f.write(struct.pack("<Q", len(header)) + header)
+        f.truncate(start + rows * cols * 4)
+        f.seek(start + 1234 * cols * 4)
+        f.write(row.tobytes())
+    with fastensor.safe_open(p, framework="pt") as f:
+        s = f.get_slice("w")
+        s[0]  # AUTO's first decisions on this file, outside the count
+        before = _rchar()
+        got = s[1234]
+        read = _rchar() - before
+        assert np.array_equal(got.numpy(), row)
+        assert read <= cols * 4 + 2 * 4096, read  # the row, and at most its edge blocks
+        before = _rchar()
+        col = s[:, 7]  # a column needs every row: read as the rows' span, then gathered
+        assert col.shape == (rows,) and col[1234] == torch.tensor(row[7])
+        assert _rchar() - before <= rows * cols * 4 + 8192
+
+
+def test_shared_and_overlapping_tensors_are_refused_as_safetensors_does(tmp):
+    x = torch.randn(4, 5)
+    p = os.path.join(tmp, "shared.safetensors")
+    for bad in ({"a": x, "b": x}, {"a": x, "b": x[0]}, {"a": x[1:3], "b": x[2:4]}):
+        with pytest.raises(RuntimeError) as theirs:
+            st.save_file(bad, p)
+        with pytest.raises(RuntimeError) as ours:
+            ft.save_file(bad, p)
+        assert "Some tensors share memory" in str(ours.value) and "save_model" in str(ours.value)
+        assert "Some tensors share memory" in str(theirs.value)
+        with pytest.raises(RuntimeError):
+            ft.save(bad)
+        with pytest.raises(RuntimeError):
+            ft.save_file_async(bad, p)
+        assert not os.path.exists(p)
+    ft.save_file({"a": x[0], "b": x[1]}, p)  # parts of one storage that do not overlap
+    back = ft.load_file(p)
+    assert same(back["a"], x[0]) and same(back["b"], x[1])
+
+
+class Tied(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Embedding(10, 4)
+        self.head = torch.nn.Linear(4, 10, bias=False)
+        self.head.weight = self.emb.weight
+        self.norm = torch.nn.BatchNorm1d(4)
+
+
+def test_save_model_load_model_cross_read(tmp):
+    torch.manual_seed(1)
+    m = Tied()
+    m.norm.running_mean.add_(2)
+    for save, load in ((st.save_model, ft.load_model), (ft.save_model, st.load_model),
+                       (ft.save_model, ft.load_model)):
+        p = os.path.join(tmp, f"{save.__module__}-{load.__module__}.safetensors")
+        save(m, p)
+        m2 = Tied()
+        assert load(m2, p) == ([], []) or tuple(map(list, load(m2, p))) == ([], [])
+        for k, v in m.state_dict().items():
+            assert torch.equal(m2.state_dict()[k], v), (save.__module__, k)
+    # the same answers as safetensors for a model that does not match the file
+    p = os.path.join(tmp, "partial.safetensors")
+    st.save_file({"emb.weight": m.emb.weight.detach().clone(), "extra": torch.zeros(1)}, p)
+    ours = ft.load_model(Tied(), p, strict=False)
+    theirs = st.load_model(Tied(), p, strict=False)
+    assert sorted(ours[0]) == sorted(theirs[0]) and sorted(ours[1]) == sorted(theirs[1])
+    with pytest.raises(RuntimeError, match="Missing key"):
+        ft.load_model(Tied(), p)
+    # positional arguments as safetensors takes them
+    ft.save_model(m, p, {"note": "x"}, True)
+    assert ft.load_model(Tied(), p, True, "cpu") == ([], [])
+
+
+def test_save_and_load_bytes(tmp):
+    # safetensors' load() of bytes knows fewer dtypes than its load_file (no F4, F8_E8M0)
+    lacks = {getattr(torch, n, None) for n in ("float4_e2m1fn_x2", "float8_e8m0fnu")}
+    t = {k: v for k, v in sample_tensors().items() if v.dtype not in lacks}
+    assert same(ft.load(ft.save(sample_tensors()))["m5"], sample_tensors()["m5"])
+    for data in (ft.save(t, metadata={"a": "b"}), st.save(t)):
+        for back in (ft.load(data), st.load(data)):
+            assert set(back) == set(t) and all(same(back[k], t[k]) for k in t)
+    with pytest.raises(ValueError):
+        ft.load(b"\x10\x00\x00\x00\x00\x00\x00\x00{\"a\":")
+
+
+def test_load_file_names_and_format_metadata(tmp):
+    t = {"a": torch.randn(3, 3), "b": torch.arange(4), "c": torch.ones(2)}
+    p = os.path.join(tmp, "sub.safetensors")
+    ft.save_file(t, p)
+    got = ft.load_file(p, names=["c", "a"])
+    assert set(got) == {"a", "c"} and same(got["a"], t["a"]) and same(got["c"], t["c"])
+    with pytest.raises(KeyError, match="'zz'"):
+        ft.load_file(p, names=["a", "zz"])
+    with safetensors.safe_open(p, framework="pt") as f:
+        assert f.metadata()["format"] == "pt"
+    ft.save_file(t, p, metadata={"format": "np"})  # the caller's word stands
+    with safetensors.safe_open(p, framework="pt") as f:
+        assert f.metadata()["format"] == "np"
+
+
+def test_packed_float_types(tmp):
+    """F4 and F6 tensors (written by hand): shapes and bytes survive; F6 comes as raw bytes."""
+    data = bytes(range(24))
+    header = {"f4": {"dtype": "F4", "shape": [4, 6], "data_offsets": [0, 12]},
+              "f6": {"dtype": "F6_E2M3", "shape": [16], "data_offsets": [12, 24]}}
+    text = json.dumps(header).encode()
+    p = os.path.join(tmp, "packed.safetensors")
+    with open(p, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text + data)
+    info = fastensor.inspect(p)
+    assert {k: t["dtype"] for k, t in info["tensors"].items()} == {"f4": "F4", "f6": "F6_E2M3"}
+    back = ft.load_file(p)
+    assert raw_bytes(back["f6"]) == data[12:] and back["f6"].dtype == torch.uint8
+    assert raw_bytes(back["f4"]) == data[:12]
+    if hasattr(torch, "float4_e2m1fn_x2"):
+        assert back["f4"].dtype == torch.float4_e2m1fn_x2 and tuple(back["f4"].shape) == (4, 3)
+        theirs = st.load_file(p) if "F4" in getattr(st, "_TYPES", {"F4": 1}) else None
+        if theirs is not None:
+            assert raw_bytes(theirs["f4"]) == data[:12]
+
+
+def test_transformers_files_both_ways(tmp):
+    transformers = pytest.importorskip("transformers", reason="transformers is not installed")
+    cfg = transformers.LlamaConfig(vocab_size=128, hidden_size=32, intermediate_size=64,
+                                   num_hidden_layers=2, num_attention_heads=4,
+                                   num_key_value_heads=2, tie_word_embeddings=True)
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(cfg)
+    d = os.path.join(tmp, "hf")
+    model.save_pretrained(d, max_shard_size="20KB")  # sharded, with an index
+    assert os.path.exists(os.path.join(d, "model.safetensors.index.json"))
+    state = model.state_dict()
+    ours = ft.load_file(d)
+    assert ours and all(same(ours[k], state[k]) for k in ours)
+    with fastensor.safe_open(os.path.join(d, "model.safetensors.index.json"), "pt") as f:
+        assert sorted(ours) == f.keys()
+        assert all(same(f.get_tensor(k), state[k]) for k in f.keys())
+    # our save of the same tensors, loaded by from_pretrained
+    d2 = os.path.join(tmp, "ours")
+    os.makedirs(d2)
+    cfg.save_pretrained(d2)
+    ft.save_file({k: v.detach().clone() for k, v in ours.items()},
+                 os.path.join(d2, "model.safetensors"))
+    back = transformers.LlamaForCausalLM.from_pretrained(d2)
+    for k, v in back.state_dict().items():
+        assert same(v, state[k]), k
