@@ -244,6 +244,71 @@ static void case_prefetch(void)
     free_tensors(o, n);
 }
 
+/* ft_ckpt_read_range: any byte range of a tensor (edges, odd lengths, unaligned buffers),
+ * byte-exact, verified or not; ranges outside the tensor are refused; a failed read is the
+ * call's error; a flipped byte is found by a verified read of a range near it. */
+static bool flip_byte(const char *path, uint64_t at, uint8_t mask);
+
+static void case_read_range(void)
+{
+    size_t n = 4;
+    owned_tensor *o = make_tensors(n, FT_DTYPE_U8, 21, 700000);
+    o[1].shape[0] = 0; /* an empty tensor */
+    o[1].t.data.len = 0;
+    free(o[2].t.data.ptr); /* one of a known size: five checksum blocks */
+    o[2].shape[0] = 20000;
+    o[2].shape[1] = 1;
+    o[2].t.data = ft_host_buf(malloc(20000), 20000);
+    t_fill_random(o[2].t.data.ptr, 20000, 77);
+    ft_tensor *list = list_of(o, n);
+    ft_save_opts so = {.checksum_block = 4096};
+    const char *path = t_path("range.safetensors");
+    T_EQ(ft_ckpt_save(ctx, path, list, n, &so), 0);
+    ft_ckpt *c;
+    T_EQ(ft_ckpt_open(ctx, &c, path), 0);
+    uint8_t *buf = t_alloc_misaligned(2u << 20, 3);
+    uint64_t seed = 5;
+    for (unsigned round = 0; round < 200; round++) {
+        size_t k = round % n;
+        uint64_t len = o[k].t.data.len;
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        uint64_t off = len ? (seed >> 33) % (len + 1) : 0;
+        uint64_t part = round % 7 == 0 ? len - off : (seed >> 13) % (len - off + 1);
+        if (round % 11 == 0)
+            off = len - part; /* ends at the tensor's last byte */
+        ft_buf b = ft_host_buf(buf, (size_t)part);
+        ft_load_opts lo = {.flags = round % 2 ? FT_LOAD_VERIFY : 0};
+        memset(buf, 0xa5, (size_t)part);
+        T_EQ(ft_ckpt_read_range(c, k, off, &b, &lo), (int64_t)part);
+        T_MEMEQ(buf, (uint8_t *)o[k].t.data.ptr + off, (size_t)part);
+    }
+    ft_buf one = ft_host_buf(buf, 1);
+    uint64_t len0 = o[0].t.data.len;
+    T_EQ(ft_ckpt_read_range(c, 0, len0, &one, NULL), -ERANGE);
+    T_EQ(ft_ckpt_read_range(c, 0, UINT64_MAX, &one, NULL), -ERANGE);
+    T_EQ(ft_ckpt_read_range(c, n, 0, &one, NULL), -EINVAL);
+    T_EQ(ft_ckpt_read_range(c, 0, 0, NULL, NULL), -EINVAL);
+    t_fault_set(T_OP_PREAD, T_FAULT_ERRNO, EIO, 1, 0);
+    ft_buf some = ft_host_buf(buf, 100000);
+    T_EQ(ft_ckpt_read_range(c, 0, 12345, &some, NULL), -EIO);
+    T_TRUE(t_fault_clear() >= 1);
+    ft_tensor_info info;
+    T_EQ(ft_ckpt_info(c, 2, &info), 0);
+    ft_ckpt_close(c);
+    T_TRUE(flip_byte(path, info.file_offset + 5000, 0x01)); /* in tensor 2's second block */
+    T_EQ(ft_ckpt_open(ctx, &c, path), 0);
+    ft_load_opts verify = {.flags = FT_LOAD_VERIFY};
+    ft_buf near = ft_host_buf(buf, 10);
+    T_EQ(ft_ckpt_read_range(c, 2, 4995, &near, &verify), -EBADMSG); /* holds it */
+    T_TRUE(strstr(ft_last_error(), o[2].name) != NULL);
+    T_EQ(ft_ckpt_read_range(c, 2, 100, &near, &verify), 10); /* the block before is fine */
+    T_EQ(ft_ckpt_read_range(c, 2, 4995, &near, NULL), 10);   /* unverified, it reads */
+    ft_ckpt_close(c);
+    t_free_misaligned(buf, 3);
+    free(list);
+    free_tensors(o, n);
+}
+
 /* The recorded checksums are plain XXH3-64 of each block of the data section, whichever
  * SIMD path computed them (libxxhash's run-time dispatcher where it has one): any tool with
  * xxhash can check them. */
@@ -780,6 +845,7 @@ int main(void)
         {"sharded save, load by index and directory", case_sharded},
         {"hand-built files: unaligned data, no metadata, > 4 GiB offsets", case_foreign_files},
         {"every header validation failure", case_validation},
+        {"byte ranges of tensors, verified or not", case_read_range},
         {"index paths that escape, mismatched weight maps", case_index_paths},
         {"a flipped bit is found by verify and verified loads", case_flipped_bit},
         {"a flipped byte in a shared block names its tensor", case_flipped_shared_block},
