@@ -245,10 +245,16 @@ def inspect(path) -> dict:
             "checksums": bool(has_csum)}
 
 
-def verify(path, *, engine: str = "auto") -> None:
-    """Check every checksum of a checkpoint; ValueError naming the bad block and tensor."""
+def verify(path, *, engine: str = "auto") -> bool:
+    """Check a checkpoint: its structure (header, offsets, sizes: ValueError saying what is
+    wrong), then every block checksum (ValueError naming the bad block and tensor). Returns
+    True when the checksums were checked, False for a checkpoint without fastensor checksums
+    (written by another tool), whose structure alone could be."""
     ck = _C.ckpt_open(context(), os.fspath(path))
+    if not _C.ckpt_describe(ck)[3]:
+        return False
     _C.ckpt_verify(ck, engine_id(engine))
+    return True
 
 
 def safe_open(filename, framework: str, device="cpu", **kwargs):

@@ -49,6 +49,20 @@ int ft__slurp(ft_ctx *ctx, const char *path, uint64_t max, char **out, size_t *l
     return 0;
 }
 
+/* What a file that is not safetensors is, by its first bytes: "" when nothing is known. */
+static const char *foreign_kind(const uint8_t *head)
+{
+    if (!memcmp(head, "PK\x03\x04", 4))
+        return " (a zip archive: torch.save's format; load it with torch.load)";
+    if (head[0] == 0x80 && head[1] >= 2 && head[1] <= 5)
+        return " (a Python pickle: an old torch.save or pickle file; load it with torch.load)";
+    if (!memcmp(head, "\x93NUMPY", 6))
+        return " (a numpy .npy file)";
+    if (!memcmp(head, "GGUF", 4))
+        return " (a GGUF file)";
+    return "";
+}
+
 static int shard_open(ft_ctx *ctx, ft__shard *s)
 {
     int rc = ft_file_open(ctx, &s->file, s->path, FT_OPEN_READ, 0);
@@ -66,12 +80,17 @@ static int shard_open(ft_ctx *ctx, ft__shard *s)
     uint64_t n = 0;
     for (int k = 7; k >= 0; k--)
         n = n << 8 | le[k];
+    const char *kind = foreign_kind(le);
+    if (*kind)
+        return ft__err(-EBADMSG, "%s: not a safetensors file%s", s->path, kind);
     if (n > FT__ST_HEADER_MAX)
-        return ft__err(-EBADMSG, "%s: header length %llu is over safetensors' limit of %llu",
-                       s->path, (unsigned long long)n, FT__ST_HEADER_MAX);
+        return ft__err(-EBADMSG, "%s: not a safetensors file: its first 8 bytes, read as "
+                                 "safetensors' header length, say %llu, over the format's "
+                                 "limit of %llu", s->path, (unsigned long long)n,
+                       FT__ST_HEADER_MAX);
     if (n + 8 > (uint64_t)size)
-        return ft__err(-EBADMSG, "%s: header length %llu runs past the end of the file "
-                                 "(%lld bytes)", s->path, (unsigned long long)n,
+        return ft__err(-EBADMSG, "%s: the file is truncated: its header needs %llu bytes, the "
+                                 "file holds %lld", s->path, (unsigned long long)n + 8,
                        (long long)size);
     char *json = malloc(n ? (size_t)n : 1);
     if (!json)

@@ -282,3 +282,45 @@ def test_transformers_files_both_ways(tmp):
     back = transformers.LlamaForCausalLM.from_pretrained(d2)
     for k, v in back.state_dict().items():
         assert same(v, state[k]), k
+
+
+def test_files_that_are_not_safetensors_say_what_they_are(tmp):
+    import pickle
+    pt, pk = os.path.join(tmp, "m.pt"), os.path.join(tmp, "m.pkl")
+    torch.save({"a": torch.zeros(3)}, pt)
+    with open(pk, "wb") as f:
+        pickle.dump({"a": 1}, f, protocol=2)
+    with pytest.raises(ValueError, match="zip archive: torch.save"):
+        ft.load_file(pt)
+    with pytest.raises(ValueError, match="Python pickle"):
+        fastensor.safe_open(pk, "pt")
+    good = os.path.join(tmp, "good.safetensors")
+    ft.save_file({"a": torch.randn(50000)}, good)
+    with open(good, "rb") as f:
+        data = f.read()
+    cut = os.path.join(tmp, "cut.safetensors")
+    for n, says in ((100, r"truncated: its header needs \d+ bytes, the file holds 100"),
+                    (len(data) - 10, r"truncated: .* 200000 bytes of tensor data, .*10 missing")):
+        with open(cut, "wb") as f:
+            f.write(data[:n])
+        with pytest.raises(ValueError, match=says):
+            ft.load_file(cut)
+
+
+def test_verify_without_checksums_checks_structure(tmp):
+    import subprocess
+    theirs = os.path.join(tmp, "theirs.safetensors")
+    st.save_file({"a": torch.randn(10)}, theirs)
+    assert fastensor.verify(theirs) is False
+    ours = os.path.join(tmp, "ours.safetensors")
+    ft.save_file({"a": torch.randn(10)}, ours)
+    assert fastensor.verify(ours) is True
+    cli = os.path.join(os.path.dirname(__file__), "..", "..", os.environ.get("BUILD", "build"),
+                       "fastensor")
+    if not os.path.exists(cli):
+        pytest.skip(f"the CLI is not built ({cli})")
+    r = subprocess.run([cli, "verify", theirs], capture_output=True, text=True)
+    assert r.returncode == 0 and "structure valid" in r.stdout and "no fastensor checksums" in r.stdout
+    r = subprocess.run([cli, "verify", "--require-checksums", theirs], capture_output=True,
+                       text=True)
+    assert r.returncode == 1 and r.stdout.startswith("FAIL")
