@@ -12,9 +12,13 @@ staging pipeline or cuFile), one transfer per shard.
 """
 from __future__ import annotations
 
+import atexit
+import concurrent.futures
 import json
 import math
+import sys
 import threading
+import time
 
 import torch
 
@@ -345,57 +349,137 @@ def load(data: bytes) -> dict:
     return out
 
 
-class AsyncSave:
-    """Handle of a :func:`save_file_async`: ``done()``, ``result(timeout=None)``."""
+class _Snapshots:
+    """Buffers that save_file_async copies tensors into, reused across saves: pinned host
+    memory where CUDA tensors are copied (DMA speed), plain memory otherwise. At most two
+    free buffers are kept (one save writing while the next is snapshotted);
+    :func:`release_snapshot_memory` frees them."""
 
-    def __init__(self, target, args):
-        self._error = None
-        self._thread = threading.Thread(target=self._run, args=(target, args), daemon=True,
-                                        name="fastensor-save")
-        self._thread.start()
+    def __init__(self):
+        self._free, self._lock = [], threading.Lock()
 
-    def _run(self, target, args):
-        try:
-            target(*args)
-        except BaseException as e:  # handed to result()
-            self._error = e
+    def take(self, nbytes, pinned):
+        with self._lock:
+            fits = [i for i, b in enumerate(self._free)
+                    if b[1] == pinned and b[0].numel() >= nbytes]
+            if fits:
+                best = min(fits, key=lambda i: self._free[i][0].numel())
+                return self._free.pop(best)[0]
+        return torch.empty(max(nbytes, 1), dtype=torch.uint8, pin_memory=pinned)
 
-    def done(self) -> bool:
-        return not self._thread.is_alive()
+    def give(self, buf):
+        with self._lock:
+            self._free.append((buf, buf.is_pinned()))
+            self._free.sort(key=lambda b: -b[0].numel())
+            del self._free[2:]
 
-    def result(self, timeout: float | None = None) -> None:
-        """Wait for the save; re-raise its error. TimeoutError if still running."""
-        self._thread.join(timeout)
-        if self._thread.is_alive():
-            raise TimeoutError("save still running")
-        if self._error is not None:
-            raise self._error
+    def release(self):
+        with self._lock:
+            self._free.clear()
+
+
+_snapshots = _Snapshots()
+_pending, _pending_lock = set(), threading.Lock()
+
+
+def release_snapshot_memory() -> None:
+    """Free the snapshot buffers :func:`save_file_async` keeps for the next save."""
+    _snapshots.release()
+
+
+def _finish_pending_saves():
+    """At interpreter exit: saves still running are finished (their threads are daemons,
+    which the interpreter would otherwise stop mid-write)."""
+    with _pending_lock:
+        running = [f for f in _pending if not f.done()]
+    if running:
+        names = ", ".join(sorted(str(f.filename) for f in running))
+        print(f"fastensor: finishing {len(running)} checkpoint save(s) still running at exit: "
+              f"{names}", file=sys.stderr, flush=True)
+        for f in running:
+            f._thread.join()
+
+
+atexit.register(_finish_pending_saves)
+
+
+class SaveFuture(concurrent.futures.Future):
+    """The handle of a :func:`save_file_async`: a ``concurrent.futures.Future``
+    (``result()``, ``done()``, ``exception()``, ``add_done_callback()``, ``cancel()`` before
+    the save starts). ``blocked_seconds``: how long the call that made it took (the
+    snapshot); ``filename``: where it saves."""
+
+    def __init__(self, filename, blocked_seconds=0.0):
+        super().__init__()
+        self.filename = filename
+        self.blocked_seconds = blocked_seconds
+        self._thread = None
+
+
+AsyncSave = SaveFuture  # the earlier name
+
+
+def _snapshot(tensors):
+    """(copies of the tensors in one reused buffer, that buffer). CUDA tensors are copied
+    after the work queued on their streams."""
+    sizes, total, cuda = {}, 0, False
+    for name, t in tensors.items():
+        n = t.numel() * t.element_size()
+        sizes[name] = (total, n)
+        total += (n + 63) // 64 * 64
+        cuda |= t.device.type == "cuda"
+    buf = _snapshots.take(total, cuda and torch.cuda.is_available())
+    snap, streams = {}, set()
+    for name, t in tensors.items():
+        off, n = sizes[name]
+        h = buf[off:off + n].view(t.dtype).view(t.shape) if n else \
+            torch.empty(t.shape, dtype=t.dtype)
+        if n:
+            h.copy_(t.detach(), non_blocking=t.device.type == "cuda")
+        if t.device.type == "cuda":
+            streams.add(t.device)
+        snap[name] = h
+    for d in streams:
+        torch.cuda.current_stream(d).synchronize()
+    return snap, buf
 
 
 def save_file_async(tensors: dict, filename, metadata: dict | None = None, *,
                     engine: str = "auto", shard_size: int | None = None,
-                    cache: str = "auto") -> AsyncSave:
-    """Snapshot the tensors now (to pinned host memory for CUDA tensors), then save in the
-    background. The caller may modify or free the tensors as soon as this returns."""
+                    cache: str = "auto") -> SaveFuture:
+    """Snapshot the tensors now (CUDA tensors into pinned memory, at the link's speed, into
+    buffers reused by the next save), then save in the background; the caller may change or
+    free the tensors as soon as this returns. Returns a :class:`SaveFuture`. A save still
+    running when the interpreter exits is finished first (a line on stderr says so); a
+    failed save leaves the previous checkpoint and no temporary file."""
     _check_for_save(tensors)  # the caller's tensors: sharing is lost in the snapshot
-    snap = {}
-    cuda = False
-    for name, t in tensors.items():
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name!r}: expected a torch.Tensor, got {type(t).__name__}")
-        t = t.detach()
-        if t.device.type == "cuda":
-            h = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
-            h.copy_(t, non_blocking=True)
-            cuda = True
-        else:
-            h = t.clone(memory_format=torch.contiguous_format)
-        snap[name] = h
-    if cuda:
-        torch.cuda.current_stream().synchronize()
+    t0 = time.perf_counter()
+    snap, buf = _snapshot(tensors)
     items, keep = _items(snap)
-    return AsyncSave(lambda: (_ckpt.save(filename, items, metadata, engine=engine,
-                                         shard_size=shard_size, cache=cache), keep), ())
+    fut = SaveFuture(filename, time.perf_counter() - t0)
+
+    def run():
+        try:
+            if fut.set_running_or_notify_cancel():
+                try:
+                    _ckpt.save(filename, items, _with_format(metadata), engine=engine,
+                               shard_size=shard_size, cache=cache)
+                except BaseException as e:  # handed to result()
+                    fut.set_exception(e)
+                else:
+                    fut.set_result(None)
+        finally:
+            keep.clear()
+            snap.clear()
+            _snapshots.give(buf)
+            with _pending_lock:
+                _pending.discard(fut)
+
+    fut._thread = threading.Thread(target=run, daemon=True, name="fastensor-save")
+    with _pending_lock:
+        _pending.add(fut)
+    fut._thread.start()
+    return fut
 
 
 def _complete(t):
@@ -477,4 +561,5 @@ def load_model(model, filename, strict: bool = True, device="cpu", *, engine: st
 
 
 __all__ = ["offload_activations", "save_file", "load_file", "save_file_async", "save_model",
-           "load_model", "save", "load", "safe_open", "AsyncSave"]
+           "load_model", "save", "load", "safe_open", "SaveFuture", "AsyncSave",
+           "release_snapshot_memory"]

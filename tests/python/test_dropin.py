@@ -324,3 +324,44 @@ def test_verify_without_checksums_checks_structure(tmp):
     r = subprocess.run([cli, "verify", "--require-checksums", theirs], capture_output=True,
                        text=True)
     assert r.returncode == 1 and r.stdout.startswith("FAIL")
+
+
+def test_save_file_async_is_a_future_and_reuses_its_snapshot_memory(tmp):
+    import concurrent.futures
+    t = {"w": torch.randn(1 << 18), "b": torch.arange(7)}
+    p = os.path.join(tmp, "a.safetensors")
+    seen = []
+    fut = ft.save_file_async(t, p, metadata={"step": "1"})
+    assert isinstance(fut, concurrent.futures.Future) and fut.blocked_seconds >= 0
+    fut.add_done_callback(lambda f: seen.append(f.exception()))
+    t["w"].zero_()  # the snapshot was taken when the call returned
+    assert fut.result(timeout=60) is None and fut.done() and fut.exception() is None
+    assert seen == [None]
+    back = ft.load_file(p)
+    assert torch.count_nonzero(back["w"]) > 0 and torch.equal(back["b"], torch.arange(7))
+    free = list(ft._snapshots._free)
+    assert free and free[0][0].numel() >= (1 << 20)  # kept for the next save
+    ft.save_file_async(t, p).result()
+    assert ft._snapshots._free[0][0].data_ptr() == free[0][0].data_ptr()  # and reused
+    ft.release_snapshot_memory()
+    assert not ft._snapshots._free
+    bad = ft.save_file_async(t, os.path.join(tmp, "missing-dir", "x.safetensors"))
+    assert isinstance(bad.exception(timeout=60), FileNotFoundError)
+    assert not [f for f in os.listdir(tmp) if "tmp" in f]
+
+
+def test_async_save_running_at_exit_is_finished(tmp):
+    import subprocess
+    import sys
+    p = os.path.join(tmp, "exit.safetensors")
+    code = ("import torch, fastensor.torch as ft\n"
+            f"ft.save_file_async({{'w': torch.ones(1 << 26)}}, {p!r})\n")  # 256 MiB, then exit
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       env=dict(os.environ, FASTENSOR_QUIET="1"), timeout=300)
+    assert r.returncode == 0, r.stderr
+    back = ft.load_file(p)
+    assert back["w"].numel() == 1 << 26 and bool((back["w"] == 1).all())
+    assert not [f for f in os.listdir(tmp) if "tmp" in f]
+    if "finishing" not in r.stderr:  # the save ended before the interpreter did
+        pytest.skip("the save finished before exit; nothing to finish")
+    assert "finishing 1 checkpoint save(s) still running at exit" in r.stderr
