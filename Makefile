@@ -24,9 +24,10 @@ comma := ,
 CFLAGS ?= -O2 -g
 WARN := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wno-missing-field-initializers
 ALL_CFLAGS := -std=c11 -D_GNU_SOURCE -fPIC -pthread $(WARN) $(CFLAGS) $(SANFLAGS) -Iinclude
-# liburing is linked in statically so the library runs where liburing is not installed.
-URING_LIBS := -Wl,-Bstatic -luring -Wl,-Bdynamic
-LIBS := $(URING_LIBS) -ljansson -lxxhash -ldl -lpthread -lm
+# liburing and libxxhash are linked in statically so the library and the CLI run where they
+# are not installed; Debian's libjansson.a is not position-independent: libjansson.so.4 stays.
+URING_LIBS := -Wl,-Bstatic -luring -lxxhash -Wl,-Bdynamic
+LIBS := $(URING_LIBS) -ljansson -ldl -lpthread -lm
 
 LIB_SRC := $(wildcard src/base/*.c src/core/*.c src/engine/*.c src/ckpt/*.c src/select/*.c src/gpu/*.c src/store/*.c)
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
@@ -132,7 +133,7 @@ demo: deps venv
 	$(BUILD)/fastensor demo
 
 # The Python extension, built in place (python/fastensor/_C.abi3.so) for $(PYTHON).
-python: lib venv
+python: lib cli venv
 	FT_REMAKE=0 $(PYTHON) setup.py -q build_ext --inplace --force
 
 bench: all python

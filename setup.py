@@ -1,9 +1,12 @@
-"""Build fastensor's C extension on the stable ABI (abi3, Python >= 3.11).
+"""Build fastensor's C extension on the stable ABI (abi3, Python >= 3.11), and ship the CLI.
 
 The extension links build/libfastensor.a, which `make lib` builds (run here when missing),
-so `pip install --no-build-isolation .` works offline from a clean tree.
+so `pip install --no-build-isolation .` works offline from a clean tree. The `fastensor`
+command-line tool (`make cli`) goes into the package as fastensor/_bin/fastensor; pip
+installs a `fastensor` command that runs it, and `python -m fastensor` does the same.
 """
 import os
+import shutil
 import subprocess
 
 from setuptools import Extension, setup
@@ -14,11 +17,21 @@ BUILD = os.environ.get("FT_BUILD", os.path.join(ROOT, "build"))
 ARCHIVE = os.path.join(BUILD, "libfastensor.a")
 
 
+CLI = os.path.join(BUILD, "fastensor")
+
+
 class BuildWithLibrary(build_ext):
     def run(self):
-        if not os.path.exists(ARCHIVE) or os.environ.get("FT_REMAKE", "1") == "1":
-            subprocess.check_call(["make", "-C", ROOT, "--no-print-directory", "lib"])
+        if not os.path.exists(ARCHIVE) or not os.path.exists(CLI) or \
+                os.environ.get("FT_REMAKE", "1") == "1":
+            subprocess.check_call(["make", "-C", ROOT, "--no-print-directory", "lib", "cli"])
         super().run()
+        # the CLI beside the package's modules: in the build tree (a wheel) and in place
+        for base in {self.build_lib, os.path.join(ROOT, "python")} if self.inplace else \
+                {self.build_lib}:
+            bindir = os.path.join(base, "fastensor", "_bin")
+            os.makedirs(bindir, exist_ok=True)
+            shutil.copy2(CLI, os.path.join(bindir, "fastensor"))
 
 
 ext = Extension(
@@ -29,10 +42,13 @@ ext = Extension(
     define_macros=[("Py_LIMITED_API", "0x030B0000")],
     extra_compile_args=["-std=c11", "-Wall", "-Wextra", "-Werror", "-Wno-missing-field-initializers"],
     extra_objects=[ARCHIVE],
-    # liburing is linked in statically (the GPU machine has no liburing); the library's
-    # internal symbols stay out of the extension's dynamic symbol table.
-    extra_link_args=["-Wl,-Bstatic", "-luring", "-Wl,-Bdynamic", "-Wl,--exclude-libs,ALL"],
-    libraries=["jansson", "xxhash", "pthread"],
+    # liburing and libxxhash are linked in statically (machines without them: the GPU
+    # machine has no liburing); Debian's libjansson.a is not position-independent, so
+    # libjansson.so.4 stays a run-time dependency. The library's internal symbols stay out
+    # of the extension's dynamic symbol table.
+    extra_link_args=["-Wl,-Bstatic", "-luring", "-lxxhash", "-Wl,-Bdynamic",
+                     "-Wl,--exclude-libs,ALL"],
+    libraries=["jansson", "pthread"],
     py_limited_api=True,
 )
 

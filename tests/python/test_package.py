@@ -1,0 +1,86 @@
+"""The package as pip builds and installs it: a wheel with the extension and the CLI, no C
+sources, typed; `python -m fastensor` and the `fastensor` command run the CLI."""
+import os
+import subprocess
+import sys
+import zipfile
+
+import pytest
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory):
+    out = tmp_path_factory.mktemp("wheel")
+    r = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-build-isolation",
+                        "--no-deps", "-q", "-w", str(out), ROOT], capture_output=True, text=True,
+                       env=dict(os.environ, FT_REMAKE="0"))
+    if r.returncode != 0:
+        pytest.fail(f"pip wheel failed: {r.stderr[-2000:]}")
+    (path,) = [os.path.join(out, f) for f in os.listdir(out) if f.endswith(".whl")]
+    return path
+
+
+def test_wheel_contents(wheel):
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "fastensor/_C.abi3.so" in names and "fastensor/_bin/fastensor" in names
+    assert "fastensor/py.typed" in names and "fastensor/__main__.py" in names
+    assert not [n for n in names if n.endswith((".c", ".h"))], "the wheel ships C sources"
+    assert "-cp311-abi3-" in os.path.basename(wheel)
+    meta = zipfile.ZipFile(wheel).read(
+        next(n for n in names if n.endswith("entry_points.txt"))).decode()
+    assert "fastensor = fastensor.__main__:main" in meta
+    lic = [n for n in names if n.endswith("METADATA")]
+    assert "Apache-2.0" in zipfile.ZipFile(wheel).read(lic[0]).decode()
+
+
+def test_installed_wheel_runs(wheel, tmp_path):
+    site = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target",
+                    str(site), wheel], check=True)
+    env = dict(os.environ, PYTHONPATH=str(site))
+    r = subprocess.run([sys.executable, "-m", "fastensor", "--help"], capture_output=True,
+                       text=True, env=env, cwd=str(tmp_path))
+    assert r.returncode == 0 and "usage: fastensor" in r.stdout
+    # the installed tool is executable (pip keeps the mode bits of package data)
+    assert os.access(site / "fastensor" / "_bin" / "fastensor", os.X_OK)
+    r = subprocess.run([str(site / "bin" / "fastensor"), "--help"], capture_output=True,
+                       text=True, env=env)
+    assert r.returncode == 0 and "usage: fastensor" in r.stdout
+    r = subprocess.run([sys.executable, "-c", "import fastensor, importlib.metadata as m; "
+                        "print(fastensor.__version__, m.version('fastensor'))"],
+                       capture_output=True, text=True, env=env, cwd=str(tmp_path), check=True)
+    ours, dist = r.stdout.split()
+    assert ours == dist
+    # the extension needs no liburing or libxxhash at run time
+    ldd = subprocess.run(["ldd", str(site / "fastensor" / "_C.abi3.so")], capture_output=True,
+                         text=True).stdout
+    assert "liburing" not in ldd and "libxxhash" not in ldd
+
+
+def test_pkg_config_static_links(tmp_path):
+    """`make install`, then a program linked against the static library with nothing but
+    what `pkg-config --static` says."""
+    import shutil
+    if not shutil.which("pkg-config"):
+        pytest.skip("pkg-config is not installed (scripts/deps.sh installs it)")
+    dest = tmp_path / "root"
+    subprocess.run(["make", "-s", "-C", ROOT, "install", f"DESTDIR={dest}", "PREFIX=/usr/local",
+                    f"BUILD={os.environ.get('BUILD', 'build')}"], check=True,
+                   stdout=subprocess.DEVNULL)
+    prog = tmp_path / "p.c"
+    prog.write_text('#include <fastensor.h>\n#include <stdio.h>\n'
+                    'int main(void) { puts(ft_version()); return 0; }\n')
+    env = dict(os.environ, PKG_CONFIG_SYSROOT_DIR=str(dest),
+               PKG_CONFIG_PATH=str(dest / "usr/local/lib/pkgconfig"))
+    flags = subprocess.run(["pkg-config", "--static", "--cflags", "--libs", "fastensor"],
+                           capture_output=True, text=True, env=env, check=True).stdout.split()
+    libs = [f for f in flags if f.startswith("-l") and f != "-lfastensor"]
+    other = [f for f in flags if not f.startswith("-l")]
+    exe = tmp_path / "p"
+    subprocess.run(["cc", "-no-pie", "-o", str(exe), str(prog)] + other +
+                   ["-Wl,-Bstatic", "-lfastensor", "-Wl,-Bdynamic"] + libs, check=True)
+    out = subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout
+    import fastensor
+    assert out.strip() == fastensor.__version__
