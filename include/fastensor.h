@@ -109,10 +109,12 @@ int ft_engine_from_name(const char *name);
 /** Context settings. Zero in a field means "the default". */
 typedef struct ft_config {
     unsigned threads;      /**< worker threads (default: max(8, 2 x CPUs), at most 256) */
-    size_t chunk_size;     /**< largest piece of a split transfer and of one O_DIRECT request (64 MiB) */
+    size_t chunk_size;     /**< largest piece of a split transfer and of one O_DIRECT
+                                request (64 MiB) */
     unsigned queue_depth;  /**< io_uring requests in flight per transfer (16) */
     size_t bounce_size;    /**< size of one aligned bounce buffer (4 MiB) */
-    ft_engine engine;      /**< engine for calls that ask for AUTO (default AUTO: library's choice) */
+    ft_engine engine;      /**< engine for calls that ask for AUTO (default AUTO: the
+                                library's choice) */
     ft_cache_mode cache;   /**< cache mode for calls that ask for FT_CACHE_AUTO (default AUTO) */
 } ft_config;
 

@@ -585,7 +585,8 @@ static void case_index_paths(void)
         if (rc != cases[i].rc || !strstr(ft_last_error(), cases[i].expect))
             T_FAIL("index case %zu: rc %d, message '%s'", i, rc, ft_last_error());
     }
-    write_text(path, "{\"metadata\":{\"total_size\":4},\"weight_map\":{\"w\":\"a..b.safetensors\"}}");
+    write_text(path,
+               "{\"metadata\":{\"total_size\":4},\"weight_map\":{\"w\":\"a..b.safetensors\"}}");
     ft_ckpt *c;
     T_EQ(ft_ckpt_open(ctx, &c, path), 0);
     ft_ckpt_close(c);

@@ -240,7 +240,8 @@ static void case_caps_are_true(void)
         }
         for (int write = 0; write < 2; write++) {
             ft_file *f;
-            T_EQ(ft_file_open(ctx, &f, path, FT_OPEN_READ | FT_OPEN_WRITE | FT_OPEN_CREATE, 0644), 0);
+            T_EQ(ft_file_open(ctx, &f, path, FT_OPEN_READ | FT_OPEN_WRITE | FT_OPEN_CREATE,
+                              0644), 0);
             ft_buf b = ft_host_buf(buf, len);
             ft_io_opts plain = {.engine = FT_ENGINE_POSIX};
             T_EQ(ft_write(f, &b, 0, &plain), (int64_t)len);

@@ -197,8 +197,8 @@ static int reads_under(enum t_fault_op op, const char *label)
     t_fill_random(src, n, 99);
     ft_file *f;
     ft_buf b = ft_host_buf(src, n), d = ft_host_buf(dst, n);
-    int bad = ft_file_open(c, &f, t_path("settings.bin"), FT_OPEN_READ | FT_OPEN_WRITE |
-                                                          FT_OPEN_CREATE | FT_OPEN_TRUNC, 0644) != 0 ||
+    unsigned mode = FT_OPEN_READ | FT_OPEN_WRITE | FT_OPEN_CREATE | FT_OPEN_TRUNC;
+    int bad = ft_file_open(c, &f, t_path("settings.bin"), mode, 0644) != 0 ||
               ft_write(f, &b, 0, &(ft_io_opts){.engine = FT_ENGINE_POSIX}) != (int64_t)n;
     t_fault_set(op, T_FAULT_ERRNO, EACCES, 1, 0);
     for (int e = 0; !bad && e < 2; e++) {

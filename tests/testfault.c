@@ -15,7 +15,8 @@
 static const char *const op_names[T_OP_COUNT] = {
     "pread", "pwrite", "uring_cqe", "fdatasync", "open", "mmap", "fallocate", "close",
     "fstat", "fstatfs", "fsync", "ftruncate", "fadvise", "munmap", "madvise", "mincore",
-    "cachestat", "fcntl", "flock", "rename", "unlink", "stat", "mkdir", "opendir", "readdir", "kill",
+    "cachestat", "fcntl", "flock", "rename", "unlink", "stat", "mkdir", "opendir", "readdir",
+    "kill",
     "uring_init", "uring_register_buffers", "uring_submit", "uring_wait_cqe"};
 
 const char *t_fault_op_name(enum t_fault_op op)

@@ -33,7 +33,8 @@ static void add(model *m, const char *name, uint64_t d0, uint64_t d1)
     m->shapes[i][0] = d0;
     m->shapes[i][1] = d1;
     uint64_t bytes = d0 * (d1 ? d1 : 1) * 4;
-    m->t[i] = (ft_tensor){NULL, FT_DTYPE_F32, d1 ? 2 : 1, NULL, {NULL, (size_t)bytes, FT_MEM_HOST, 0}};
+    m->t[i] = (ft_tensor){NULL, FT_DTYPE_F32, d1 ? 2 : 1, NULL,
+                          {NULL, (size_t)bytes, FT_MEM_HOST, 0}};
     m->bytes += bytes;
 }
 
@@ -170,7 +171,8 @@ int cmd_demo(int argc, char **argv)
     if ((rc = plain_path(&m, plain, &pw, &pr)) < 0)
         cli_error("demo", "plain write/read path failed: %s", ft_strerror(rc));
     printf("%-34s %8s %10s\n", "path", "seconds", "GB/s");
-    printf("%-34s %8.3f %10.2f\n", "plain write() per tensor + fsync", pw, (double)m.bytes / pw / 1e9);
+    printf("%-34s %8.3f %10.2f\n", "plain write() per tensor + fsync", pw,
+           (double)m.bytes / pw / 1e9);
     if (json)
         printf("{\"what\":\"plain\",\"op\":\"write\",\"bytes\":%llu,\"seconds\":%.6f}\n"
                "{\"what\":\"plain\",\"op\":\"read\",\"bytes\":%llu,\"seconds\":%.6f}\n",

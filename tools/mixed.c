@@ -153,9 +153,10 @@ int bench_mixed(const ft_engine *engines, int nengines, int rounds, bool json, c
         part_bytes[part_of(&ops[i])] += ops[i].len;
     }
     if (!json && status == EXIT_OK)
-        printf("mixed workload: %d transfers (4K..256M, 70%% reads), %.2f GB, 2 x 1G cached + 2 x 4G "
-               "cold files (small ones and half the large reads in the cached files, the other "
-               "large ones streaming through the cold files)\n", OPS, (double)total_ops_bytes / 1e9);
+        printf("mixed workload: %d transfers (4K..256M, 70%% reads), %.2f GB, 2 x 1G cached + "
+               "2 x 4G cold files (small ones and half the large reads in the cached files, the "
+               "other large ones streaming through the cold files)\n",
+               OPS, (double)total_ops_bytes / 1e9);
     if (!json && status == EXIT_OK) {
         printf("bytes:");
         for (int p = 0; p < PART_SYNC; p++)

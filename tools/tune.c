@@ -25,7 +25,8 @@ static void tune_usage(FILE *out)
                  "Builds the AUTO profile for the filesystem holding PATH (default: a temporary "
                  "file here):\ntransfers of 4K..max-size (256M; larger sizes are one key with "
                  "256M and only spread the\ncold reads wider), reads cold (scattered and "
-                 "streaming, through the page cache and O_DIRECT in turn; streams of 64K..16M also with calls\nin flight) and cached, writes "
+                 "streaming, through the page cache and O_DIRECT in turn; streams of 64K..16M "
+                 "also with calls\nin flight) and cached, writes "
                  "plain, synced later (FT_IO_SYNC_LATER) and synced per call,\neach repeated "
                  "until every engine setting is measured, within N seconds (60). Then\nsaves "
                  "the profile and prints it.\n");
@@ -159,7 +160,9 @@ int cmd_tune(int argc, char **argv)
             ft_buf part = {buf, (size_t)size, device >= 0 ? FT_MEM_CUDA : FT_MEM_HOST,
                            device >= 0 ? device : 0};
             ft_io_opts o = {.engine = FT_ENGINE_AUTO,
-                            .flags = kind == SYNC ? FT_IO_SYNC : kind == LATER ? FT_IO_SYNC_LATER : 0};
+                            .flags = kind == SYNC    ? FT_IO_SYNC
+                                     : kind == LATER ? FT_IO_SYNC_LATER
+                                                     : 0};
             bool runs = kind == WRITE || kind == LATER;
             if (kind == BUSY) {
                 int n = busy_stream(f, fd, buf, size, max_size, device, start + budget, &calls);

@@ -45,6 +45,8 @@ typedef struct ft__syscalls {
     int (*mkdir)(const char *path, mode_t mode);
     DIR *(*opendir)(const char *path);
     struct dirent *(*readdir)(DIR *d); /* NULL at the end; NULL and errno set on failure */
+    void (*rewinddir)(DIR *d);
+    int (*closedir)(DIR *d); /* nothing to act on where it fails: its result is not read */
     int (*kill)(pid_t pid, int sig);
     int (*uring_init)(unsigned entries, struct io_uring *ring, struct io_uring_params *p);
     int (*uring_register_buffers)(struct io_uring *ring, const struct iovec *iov, unsigned n);
@@ -62,7 +64,8 @@ typedef struct ft__syscalls {
         .mmap = mmap, .munmap = munmap, .madvise = madvise, .mincore = mincore,               \
         .cachestat = ft__sys_cachestat, .fcntl = ft__sys_fcntl, .flock = flock,               \
         .rename = rename, .unlink = unlink, .stat = stat, .mkdir = mkdir,                     \
-        .opendir = opendir, .readdir = readdir, .kill = kill,                                 \
+        .opendir = opendir, .readdir = readdir, .rewinddir = rewinddir,                       \
+        .closedir = closedir, .kill = kill,                                                   \
         .uring_init = io_uring_queue_init_params,                                             \
         .uring_register_buffers = io_uring_register_buffers,                                  \
         .uring_submit = io_uring_submit, .uring_wait_cqe = ft__sys_uring_wait_cqe,            \

@@ -339,7 +339,7 @@ static int sweep_dir(sweep *w)
         return ft__err(-errno, "cannot list %s", w->dir);
     bool unreadable = false;
     int rc = gather_listed(w, d, &unreadable);
-    rewinddir(d);
+    ft__sys.rewinddir(d);
     struct dirent *e;
     int more = 0;
     while (rc == 0 && (more = ft__dir_next(d, &e)) > 0) {
@@ -356,7 +356,7 @@ static int sweep_dir(sweep *w)
             sweep_remove(w, name);
         }
     }
-    closedir(d);
+    ft__sys.closedir(d);
     for (size_t i = 0; i < w->nlisted; i++)
         free(w->listed[i]);
     free(w->listed);

@@ -311,7 +311,7 @@ static int pick_in_dir(const char *dir, char **out)
         else if (ends_with(e->d_name, ".safetensors") && ++nsingle == 1)
             single = strdup(e->d_name);
     }
-    closedir(d);
+    ft__sys.closedir(d);
     int rc = 0;
     const char *pick = nindex == 1 ? index : nindex == 0 && nsingle == 1 ? single : NULL;
     if (listed < 0) /* a partial listing could pick the wrong checkpoint */

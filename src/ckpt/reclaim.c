@@ -5,8 +5,8 @@
  * would wait for the old checkpoint's deletion as long as for a good part of the new one's
  * writing. So a save first takes an O_PATH reference to each file it is about to replace or
  * remove; the rename and the unlink then drop names only, and the references are closed by
- * a worker of the context's pool once the save is done. A reference that cannot be taken costs nothing
- * but that wait.
+ * a worker of the context's pool once the save is done. A reference that cannot be taken
+ * costs nothing but that wait.
  */
 #include "ckpt.h"
 #include "../base/syscall.h"

@@ -178,7 +178,8 @@ static void part_sums(save_shard *s, uint64_t k, uint64_t block, const uint8_t *
     if (part == UINT64_MAX)
         return;
     for (size_t i = first_ending_after(s, from); i < s->count && s->begin[i] < to; i++) {
-        uint64_t tb = FT__MAX(s->begin[i], from), te = FT__MIN(s->begin[i] + s->tensors[i].data.len, to);
+        uint64_t tb = FT__MAX(s->begin[i], from);
+        uint64_t te = FT__MIN(s->begin[i] + s->tensors[i].data.len, to);
         if (te > tb)
             s->parts[part++] = ft__csum(data + (tb - from), (size_t)(te - tb));
     }

@@ -1,10 +1,10 @@
 /*
- * Engine AUTO: the selector (select/) wired to files and engines: a call's key, the arms it
- * may use (the cache policy), the policy's answer, what the call did as a sample. One selector per filesystem device per context,
- * with its profile loaded when first used and saved when the context is destroyed (or by
- * ft_profile_save). FASTENSOR_PROFILE: "off" disables persistence; a directory holds one
- * profile per device; any other value names the file itself. Default directory:
- * $XDG_CACHE_HOME/fastensor, else $HOME/.cache/fastensor.
+ * Engine AUTO: the selector (select/) wired to files and engines: a call's key, the arms it may
+ * use (the cache policy), the policy's answer, what the call did as a sample. One selector per
+ * filesystem device per context, with its profile loaded when first used and saved when the
+ * context is destroyed (or by ft_profile_save). FASTENSOR_PROFILE: "off" disables persistence;
+ * a directory holds one profile per device; any other value names the file itself. Default
+ * directory: $XDG_CACHE_HOME/fastensor, else $HOME/.cache/fastensor.
  */
 #include "internal.h"
 #include "../select/select.h"

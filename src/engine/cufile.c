@@ -50,7 +50,8 @@ static void cf_load(void)
     *(void **)&ft__cf.BatchGetStatus = dlsym(lib, "cuFileBatchIOGetStatus");
     *(void **)&ft__cf.BatchCancel = dlsym(lib, "cuFileBatchIOCancel");
     *(void **)&ft__cf.BatchDestroy = dlsym(lib, "cuFileBatchIODestroy");
-    if (!ft__cf.DriverOpen || !ft__cf.HandleRegister || !ft__cf.HandleDeregister || !ft__cf.Read || !ft__cf.Write) {
+    if (!ft__cf.DriverOpen || !ft__cf.HandleRegister || !ft__cf.HandleDeregister ||
+        !ft__cf.Read || !ft__cf.Write) {
         cf_reason = "libcufile.so.0 lacks the cuFile API";
         return;
     }

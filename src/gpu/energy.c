@@ -76,7 +76,7 @@ static double rapl_uj(void)
         if (v >= 0)
             total = (total < 0 ? 0 : total) + v;
     }
-    closedir(d);
+    ft__sys.closedir(d);
     return total;
 }
 

@@ -1,8 +1,8 @@
 /*
- * Sample windows: how what calls did becomes samples. A window is a run of calls of one key
- * and arm on one file (a window set per file, its own lock), and one sample: their bytes over their share of the time (a call that
- * ran while k transfers were in flight counts 1/k of its time, see auto.c). Most windows are
- * one call. Two kinds last longer:
+ * Sample windows: how what calls did becomes samples. A window is a run of calls of one key and
+ * arm on one file (a window set per file, its own lock), and one sample: their bytes over their
+ * share of the time (a call that ran while k transfers were in flight counts 1/k of its time,
+ * see auto.c). Most windows are one call. Two kinds last longer:
  * - stream reads beside other transfers: the kernel's readahead one call starts serves the
  *   next, so a buffered call's own time says what the calls before it read ahead (development
  *   machine, a cold stream of 1 MiB reads 16 in flight: `posix` calls scored 55 GB/s each in
