@@ -476,23 +476,43 @@ fail:
     return NULL;
 }
 
-/* (ckpt, shard, address, length, engine, verify, kind, device, stream) -> bytes */
+/* The destination and options the load calls share: memory at addr (kind 0 host, 1 CUDA
+ * device), engine, verify, stream, cache. */
+typedef struct load_args {
+    unsigned long long addr, len, stream;
+    int engine, verify, kind, device, cache;
+} load_args;
+
+static ft_buf load_buf(const load_args *a)
+{
+    return (ft_buf){(void *)(uintptr_t)a->addr, (size_t)a->len,
+                    a->kind ? FT_MEM_CUDA : FT_MEM_HOST, a->device};
+}
+
+static ft_load_opts load_opts(const load_args *a)
+{
+    return (ft_load_opts){.engine = (ft_engine)a->engine,
+                          .flags = a->verify ? FT_LOAD_VERIFY : 0,
+                          .stream = (void *)(uintptr_t)a->stream,
+                          .cache = (ft_cache_mode)a->cache};
+}
+
+/* ckpt_load_shard(ckpt, shard, address, length, engine, verify, kind, device, stream,
+ * cache) -> bytes */
 static PyObject *py_ckpt_load_shard(PyObject *self, PyObject *args)
 {
     (void)self;
     PyObject *cap;
     unsigned shard;
-    unsigned long long addr, len, stream = 0;
-    int engine, verify, kind = 0, device = 0, cache = 0;
-    if (!PyArg_ParseTuple(args, "OIKKip|iiKi", &cap, &shard, &addr, &len, &engine, &verify, &kind,
-                          &device, &stream, &cache))
+    load_args a = {0};
+    if (!PyArg_ParseTuple(args, "OIKKip|iiKi", &cap, &shard, &a.addr, &a.len, &a.engine,
+                          &a.verify, &a.kind, &a.device, &a.stream, &a.cache))
         return NULL;
     ft_ckpt *c = cap_get(cap, CAP_CKPT);
     if (!c)
         return NULL;
-    ft_buf b = {(void *)(uintptr_t)addr, (size_t)len, kind ? FT_MEM_CUDA : FT_MEM_HOST, device};
-    ft_load_opts o = {.engine = (ft_engine)engine, .flags = verify ? FT_LOAD_VERIFY : 0,
-                      .stream = (void *)(uintptr_t)stream, .cache = (ft_cache_mode)cache};
+    ft_buf b = load_buf(&a);
+    ft_load_opts o = load_opts(&a);
     int64_t n;
     Py_BEGIN_ALLOW_THREADS
     n = ft_ckpt_load_shard(c, shard, &b, &o);
@@ -506,17 +526,16 @@ static PyObject *py_ckpt_read(PyObject *self, PyObject *args)
 {
     (void)self;
     PyObject *cap;
-    unsigned long long index, off, addr, len, stream = 0;
-    int engine, verify, kind = 0, device = 0, cache = 0;
-    if (!PyArg_ParseTuple(args, "OKKKKip|iiKi", &cap, &index, &off, &addr, &len, &engine,
-                          &verify, &kind, &device, &stream, &cache))
+    unsigned long long index, off;
+    load_args a = {0};
+    if (!PyArg_ParseTuple(args, "OKKKKip|iiKi", &cap, &index, &off, &a.addr, &a.len, &a.engine,
+                          &a.verify, &a.kind, &a.device, &a.stream, &a.cache))
         return NULL;
     ft_ckpt *c = cap_get(cap, CAP_CKPT);
     if (!c)
         return NULL;
-    ft_buf b = {(void *)(uintptr_t)addr, (size_t)len, kind ? FT_MEM_CUDA : FT_MEM_HOST, device};
-    ft_load_opts o = {.engine = (ft_engine)engine, .flags = verify ? FT_LOAD_VERIFY : 0,
-                      .stream = (void *)(uintptr_t)stream, .cache = (ft_cache_mode)cache};
+    ft_buf b = load_buf(&a);
+    ft_load_opts o = load_opts(&a);
     int64_t n;
     Py_BEGIN_ALLOW_THREADS
     n = ft_ckpt_read_range(c, (size_t)index, off, &b, &o);

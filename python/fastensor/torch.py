@@ -459,21 +459,24 @@ def save_file_async(tensors: dict, filename, metadata: dict | None = None, *,
     fut = SaveFuture(filename, time.perf_counter() - t0)
 
     def run():
+        error, ran = None, False
         try:
             if fut.set_running_or_notify_cancel():
-                try:
-                    _ckpt.save(filename, items, _with_format(metadata), engine=engine,
-                               shard_size=shard_size, cache=cache)
-                except BaseException as e:  # handed to result()
-                    fut.set_exception(e)
-                else:
-                    fut.set_result(None)
-        finally:
+                ran = True
+                _ckpt.save(filename, items, _with_format(metadata), engine=engine,
+                           shard_size=shard_size, cache=cache)
+        except BaseException as e:  # handed to result()
+            error = e
+        finally:  # the snapshot is free for the next save before this one reports
             keep.clear()
             snap.clear()
             _snapshots.give(buf)
             with _pending_lock:
                 _pending.discard(fut)
+        if ran and error is not None:
+            fut.set_exception(error)
+        elif ran:
+            fut.set_result(None)
 
     fut._thread = threading.Thread(target=run, daemon=True, name="fastensor-save")
     with _pending_lock:
