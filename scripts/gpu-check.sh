@@ -3,7 +3,7 @@
 # Python tests (CUDA included), and the GPU benchmarks, with logs and JSON under $OUT.
 #
 #   scripts/gpu-check.sh [--udev] [--quick] [--no-bench] [--no-tests] [--auto] [--offload]
-#                        [--fio] [--ckpt] [--scenarios] [--pack]
+#                        [--fio] [--ckpt] [--scenarios] [--dropin] [--pack]
 #
 # The GPU machine has no -dev packages, so by default it runs what was built on the
 # development machine and carried along: `make BUILD=gpubuild all tests python` there, then
@@ -34,6 +34,10 @@
 #         FT_SCEN_TOOLS (fastensor,safetensors,torch,raw), FT_SCEN_LIST
 #         (save,cold,repeat2,repeat3,procs), FT_SCEN_LIMIT seconds before the last round starts
 #         (400)); JSON in $OUT/scenarios-<device>.json, then the decision overhead.
+# --dropin: only the drop-in benchmark (bench/dropin.py: get_tensor of every tensor through
+#         one safe_open into CUDA against load_file and safetensors, fresh processes, warm
+#         file; save_file_async's blocked time against the device-to-pinned copy;
+#         FT_DROPIN_SIZE (2G)); JSON in $OUT/dropin-cuda.json.
 # --pack: leave one archive, $OUT/results.tgz, instead of the separate logs.
 # --udev: ONLY on a throwaway test VM: create the udev entry cuFile needs for the block
 #         device holding this directory (/run/udev/data/b<major>:<minor>), see DESIGN.md.
@@ -42,7 +46,7 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
 OUT=${OUT:-$here/gpu-out}
 BUILD=${BUILD:-gpubuild}
-UDEV=0 QUICK=0 BENCH=1 TESTS=1 AUTO=0 OFFLOAD=0 PACK=0 FIO=0 CKPT=0 SCEN=0
+UDEV=0 QUICK=0 BENCH=1 TESTS=1 AUTO=0 OFFLOAD=0 PACK=0 FIO=0 CKPT=0 SCEN=0 DROPIN=0
 for a in "$@"; do
     case $a in
         --udev) UDEV=1 ;;
@@ -55,6 +59,7 @@ for a in "$@"; do
         --fio) FIO=1 ;;
         --ckpt) CKPT=1 ;;
         --scenarios) SCEN=1 BENCH=0 TESTS=0 ;;
+        --dropin) DROPIN=1 BENCH=0 TESTS=0 ;;
         -h|--help) sed -n '2,/^set -u$/{/^set -u$/!p}' "$0"; exit 0 ;;
         *) echo "unknown option $a" >&2; exit 2 ;;
     esac
@@ -166,6 +171,12 @@ if [ $SCEN = 1 ]; then
         --time-limit "${FT_SCEN_LIMIT:-400}" --json "$OUT/scenarios-$dev.json" 2>"$OUT/scenarios-$dev.log" \
         | tee -a "$OUT/summary.txt"
     (cd "$WORK" && "$here/$BUILD/fastensor" bench --overhead) | tee -a "$OUT/summary.txt"
+fi
+if [ $DROPIN = 1 ]; then
+    log "drop-in calls: safe_open get_tensor loop vs load_file, save_file_async blocked time"
+    PYTHONPATH="$here/python" timeout 500 python3 bench/dropin.py --device cuda \
+        --size "${FT_DROPIN_SIZE:-2G}" --rounds 3 --dir "$WORK" --json "$OUT/dropin-cuda.json" \
+        2>"$OUT/dropin-cuda.log" | tee -a "$OUT/summary.txt"
 fi
 if [ $AUTO = 1 ]; then
     F="$WORK/auto.bin"

@@ -91,6 +91,11 @@ class SafeOpen:
         self._checksums = _C.ckpt_describe(self._ck)[3]
         self._info = {t[0]: (i,) + tuple(t[1:]) for i, t in enumerate(tensors)}
         self._order = [t[0] for t in tensors]
+        # host tensors of a shard the cache mode keeps view a private mapping of it, as
+        # load_file's do (no copy, no fresh memory); None: read instead
+        self._maps = {} if adapter.is_host(self._device) and engine == "auto" and not verify \
+            else None
+        self._engine_name, self._cache_name = engine, cache
 
     # ---- the context manager ----
     def __enter__(self):
@@ -101,6 +106,7 @@ class SafeOpen:
 
     def close(self):
         self._ck = None
+        self._maps = None if self._maps is None else {}
 
     def _open(self):
         if self._ck is None:
@@ -147,11 +153,25 @@ class SafeOpen:
     def get_tensor(self, name):
         """Tensor ``name`` on the device, reading only its bytes (straight into device
         memory for a CUDA device)."""
-        index, dtype, shape, nbytes, _, _ = self._entry(name)
+        index, dtype, shape, nbytes, shard, off = self._entry(name)
+        mapped = self._mapping(shard)
+        if mapped is not None:
+            return self._adapter.view(mapped, dtype, shape, nbytes, off)
         out, address, cuda_device, stream = self._adapter.empty(dtype, shape, nbytes,
                                                                 self._device)
         self._read(index, 0, address, nbytes, cuda_device, stream)
         return self._adapter.finish(out, dtype, shape)
+
+    def _mapping(self, shard):
+        """The uint8 view of shard ``shard``'s data section in a private mapping, or None."""
+        if self._maps is None:
+            return None
+        if shard not in self._maps:
+            m = _ckpt.mapped_shard(self._ck, shard, self._shards[shard],
+                                   engine=self._engine_name, cache=self._cache_name)
+            self._maps[shard] = None if m is None else \
+                self._adapter.frombuffer(m, self._shards[shard][2], self._shards[shard][1])
+        return self._maps[shard]
 
     def get_tensors(self, names=None, threads: int = 8) -> dict:
         """Several tensors (all, by default), read concurrently."""

@@ -81,6 +81,26 @@ class _Arrays:
         return "cpu"
 
     @staticmethod
+    def is_host(device):
+        return True
+
+    @staticmethod
+    def frombuffer(mapped, start, size):
+        return np.frombuffer(mapped, dtype=np.uint8, count=size, offset=start) if size \
+            else np.empty(1, dtype=np.uint8)
+
+    @staticmethod
+    def view(buf, dtype_name, shape, nbytes, off):
+        if dtype_name in ("F4", "F6_E2M3", "F6_E3M2"):
+            return buf[off:off + nbytes]
+        dt = _FROM_ST.get(dtype_name)
+        if dt is None:
+            raise ValueError(f"dtype {dtype_name} has no numpy equivalent")
+        if off % dt.itemsize:  # a foreign file's unaligned tensor: a copy of its own
+            return buf[off:off + nbytes].copy().view(dt.newbyteorder("<")).reshape(shape)
+        return np.ndarray(shape, dtype=dt.newbyteorder("<"), buffer=buf, offset=off)
+
+    @staticmethod
     def empty(dtype_name, shape, nbytes, device):
         buf = np.empty(max(nbytes, 1), dtype=np.uint8)
         return buf, buf.ctypes.data, None, 0

@@ -240,6 +240,19 @@ class _Arrays:
         return device
 
     @staticmethod
+    def is_host(device):
+        return device.type == "cpu"
+
+    @staticmethod
+    def frombuffer(mapped, start, size):
+        return torch.frombuffer(mapped, dtype=torch.uint8, count=size, offset=start) if size \
+            else torch.empty(1, dtype=torch.uint8)
+
+    @staticmethod
+    def view(buf, dtype_name, shape, nbytes, off):
+        return _tensor_from(buf, dtype_name, tuple(shape), nbytes, off)
+
+    @staticmethod
     def empty(dtype_name, shape, nbytes, device):
         """(uint8 buffer of nbytes, its address, CUDA device index or None, stream)."""
         cuda = device is not None and device.type == "cuda"

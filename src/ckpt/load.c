@@ -355,6 +355,7 @@ static int64_t read_part(ft__shard *s, const ft__st_tensor *t, uint64_t off, con
     uint64_t n = dst->len, begin = t->begin + off;
     ft_io_opts io = io_opts(o);
     uint64_t block = s->header.csum_block;
+    prepare_host_dst(s->file->ctx, dst, n); /* a fresh tensor's pages, faulted in parallel */
     if (!(o && (o->flags & FT_LOAD_VERIFY)) || !block || n == 0) {
         int64_t r = ft__transfer(s->file, dst, s->data_start + begin, &io, false);
         return r >= 0 && (uint64_t)r != n ? ft__err(-EIO, "%s: the file ended early", s->path)
