@@ -107,13 +107,8 @@ class _Arrays:
 
     @staticmethod
     def finish(buf, dtype_name, shape):
-        if dtype_name in ("F4", "F6_E2M3", "F6_E3M2"):  # packed: their raw bytes
-            return buf if int(np.prod(shape)) else buf[:0]
-        dt = _FROM_ST.get(dtype_name)
-        if dt is None:
-            raise ValueError(f"dtype {dtype_name} has no numpy equivalent")
-        n = int(np.prod(shape)) * dt.itemsize
-        return buf[:n].view(dt.newbyteorder("<")).reshape(shape)
+        n = buf.size if int(np.prod(shape)) else 0
+        return _Arrays.view(buf, dtype_name, shape, n, 0)
 
     @staticmethod
     def gather(out, span, runs):

@@ -394,9 +394,6 @@ int64_t ft_ckpt_load_tensor(ft_ckpt *c, size_t i, const ft_buf *dst, const ft_lo
 {
     if (!c || i >= c->ntensors || !dst)
         return ft__err(-EINVAL, "ft_ckpt_load_tensor: bad checkpoint, index or buffer");
-    int rc = check_load_opts(o);
-    if (rc < 0)
-        return rc;
     const ft__st_tensor *t = c->tensors[i];
     uint64_t n = t->end - t->begin;
     if (dst->len < n)
@@ -404,7 +401,7 @@ int64_t ft_ckpt_load_tensor(ft_ckpt *c, size_t i, const ft_buf *dst, const ft_lo
                        dst->len, (unsigned long long)n);
     ft_buf whole = *dst;
     whole.len = (size_t)n;
-    return read_part(&c->shards[t->shard], t, 0, &whole, o);
+    return ft_ckpt_read_range(c, i, 0, &whole, o);
 }
 
 int64_t ft_ckpt_read_range(ft_ckpt *c, size_t i, uint64_t offset, const ft_buf *dst,
