@@ -89,6 +89,9 @@ typedef enum ft_engine {
     FT_ENGINE_URING = 3,  /**< io_uring with O_DIRECT, registered buffers, deep queue */
     FT_ENGINE_MMAP = 4,   /**< mapped file and parallel copy */
     FT_ENGINE_CUFILE = 5, /**< NVIDIA cuFile / GPUDirect Storage (device memory) */
+    FT_ENGINE_CACHEDMA = 6, /**< reads into device memory DMA'd by the GPU from the page cache
+                                 (a read-only mapping registered with the driver); host memory
+                                 as mmap, writes as posix */
     FT_ENGINE_COUNT
 } ft_engine;
 

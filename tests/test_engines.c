@@ -10,8 +10,8 @@
 #include <unistd.h>
 
 static ft_ctx *ctx;
-static const ft_engine engines[] = {FT_ENGINE_POSIX, FT_ENGINE_DIRECT, FT_ENGINE_URING,
-                                    FT_ENGINE_MMAP, FT_ENGINE_AUTO};
+static const ft_engine engines[] = {FT_ENGINE_POSIX, FT_ENGINE_DIRECT,   FT_ENGINE_URING,
+                                    FT_ENGINE_MMAP,  FT_ENGINE_CACHEDMA, FT_ENGINE_AUTO};
 #define N_ENGINES (sizeof engines / sizeof engines[0])
 
 static const size_t sizes[] = {0, 1, 511, 4096, 4097, (1u << 20) + 3, (64u << 20) + 5};
@@ -232,9 +232,11 @@ static void case_caps_are_true(void)
         T_TRUE(ops != NULL && ops->id == (ft_engine)e);
         bool bypass = ops->caps & FT__CAP_BYPASS_CACHE;
         T_EQ(!!(ops->caps & FT__CAP_NEEDS_DIRECT), bypass);
-        T_EQ(!!(ops->caps & FT__CAP_DEVICE_MEMORY), e == FT_ENGINE_CUFILE);
+        T_EQ(!!(ops->caps & FT__CAP_DEVICE_MEMORY),
+             e == FT_ENGINE_CUFILE || e == FT_ENGINE_CACHEDMA);
         const char *why;
-        if (ops->caps & FT__CAP_DEVICE_MEMORY || !ft_engine_available(ctx, (ft_engine)e, &why)) {
+        /* cuFile moves device memory only; cachedma moves host memory as mmap and posix */
+        if (e == FT_ENGINE_CUFILE || !ft_engine_available(ctx, (ft_engine)e, &why)) {
             printf("  %s: not tried on host memory here\n", ops->name);
             continue;
         }

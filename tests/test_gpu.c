@@ -3,6 +3,7 @@
  * check with cuMemsetD8Async). Skips (77) where there is no CUDA driver or device. */
 #include "testlib.h"
 #include "../src/gpu/cuda.h"
+#include "../src/engine/engine.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -11,8 +12,9 @@
 
 static ft_ctx *ctx;
 static bool cufile_ok = true;
-static const ft_engine engines[] = {FT_ENGINE_POSIX, FT_ENGINE_DIRECT, FT_ENGINE_URING,
-                                    FT_ENGINE_MMAP, FT_ENGINE_CUFILE, FT_ENGINE_AUTO};
+static const ft_engine engines[] = {FT_ENGINE_POSIX,  FT_ENGINE_DIRECT, FT_ENGINE_URING,
+                                    FT_ENGINE_MMAP,   FT_ENGINE_CUFILE, FT_ENGINE_CACHEDMA,
+                                    FT_ENGINE_AUTO};
 #define N_ENGINES (sizeof engines / sizeof *engines)
 
 /* Write from device memory with @p we, read back into device memory with @p re. */
@@ -193,8 +195,10 @@ static void case_stream_order(void)
     /* every engine (cufile has no stream of its own: it waits on the host), then the
      * asynchronous API (the stream's order is taken at submit) */
     const ft_engine order[] = {FT_ENGINE_POSIX, FT_ENGINE_DIRECT, FT_ENGINE_URING,
-                               FT_ENGINE_CUFILE, FT_ENGINE_MMAP, FT_ENGINE_AUTO};
-    for (int round = 0; round < 6; round++) {
+                               FT_ENGINE_CUFILE, FT_ENGINE_MMAP, FT_ENGINE_CACHEDMA,
+                               FT_ENGINE_AUTO};
+    const int rounds = (int)(sizeof order / sizeof *order);
+    for (int round = 0; round < rounds; round++) {
         if (order[round] == FT_ENGINE_CUFILE && !cufile_ok)
             continue;
         unsigned char v = (unsigned char)(0x10 + round);
@@ -202,7 +206,7 @@ static void case_stream_order(void)
         T_EQ(ft__cu.MemsetD8Async((CUdeviceptr)(uintptr_t)dev, v, n, s), 0);
         ft_buf db = {dev, n, FT_MEM_CUDA, 0};
         ft_io_opts o = {.engine = order[round], .stream = s};
-        if (round < 5) {
+        if (round < rounds - 1) {
             T_EQ(ft_write(f, &db, 0, &o), n);
         } else {
             ft_req *rq;
@@ -476,6 +480,155 @@ static bool cufile_usable(void)
  * from the third call on a fresh context's arms are on trial, so each call moves a 256 MiB
  * slice with the arm on trial and decides again for the rest (test_select counts the
  * decisions on host memory); every slice must land at its own device address. */
+/* *out: a file of @p n random bytes (seed), cached; its bytes in *data (malloc'd). */
+static void dma_file(const char *name, size_t n, uint64_t seed, uint8_t **data, ft_file **out)
+{
+    *out = NULL;
+    *data = malloc(n);
+    T_TRUE(*data);
+    t_fill_random(*data, n, seed);
+    ft_file *f;
+    T_EQ(ft_file_open(ctx, &f, t_path(name), FT_OPEN_READ | FT_OPEN_WRITE | FT_OPEN_CREATE |
+                                                 FT_OPEN_TRUNC, 0644), 0);
+    ft_buf hb = ft_host_buf(*data, n);
+    *out = f;
+    T_EQ(ft_write(f, &hb, 0, NULL), (int64_t)n);
+}
+
+/* Read [off, off+len) of @p f into device memory at misalignment @p mis with @p e; compare
+ * with @p want. The read's result in *r (INT64_MIN when the test could not run it). */
+static void dma_read(ft_file *f, ft_engine e, uint64_t off, size_t len, size_t mis,
+                     const uint8_t *want, const char *what, int64_t *r)
+{
+    *r = INT64_MIN;
+    uint8_t *dev = NULL, *back = malloc(len + 1);
+    T_TRUE(back);
+    T_EQ(ft_cuda_alloc(0, len + mis + 1, (void **)&dev), 0);
+    memset(back, 0x5A, len + 1);
+    T_EQ(ft_cuda_copy(dev, back, len + 1), 0);
+    ft_buf b = {dev + mis, len, FT_MEM_CUDA, 0};
+    ft_io_opts o = {.engine = e};
+    *r = ft_read(f, &b, off, &o);
+    char detail[FT__DETAIL_MAX];
+    ft__detail_save(detail);
+    size_t at = (size_t)-1;
+    if (*r > 0 && ft_cuda_copy(back, dev + mis, (size_t)*r) == 0)
+        at = t_first_diff(want, back, (size_t)*r);
+    ft_cuda_free(dev);
+    free(back);
+    if (at != (size_t)-1)
+        T_FAIL("%s (%s, off %llu len %zu mis %zu): differs at byte %zu", what,
+               ft_engine_name(e), (unsigned long long)off, len, mis, at);
+    ft__detail_restore(detail); /* the read's detail, for the caller to look at */
+}
+
+/* dma_read into a value: `int64_t r; DMA_READ(r, ...)` */
+#define DMA_READ(r, ...)                                                                      \
+    do {                                                                                      \
+        dma_read(__VA_ARGS__, &(r));                                                          \
+        if ((r) == INT64_MIN)                                                                 \
+            return;                                                                           \
+    } while (0)
+
+static CUresult (*real_register)(void *, size_t, unsigned);
+static CUresult refuse_register(void *p, size_t n, unsigned flags)
+{
+    (void)p, (void)n, (void)flags;
+    return 801; /* CUDA_ERROR_NOT_SUPPORTED */
+}
+static int shrink_fd = -1;
+static CUresult shrinking_register(void *p, size_t n, unsigned flags)
+{
+    if (shrink_fd >= 0 && ftruncate(shrink_fd, 0) == 0)
+        shrink_fd = -1;
+    return real_register(p, n, flags);
+}
+
+static void case_cachedma(void)
+{
+    /* byte-exact against the staging path (posix) at piece and page edges */
+    const size_t n = (300u << 20) + 12345;
+    uint8_t *data;
+    ft_file *f;
+    int64_t r;
+    dma_file("dma.bin", n, 901, &data, &f);
+    T_TRUE(f);
+    static const uint64_t offs[] = {0, 1, 4095, 4096, 4097, (2u << 20) - 1};
+    static const size_t lens[] = {1, 4095, 4096, 4097, (2u << 20) + 1, (16u << 20) - 1,
+                                  (16u << 20) + 4096, (256u << 20) + 3};
+    static const size_t mis[] = {0, 1, 4095};
+    char desc[400];
+    for (size_t o = 0; o < 6; o++)
+        for (size_t l = 0; l < 8; l++)
+            for (size_t m = 0; m < 3; m++) {
+                if (lens[l] > (32u << 20) && (m || o % 2))
+                    continue;
+                DMA_READ(r, f, FT_ENGINE_CACHEDMA, offs[o], lens[l], mis[m], data + offs[o],
+                         "cachedma");
+                T_EQ(r, (int64_t)lens[l]);
+                DMA_READ(r, f, FT_ENGINE_POSIX, offs[o], lens[l], mis[m], data + offs[o],
+                         "staging");
+                T_EQ(r, (int64_t)lens[l]);
+            }
+    /* the file's last bytes, and a read past its end (clamped) */
+    DMA_READ(r, f, FT_ENGINE_CACHEDMA, n - 5, 5, 1, data + n - 5, "tail");
+    T_EQ(r, 5);
+    DMA_READ(r, f, FT_ENGINE_CACHEDMA, n - 5, 4096, 0, data + n - 5, "past end");
+    T_EQ(r, 5);
+    ft__cachedma_describe(desc, sizeof desc);
+    T_TRUE(strstr(desc, "works") != NULL);
+
+    /* injected faults at its syscall sites: errors, and the next read is fine */
+    static const enum t_fault_op ops[] = {T_OP_MMAP, T_OP_MADVISE, T_OP_MUNMAP};
+    for (size_t i = 0; i < 3; i++) {
+        t_fault_set(ops[i], T_FAULT_ERRNO, EIO, 1, 1);
+        dma_read(f, FT_ENGINE_CACHEDMA, 4096, 64u << 20, 0, data + 4096, "fault", &r);
+        unsigned hit = t_fault_clear();
+        if (!hit || r != -EIO)
+            T_FAIL("injected %s failure: read gave %lld (%u injected)",
+                   t_fault_op_name(ops[i]), (long long)r, hit);
+        DMA_READ(r, f, FT_ENGINE_CACHEDMA, 4096, 64u << 20, 0, data + 4096, "after fault");
+        T_EQ(r, 64 << 20);
+    }
+
+    /* the file shrinks under the read: an error, no crash */
+    uint8_t *shrunk;
+    ft_file *g;
+    dma_file("dma-shrink.bin", 64u << 20, 902, &shrunk, &g);
+    T_TRUE(g);
+    real_register = ft__cu.MemHostRegister;
+    shrink_fd = g->fd;
+    ft__cu.MemHostRegister = shrinking_register;
+    dma_read(g, FT_ENGINE_CACHEDMA, 0, 64u << 20, 0, shrunk, "shrinking", &r);
+    ft__cu.MemHostRegister = real_register;
+    shrink_fd = -1;
+    T_EQ(r, -EIO);
+    T_TRUE(strstr(ft_last_error(), "changed under a read") != NULL);
+    ft_file_close(g);
+    free(shrunk);
+
+    /* a driver that refuses: the staging path gives the same bytes, AUTO stops offering it */
+    uint8_t *again;
+    ft_file *h;
+    dma_file("dma-refused.bin", (8u << 20) + 7, 903, &again, &h);
+    T_TRUE(h);
+    ft__cu.MemHostRegister = refuse_register;
+    dma_read(h, FT_ENGINE_CACHEDMA, 3, 8u << 20, 1, again + 3, "refused", &r);
+    ft__cu.MemHostRegister = real_register;
+    T_EQ(r, 8 << 20);
+    ft__cachedma_describe(desc, sizeof desc);
+    T_TRUE(strstr(desc, "refused") != NULL && strstr(desc, "801") != NULL);
+    T_TRUE(!ft__engine_cachedma.ready(h));
+    DMA_READ(r, h, FT_ENGINE_CACHEDMA, 0, 4096, 0, again, "after refusal");
+    T_EQ(r, 4096);
+    ft__cachedma_forget();
+    T_TRUE(ft__engine_cachedma.ready(h));
+    ft_file_close(h);
+    free(again);
+    ft_file_close(f);
+    free(data);
+}
+
 static void case_auto_slices(void)
 {
     setenv("FASTENSOR_PROFILE", "off", 1);
@@ -580,6 +733,8 @@ int main(void)
         {"batches of small device ops, every engine pair, registered memory", case_batches},
         {"buffer registration", case_registration},
         {"AUTO in trial slices into device memory", case_auto_slices},
+        {"cachedma: page-cache DMA against staging, faults, shrinking file, refusal",
+         case_cachedma},
     };
     int rc = t_run(cases, sizeof cases / sizeof *cases);
     ft_ctx_destroy(ctx);

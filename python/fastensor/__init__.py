@@ -19,7 +19,7 @@ import threading
 from . import _C
 
 __version__ = "0.1.0"
-ENGINES = ("auto", "posix", "direct", "uring", "mmap", "cufile")
+ENGINES = ("auto", "posix", "direct", "uring", "mmap", "cufile", "cachedma")
 
 _ctx_lock = threading.Lock()
 _ctx = None

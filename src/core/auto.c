@@ -34,6 +34,7 @@ const ft__arm ft__arms[] = {
     {FT_ENGINE_MMAP, 0, "mmap"},
     {FT_ENGINE_MMAP, UINT64_MAX, "mmap/1thread"},
     {FT_ENGINE_CUFILE, 0, "cufile"},
+    {FT_ENGINE_CACHEDMA, 0, "cachedma"},
 };
 const unsigned ft__narms = sizeof ft__arms / sizeof *ft__arms;
 
@@ -223,8 +224,8 @@ static unsigned read_class(ft_file *f, uint64_t off, uint64_t len, unsigned infl
                                                                               : cls;
 }
 
-/* The arms that can run this transfer on @p f. */
-static uint32_t eligible_arms(ft_file *f, uint64_t len, int device)
+/* The arms that can run this transfer (key @p k) on @p f. */
+static uint32_t eligible_arms(ft_file *f, const ft__sel_key *k, uint64_t len, int device)
 {
     unsigned caps = file_caps(f);
     uint32_t mask = 0;
@@ -232,6 +233,8 @@ static uint32_t eligible_arms(ft_file *f, uint64_t len, int device)
         const ft__arm *arm = &ft__arms[i];
         const ft__engine_ops *ops = ft__engine_get(arm->engine);
         if ((ops->caps & FT__CAP_DEVICE_MEMORY) && device < 0)
+            continue;
+        if ((ops->caps & FT__CAP_CACHED_READS) && (k->write || k->cls != FT__CLS_CACHED))
             continue;
         bool direct_ok = (caps & CAPS_DIRECT) || !(ops->caps & FT__CAP_NEEDS_DIRECT);
         if (ops->ready ? !(direct_ok && ops->ready(f)) : !(caps & ENGINE_OK(arm->engine)))
@@ -382,7 +385,7 @@ void ft__auto_decide(ft_file *f, uint64_t off, uint64_t len, bool write, unsigne
         .busy = d->inflight > 1,
     };
     int mode;
-    uint32_t eligible = cache_arms(f, sel, &d->key, len, cache, eligible_arms(f, len, device),
+    uint32_t eligible = cache_arms(f, sel, &d->key, len, cache, eligible_arms(f, &d->key, len, device),
                                    now, &mode);
     d->sel = sel;
     unsigned fallback = static_default(eligible, len);

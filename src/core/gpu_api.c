@@ -134,7 +134,12 @@ int ft_gpu_describe(char *buf, size_t len)
     if (mode && at < len) {
         char batch[200];
         ft__cufile_batch_describe(batch, sizeof batch);
-        snprintf(buf + at, len - at, "cufile batch %s\n", batch);
+        at += (size_t)snprintf(buf + at, len - at, "cufile batch %s\n", batch);
+    }
+    if (count > 0 && at < len) {
+        char dma[400];
+        ft__cachedma_describe(dma, sizeof dma);
+        snprintf(buf + at, len - at, "cachedma    %s\n", dma);
     }
     return 0;
 }

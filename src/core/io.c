@@ -46,12 +46,15 @@ static int64_t dispatch(const ft__io *io, ft_engine engine, bool write, void *re
     const ft__engine_ops *ops = ft__engine_get(engine);
     if (io->device >= 0 && !(ops->caps & FT__CAP_DEVICE_MEMORY)) /* via pinned staging */
         return ft__stage_transfer(io, ops, write, io->device, ready);
-    if (io->device >= 0) { /* cuFile runs on no stream: wait for the caller's on the host */
+    if (io->device >= 0 && !(ops->caps & FT__CAP_STREAM_ORDER)) {
+        /* cuFile runs on no stream: wait for the caller's on the host */
         int rc = ft__cuda_event_wait(io->device, ready);
         if (rc < 0)
             return rc;
     }
-    return write ? ops->write(io) : ops->read(io);
+    ft__io run = *io;
+    run.ready = ready;
+    return write ? ops->write(&run) : ops->read(&run);
 }
 
 /* AUTO's decision for @p part of the call @p io (its bytes go into the trace). */

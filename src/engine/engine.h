@@ -10,6 +10,7 @@
 #define FT_ENGINE_ENGINE_H
 
 #include "handle.h"
+#include "../gpu/cuda.h"
 
 /* What an engine is, for the code that chooses and runs engines: it tests these, never an
  * engine's identity. */
@@ -18,6 +19,10 @@ enum {
     FT__CAP_NEEDS_DIRECT = 1u << 1,  /* needs an O_DIRECT descriptor of the file */
     FT__CAP_DEVICE_MEMORY = 1u << 2, /* moves device memory itself (no pinned staging); AUTO
                                         offers it for device memory only */
+    FT__CAP_STREAM_ORDER = 1u << 3,  /* orders its device work after io->ready on streams of
+                                        its own (else the caller's stream is waited for on
+                                        the host first) */
+    FT__CAP_CACHED_READS = 1u << 4,  /* AUTO offers it for reads of cached data only */
 };
 
 typedef struct ft__engine_ops {
@@ -47,6 +52,7 @@ extern const ft__engine_ops ft__engine_direct;
 extern const ft__engine_ops ft__engine_uring;
 extern const ft__engine_ops ft__engine_mmap;
 extern const ft__engine_ops ft__engine_cufile;
+extern const ft__engine_ops ft__engine_cachedma;
 
 /** @return the ops of a concrete engine, or NULL for AUTO and unknown ids. */
 const ft__engine_ops *ft__engine_get(ft_engine id);
@@ -57,6 +63,24 @@ const ft__engine_ops *ft__engine_get(ft_engine id);
  * event @p caller_ready (a CUevent on the caller's stream). */
 int64_t ft__stage_transfer(const ft__io *io, const struct ft__engine_ops *ops, bool write,
                            int device, void *caller_ready);
+/* A lane of the staging pool: a stream of one device and two events, with two pinned
+ * buffers of the pool's chunk size, or none (a bare lane). */
+typedef struct ft__lane {
+    struct ft__lane *next;
+    int device;
+    uint8_t *buf[2]; /* NULL in a bare lane */
+    CUstream stream;
+    CUevent done[2];
+} ft__lane;
+/** A lane for @p device (its context current), reused or made; waits while 8 of the kind
+ * are out. @return 0 or -errno. */
+int ft__lane_get(ft__stage *s, int device, bool buffers, ft__lane **out);
+void ft__lane_put(ft__stage *s, ft__lane *lane);
+/** How cachedma fares in this process: "works", "not tried yet", or why it is refused. */
+void ft__cachedma_describe(char *buf, size_t len);
+/** Forget the driver's answer (tests: after injecting a refusal). */
+void ft__cachedma_forget(void);
+
 /** cuFile's mode ("GPUDirect Storage (nvidia-fs)" / "compatibility mode") or NULL. */
 const char *ft__cufile_mode(void);
 /** Whether cuFile is open and usable, without waiting: the first call starts opening it on

@@ -76,6 +76,8 @@ typedef struct ft__io {
     void *aux;     /* engine's own data for its piece functions */
     uint64_t piece; /* selector's setting: piece size (0 default, UINT64_MAX unsplit) */
     int device;     /* -1: ptr is host memory; else the CUDA device of ptr */
+    void *ready;    /* device memory: a CUevent on the caller's stream, the work queued
+                       there before the call (NULL: none) */
 } ft__io;
 
 /** One piece of a transfer: [off, off+len) of the file <-> ptr. */

@@ -3,7 +3,8 @@
  * cut into segments run in parallel; each segment's worker has its own stream and two
  * pinned buffers, so the disk I/O of chunk i+1 overlaps the host<->device copy of chunk i.
  * Pinned buffers (cuMemHostAlloc, 4096-aligned, so O_DIRECT works in place) are allocated
- * once per context and device, and reused.
+ * once per context and device, and reused. The same pool keeps bare lanes (a stream and its
+ * events, no buffers) for engines that copy from memory of their own (cachedma.c).
  */
 #include "engine.h"
 #include "../gpu/cuda.h"
@@ -13,19 +14,14 @@
 
 #define MAX_SLOTS 8
 
-typedef struct stage_slot {
-    struct stage_slot *next;
-    int device;
-    uint8_t *buf[2];
-    CUstream stream;
-    CUevent done[2];
-} stage_slot;
+typedef ft__lane stage_slot;
 
+/* Two kinds of lanes, each up to MAX_SLOTS: with pinned buffers ([1]) and bare ([0]). */
 struct ft__stage {
     pthread_mutex_t lock;
     pthread_cond_t freed;
-    stage_slot *free;
-    unsigned made;
+    stage_slot *free[2];
+    unsigned made[2];
     size_t chunk;
 };
 
@@ -61,23 +57,23 @@ void ft__stage_destroy(ft__stage *s)
 {
     if (!s)
         return;
-    while (s->free) {
-        stage_slot *sl = s->free;
-        s->free = sl->next;
-        slot_free(sl);
-    }
+    for (int kind = 0; kind < 2; kind++)
+        while (s->free[kind]) {
+            stage_slot *sl = s->free[kind];
+            s->free[kind] = sl->next;
+            slot_free(sl);
+        }
     pthread_cond_destroy(&s->freed);
     pthread_mutex_destroy(&s->lock);
     free(s);
 }
 
-/* A slot for @p device (current context already entered), reused or made; waits when
- * MAX_SLOTS are out. */
-static int slot_get(ft__stage *s, int device, stage_slot **out)
+int ft__lane_get(ft__stage *s, int device, bool buffers, ft__lane **out)
 {
+    const int kind = buffers;
     pthread_mutex_lock(&s->lock);
     for (;;) {
-        stage_slot **pp = &s->free;
+        stage_slot **pp = &s->free[kind];
         while (*pp && (*pp)->device != device)
             pp = &(*pp)->next;
         if (*pp) {
@@ -86,12 +82,12 @@ static int slot_get(ft__stage *s, int device, stage_slot **out)
             pthread_mutex_unlock(&s->lock);
             return 0;
         }
-        if (s->made < MAX_SLOTS)
+        if (s->made[kind] < MAX_SLOTS)
             break;
-        if (s->free) { /* slots of another device are idle: retire one */
-            stage_slot *old = s->free;
-            s->free = old->next;
-            s->made--;
+        if (s->free[kind]) { /* slots of another device are idle: retire one */
+            stage_slot *old = s->free[kind];
+            s->free[kind] = old->next;
+            s->made[kind]--;
             pthread_mutex_unlock(&s->lock);
             slot_free(old); /* pushes and pops its own context: ours stays current */
             pthread_mutex_lock(&s->lock);
@@ -99,14 +95,16 @@ static int slot_get(ft__stage *s, int device, stage_slot **out)
         }
         pthread_cond_wait(&s->freed, &s->lock);
     }
-    s->made++;
+    s->made[kind]++;
     pthread_mutex_unlock(&s->lock);
     stage_slot *sl = calloc(1, sizeof *sl);
     CUresult r = sl ? 0 : 2;
     if (sl) {
         sl->device = device;
         for (int i = 0; i < 2 && r == 0; i++) {
-            r = ft__cu.MemHostAlloc((void **)&sl->buf[i], s->chunk, FT_CU_MEMHOSTALLOC_PORTABLE);
+            if (buffers)
+                r = ft__cu.MemHostAlloc((void **)&sl->buf[i], s->chunk,
+                                        FT_CU_MEMHOSTALLOC_PORTABLE);
             if (r == 0)
                 r = ft__cu.EventCreate(&sl->done[i], FT_CU_EVENT_DISABLE_TIMING);
         }
@@ -117,21 +115,22 @@ static int slot_get(ft__stage *s, int device, stage_slot **out)
         if (sl)
             slot_free(sl);
         pthread_mutex_lock(&s->lock);
-        s->made--;
-        pthread_cond_signal(&s->freed);
+        s->made[kind]--;
+        pthread_cond_broadcast(&s->freed);
         pthread_mutex_unlock(&s->lock);
-        return ft__cuda_err(r, "pinned staging buffers");
+        return ft__cuda_err(r, buffers ? "pinned staging buffers" : "a stream and its events");
     }
     *out = sl;
     return 0;
 }
 
-static void slot_put(ft__stage *s, stage_slot *sl)
+void ft__lane_put(ft__stage *s, ft__lane *sl)
 {
+    const int kind = sl->buf[0] != NULL;
     pthread_mutex_lock(&s->lock);
-    sl->next = s->free;
-    s->free = sl;
-    pthread_cond_signal(&s->freed);
+    sl->next = s->free[kind];
+    s->free[kind] = sl;
+    pthread_cond_broadcast(&s->freed);
     pthread_mutex_unlock(&s->lock);
 }
 
@@ -151,7 +150,7 @@ static int64_t segment(const ft__io *io, uint8_t *dptr, uint64_t off, uint64_t l
     if (rc < 0)
         return rc;
     stage_slot *sl = NULL;
-    if ((rc = slot_get(st, j->device, &sl)) < 0) {
+    if ((rc = ft__lane_get(st, j->device, true, &sl)) < 0) {
         ft__cuda_leave();
         return rc;
     }
@@ -209,7 +208,7 @@ static int64_t segment(const ft__io *io, uint8_t *dptr, uint64_t off, uint64_t l
     }
     CUresult rs = ft__cu.StreamSynchronize(sl->stream);
     r = r ? r : rs;
-    slot_put(st, sl);
+    ft__lane_put(st, sl);
     ft__cuda_leave();
     if (result < 0)
         return result;
@@ -227,7 +226,10 @@ int64_t ft__stage_transfer(const ft__io *io, const ft__engine_ops *ops, bool wri
      * overwrite one still in use. */
     stage_job j = {.ops = ops, .write = write, .device = device,
                    .caller_ready = (CUevent)caller_ready};
-    /* Segments: whole chunks, spread over up to MAX_SLOTS workers. */
+    /* Segments: whole chunks, spread over up to MAX_SLOTS workers. Not finer: a transfer
+     * of one chunk cut over all eight lanes has every lane's pinned buffers allocated on
+     * first use; a loop of 16 MiB get_tensor calls into CUDA in a fresh process ran at 4.7
+     * GB/s so, 7.0 without (H200 machine). */
     uint64_t chunk = ctx->stage->chunk;
     uint64_t nchunks = (io->len + chunk - 1) / chunk;
     uint64_t per = (nchunks + MAX_SLOTS - 1) / MAX_SLOTS;

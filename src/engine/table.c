@@ -11,6 +11,7 @@ static const ft__engine_ops *const engines[FT_ENGINE_COUNT] = {
     [FT_ENGINE_URING] = &ft__engine_uring,
     [FT_ENGINE_MMAP] = &ft__engine_mmap,
     [FT_ENGINE_CUFILE] = &ft__engine_cufile,
+    [FT_ENGINE_CACHEDMA] = &ft__engine_cachedma,
 };
 
 const ft__engine_ops *ft__engine_get(ft_engine id)
