@@ -350,6 +350,41 @@ def test_save_file_async_is_a_future_and_reuses_its_snapshot_memory(tmp):
     assert not [f for f in os.listdir(tmp) if "tmp" in f]
 
 
+def test_save_file_async_snapshot_modes(tmp):
+    t = {"w": torch.randn(1000), "e": torch.empty(0, 3)}
+    p = os.path.join(tmp, "m.safetensors")
+    with pytest.raises(ValueError, match="snapshot must be"):
+        ft.save_file_async(t, p, snapshot="gpu")
+    assert not os.path.exists(p)
+    fut = ft.save_file_async(t, p, snapshot="device")  # host tensors: a host snapshot
+    assert fut.snapshot == "host" and fut.result(timeout=60) is None
+    back = ft.load_file(p)
+    assert torch.equal(back["w"], t["w"]) and back["e"].shape == (0, 3)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("mode", ["auto", "device", "host"])
+def test_save_file_async_device_snapshot(tmp, mode):
+    ft.release_snapshot_memory()
+    g = torch.Generator(device="cuda").manual_seed(5)
+    t = {f"l{i}": torch.randn(1000 + i, 17, device="cuda", generator=g) for i in range(9)}
+    t["z"] = torch.empty(0, device="cuda")
+    t["h"] = torch.arange(11, device="cuda", dtype=torch.int16)
+    want = {k: v.cpu() for k, v in t.items()}
+    p = os.path.join(tmp, f"d-{mode}.safetensors")
+    fut = ft.save_file_async(t, p, snapshot=mode)
+    assert fut.snapshot == ("host" if mode == "host" else "device")
+    for v in t.values():  # the snapshot was taken when the call returned
+        v.zero_()
+    assert fut.result(timeout=120) is None
+    back = ft.load_file(p)
+    assert set(back) == set(want) and all(torch.equal(back[k], want[k]) for k in want)
+    assert ft._snapshots.has(sum(v.numel() * v.element_size() for v in want.values()), True)
+    fut = ft.save_file_async(t, p)  # a pinned buffer of the size is kept now: host
+    assert fut.snapshot == "host" and fut.result(timeout=120) is None
+    ft.release_snapshot_memory()
+
+
 def test_async_save_running_at_exit_is_finished(tmp):
     import subprocess
     import sys
