@@ -3,7 +3,7 @@
 # Python tests (CUDA included), and the GPU benchmarks, with logs and JSON under $OUT.
 #
 #   scripts/gpu-check.sh [--udev] [--quick] [--no-bench] [--no-tests] [--auto] [--offload]
-#                        [--fio] [--ckpt] [--scenarios] [--dropin] [--pack]
+#                        [--fio] [--ckpt] [--scenarios] [--dropin] [--dma] [--pack]
 #
 # The GPU machine has no -dev packages, so by default it runs what was built on the
 # development machine and carried along: `make BUILD=gpubuild all tests python` there, then
@@ -38,6 +38,9 @@
 #         one safe_open into CUDA against load_file and safetensors, fresh processes, warm
 #         file; save_file_async's blocked time against the device-to-pinned copy;
 #         FT_DROPIN_SIZE (2G)); JSON in $OUT/dropin-cuda.json.
+# --dma: only test_gpu, the Python tests, reads from the page cache into GPU memory by
+#         every engine that can (fastensor bench --warm, 256 MiB to 4 GiB calls), then the
+#         drop-in benchmark.
 # --pack: leave one archive, $OUT/results.tgz, instead of the separate logs.
 # --udev: ONLY on a throwaway test VM: create the udev entry cuFile needs for the block
 #         device holding this directory (/run/udev/data/b<major>:<minor>), see DESIGN.md.
@@ -46,7 +49,7 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
 OUT=${OUT:-$here/gpu-out}
 BUILD=${BUILD:-gpubuild}
-UDEV=0 QUICK=0 BENCH=1 TESTS=1 AUTO=0 OFFLOAD=0 PACK=0 FIO=0 CKPT=0 SCEN=0 DROPIN=0
+UDEV=0 QUICK=0 BENCH=1 TESTS=1 AUTO=0 OFFLOAD=0 PACK=0 FIO=0 CKPT=0 SCEN=0 DROPIN=0 DMA=0
 for a in "$@"; do
     case $a in
         --udev) UDEV=1 ;;
@@ -60,6 +63,7 @@ for a in "$@"; do
         --ckpt) CKPT=1 ;;
         --scenarios) SCEN=1 BENCH=0 TESTS=0 ;;
         --dropin) DROPIN=1 BENCH=0 TESTS=0 ;;
+        --dma) DMA=1 DROPIN=1 BENCH=0 TESTS=0 ;;
         -h|--help) sed -n '2,/^set -u$/{/^set -u$/!p}' "$0"; exit 0 ;;
         *) echo "unknown option $a" >&2; exit 2 ;;
     esac
@@ -147,8 +151,8 @@ elif [ $BENCH = 1 ]; then
     FASTENSOR_CHUNK_SIZE=1G "$BUILD/fastensor" bench --file "$F" --memory cuda --engine cufile \
         --size 1G --total "$SZ" --cold --inflight 1 --json | tee "$OUT/cufile-single.json"
     log "page cache -> GPU, warm, 4 GiB"
-    "$BUILD/fastensor" bench --file "$F" --memory cuda --engine posix,mmap,auto --op read \
-        --size 1G,4G --total "$SZ" --warm --json | tee "$OUT/gpu-warm.json"
+    "$BUILD/fastensor" bench --file "$F" --memory cuda --engine posix,mmap,cachedma,auto \
+        --op read --size 1G,4G --total "$SZ" --warm --json | tee "$OUT/gpu-warm.json"
     log "small transfers into GPU memory, 256 MiB cold: 16 async requests in flight, batches of 64, cuFile's batch API"
     for bs in 64K 1M; do
         for mode in "--inflight 16" "--batch 64"; do
@@ -171,6 +175,22 @@ if [ $SCEN = 1 ]; then
         --time-limit "${FT_SCEN_LIMIT:-400}" --json "$OUT/scenarios-$dev.json" 2>"$OUT/scenarios-$dev.log" \
         | tee -a "$OUT/summary.txt"
     (cd "$WORK" && "$here/$BUILD/fastensor" bench --overhead) | tee -a "$OUT/summary.txt"
+fi
+if [ $DMA = 1 ]; then
+    log "test_gpu"
+    mkdir -p "$WORK/tests"
+    FT_TEST_DIR="$WORK/tests" timeout 400 "$BUILD/tests/test_gpu" >"$OUT/test_gpu.log" 2>&1
+    echo "test_gpu rc=$?" | tee -a "$OUT/summary.txt"
+    grep -E "^FAIL|note:" "$OUT/test_gpu.log" | head -20 | tee -a "$OUT/summary.txt"
+    log "Python tests (torch $(python3 -c 'import torch; print(torch.__version__)' 2>&1))"
+    PYTHONPATH="$here/python" FT_TEST_DIR="$WORK/py" timeout 400 python3 -m pytest -q -rs \
+        tests/python 2>&1 | tee "$OUT/pytest.log" | tail -8 | tee -a "$OUT/summary.txt"
+    F="$WORK/dma.bin"
+    log "page cache -> GPU, warm, 4 GiB: every engine that reads cached data"
+    "$BUILD/fastensor" bench --file "$F" --memory cuda --engine posix,mmap,cachedma,auto \
+        --op read --size 256M,1G,4G --total 4G --warm --json | tee "$OUT/gpu-warm.json" |
+        tee -a "$OUT/summary.txt"
+    rm -f "$F"
 fi
 if [ $DROPIN = 1 ]; then
     log "drop-in calls: safe_open get_tensor loop vs load_file, save_file_async blocked time"

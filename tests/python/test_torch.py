@@ -250,7 +250,13 @@ def test_cuda_batches_in_stream_order(tmp, engine):
         offs = [4096 * 300 * i + 5 for i in range(len(xs))]
         p = os.path.join(tmp, "b.bin")
         with fastensor.File(p, "w", engine=engine) as f:
-            assert f.write_batch(list(zip(xs, offs))) == [x.nbytes for x in xs]
+            try:
+                done = f.write_batch(list(zip(xs, offs)))
+            except OSError as e:
+                if engine == "cufile" and "5027" in str(e):
+                    pytest.skip(f"cuFile cannot open files here: {e}")
+                raise
+            assert done == [x.nbytes for x in xs]
             back = [torch.empty_like(x) for x in xs]
             assert f.read_batch(list(zip(back, offs))) == [x.nbytes for x in xs]
     torch.cuda.synchronize()
