@@ -467,7 +467,8 @@ typedef struct ft_save_opts {
 /**
  * Save tensors as a safetensors checkpoint at @p path, atomically. The data section starts on
  * a 4096-byte boundary (the header is padded with spaces) and xxh3 checksums of fixed-size
- * blocks go into __metadata__ under "fastensor.*" keys; tensors are stored in the order given.
+ * blocks go into __metadata__ under "fastensor.*" keys; tensors are laid out as safetensors
+ * lays them out: larger elements first (each aligned to its element size), then by name.
  * With opts->shard_size the data is split into shards beside an index
  * NAME.safetensors.index.json (Hugging Face layout; @p path names the index's stem,
  * "dir/model.safetensors"), written in parallel.
@@ -627,6 +628,16 @@ int64_t ft_ckpt_load_tensor(ft_ckpt *ckpt, size_t index, const ft_buf *dst,
  */
 int64_t ft_ckpt_read_range(ft_ckpt *ckpt, size_t index, uint64_t offset, const ft_buf *dst,
                            const ft_load_opts *opts);
+
+/**
+ * Read bytes [offset, offset + dst->len) of shard @p shard's data section (tensor i of the
+ * shard starts at its info.data_offset) into @p dst, host or device memory: several
+ * neighbouring tensors in one read. With FT_LOAD_VERIFY, the checksum blocks the range
+ * overlaps are read and checked too. @return bytes read, or -errno: -ERANGE when the range is
+ * not inside the data section.
+ */
+int64_t ft_ckpt_read_shard_range(ft_ckpt *ckpt, unsigned shard, uint64_t offset,
+                                 const ft_buf *dst, const ft_load_opts *opts);
 
 /**
  * Check every checksum of every shard (reads the whole checkpoint). @p progress, when not

@@ -309,6 +309,83 @@ static void case_read_range(void)
     free_tensors(o, n);
 }
 
+/* Saves lay tensors out as safetensors does (larger elements first, then by name, each aligned
+ * to its element size), whatever order they are given in; ft_ckpt_read_shard_range reads any
+ * byte range of a shard's data section (across tensors, edges, unaligned buffers), verified or
+ * not, byte-exact, and refuses ranges outside it. */
+static void case_layout_and_shard_ranges(void)
+{
+    size_t n = 60;
+    owned_tensor *o = make_tensors(n, FT_DTYPE_COUNT, 9, 3000);
+    ft_tensor *list = list_of(o, n);
+    for (size_t i = 0; i + 1 < n; i += 2) { /* given in no particular order */
+        ft_tensor t = list[i];
+        list[i] = list[n - 1 - i];
+        list[n - 1 - i] = t;
+    }
+    const char *path = t_path("layout.safetensors");
+    uint8_t *buf = t_alloc_misaligned(1u << 20, 5);
+    for (int sharded = 0; sharded < 2; sharded++) {
+        ft_save_opts so = {.checksum_block = 4096, .shard_size = sharded ? 20000 : 0};
+        T_EQ(ft_ckpt_save(ctx, path, list, n, &so), 0);
+        ft_ckpt *c;
+        T_EQ(ft_ckpt_open(ctx, &c, path), 0);
+        unsigned shards = ft_ckpt_shard_count(c);
+        T_TRUE(sharded ? shards > 2 : shards == 1);
+        for (unsigned k = 0; k < shards; k++) {
+            uint64_t size = (uint64_t)ft_ckpt_shard_size(c, k);
+            uint8_t *image = calloc(1, (size_t)size + 1);
+            ft_tensor_info prev = {0};
+            for (size_t i = 0; i < ft_ckpt_count(c); i++) { /* file order within a shard */
+                ft_tensor_info info;
+                T_EQ(ft_ckpt_info(c, i, &info), 0);
+                if (info.shard != k)
+                    continue;
+                unsigned bits = ft_dtype_bits(info.dtype);
+                T_EQ(info.data_offset % (bits >= 8 ? bits / 8 : 1), 0);
+                if (prev.name) {
+                    unsigned pbits = ft_dtype_bits(prev.dtype);
+                    T_TRUE(pbits > bits || (pbits == bits && strcmp(prev.name, info.name) < 0));
+                }
+                prev = info;
+                int64_t at = ft_ckpt_find(c, info.name);
+                T_TRUE(at >= 0);
+                size_t j = 0;
+                while (j < n && strcmp(o[j].name, info.name) != 0)
+                    j++;
+                T_TRUE(j < n);
+                memcpy(image + info.data_offset, o[j].t.data.ptr, (size_t)info.nbytes);
+            }
+            uint64_t seed = 11 + k;
+            for (unsigned round = 0; round < 60; round++) {
+                seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+                uint64_t off = (seed >> 33) % (size + 1);
+                uint64_t len = (seed >> 11) % (size - off + 1);
+                len = len > (1u << 20) ? 1u << 20 : len;
+                if (round % 9 == 0)
+                    off = size - len; /* ends at the last byte */
+                ft_buf b = ft_host_buf(buf, (size_t)len);
+                ft_load_opts lo = {.flags = round % 2 ? FT_LOAD_VERIFY : 0};
+                memset(buf, 0x5a, (size_t)len);
+                T_EQ(ft_ckpt_read_shard_range(c, k, off, &b, &lo), (int64_t)len);
+                T_MEMEQ(buf, image + off, (size_t)len);
+            }
+            ft_buf one = ft_host_buf(buf, 1);
+            T_EQ(ft_ckpt_read_shard_range(c, k, size, &one, NULL), -ERANGE);
+            T_EQ(ft_ckpt_read_shard_range(c, k, UINT64_MAX, &one, NULL), -ERANGE);
+            free(image);
+        }
+        ft_buf one = ft_host_buf(buf, 1);
+        T_EQ(ft_ckpt_read_shard_range(c, shards, 0, &one, NULL), -EINVAL);
+        T_EQ(ft_ckpt_read_shard_range(NULL, 0, 0, &one, NULL), -EINVAL);
+        T_EQ(ft_ckpt_read_shard_range(c, 0, 0, NULL, NULL), -EINVAL);
+        ft_ckpt_close(c);
+    }
+    t_free_misaligned(buf, 5);
+    free(list);
+    free_tensors(o, n);
+}
+
 /* The recorded checksums are plain XXH3-64 of each block of the data section, whichever
  * SIMD path computed them (libxxhash's run-time dispatcher where it has one): any tool with
  * xxhash can check them. */
@@ -858,6 +935,7 @@ int main(void)
         {"hand-built files: unaligned data, no metadata, > 4 GiB offsets", case_foreign_files},
         {"every header validation failure", case_validation},
         {"byte ranges of tensors, verified or not", case_read_range},
+        {"safetensors' layout order; byte ranges of shards", case_layout_and_shard_ranges},
         {"index paths that escape, mismatched weight maps", case_index_paths},
         {"a flipped bit is found by verify and verified loads", case_flipped_bit},
         {"a flipped byte in a shared block names its tensor", case_flipped_shared_block},

@@ -347,12 +347,12 @@ const void *ft_ckpt_data(const ft_ckpt *c, size_t i)
     return s->owned ? s->owned + t->begin : NULL;
 }
 
-/* Read bytes [off, off + dst->len) of tensor @p t into @p dst (host or device memory). With
- * FT_LOAD_VERIFY, the whole checksum blocks around them are read and checked first. */
-static int64_t read_part(ft__shard *s, const ft__st_tensor *t, uint64_t off, const ft_buf *dst,
-                         const ft_load_opts *o)
+/* Read bytes [begin, begin + dst->len) of shard @p s's data section into @p dst (host or
+ * device memory). With FT_LOAD_VERIFY, the whole checksum blocks around them are read and
+ * checked first. */
+static int64_t read_part(ft__shard *s, uint64_t begin, const ft_buf *dst, const ft_load_opts *o)
 {
-    uint64_t n = dst->len, begin = t->begin + off;
+    uint64_t n = dst->len;
     ft_io_opts io = io_opts(o);
     uint64_t block = s->header.csum_block;
     prepare_host_dst(s->file->ctx, dst, n); /* a fresh tensor's pages, faulted in parallel */
@@ -369,7 +369,7 @@ static int64_t read_part(ft__shard *s, const ft__st_tensor *t, uint64_t off, con
     uint64_t to = FT__MIN((begin + n + block - 1) / block * block, s->data_size);
     uint8_t *tmp = malloc((size_t)(to - from));
     if (!tmp)
-        return ft__err(-ENOMEM, "tensor '%s': %llu bytes to verify", t->name,
+        return ft__err(-ENOMEM, "%s: %llu bytes to verify", s->path,
                        (unsigned long long)(to - from));
     ft_buf part = ft_host_buf(tmp, (size_t)(to - from));
     r = ft__transfer(s->file, &part, s->data_start + from, &io, false);
@@ -418,7 +418,23 @@ int64_t ft_ckpt_read_range(ft_ckpt *c, size_t i, uint64_t offset, const ft_buf *
         return ft__err(-ERANGE, "tensor '%s': bytes %llu..%llu asked of %llu", t->name,
                        (unsigned long long)offset, (unsigned long long)(offset + dst->len),
                        (unsigned long long)n);
-    return read_part(&c->shards[t->shard], t, offset, dst, o);
+    return read_part(&c->shards[t->shard], t->begin + offset, dst, o);
+}
+
+int64_t ft_ckpt_read_shard_range(ft_ckpt *c, unsigned k, uint64_t offset, const ft_buf *dst,
+                                 const ft_load_opts *o)
+{
+    if (!c || k >= c->nshards || !dst)
+        return ft__err(-EINVAL, "ft_ckpt_read_shard_range: bad checkpoint, shard or buffer");
+    int rc = check_load_opts(o);
+    if (rc < 0)
+        return rc;
+    ft__shard *s = &c->shards[k];
+    if (offset > s->data_size || dst->len > s->data_size - offset)
+        return ft__err(-ERANGE, "%s: data bytes %llu..%llu asked of %llu", s->path,
+                       (unsigned long long)offset, (unsigned long long)(offset + dst->len),
+                       (unsigned long long)s->data_size);
+    return read_part(s, offset, dst, o);
 }
 
 int ft_ckpt_verify(ft_ckpt *c, const ft_load_opts *o,

@@ -510,6 +510,41 @@ static void free_job(save_job *job)
     free(job->shards);
 }
 
+/* safetensors' layout order: larger elements first (each tensor then sits aligned to its
+ * element size), then by name (a loop over the sorted names reads the file front to back). */
+static int by_layout(const void *a, const void *b)
+{
+    const ft_tensor *x = a, *y = b;
+    unsigned bx = ft_dtype_bits(x->dtype), by = ft_dtype_bits(y->dtype);
+    return bx != by ? (bx < by ? 1 : -1) : strcmp(x->name, y->name);
+}
+
+/* ft_ckpt_save of checked tensors in layout order. */
+static int save_laid_out(ft_ctx *ctx, const char *path, const ft_tensor *tensors, size_t count,
+                         const ft_save_opts *opts, uint64_t block)
+{
+    int rc;
+    bool sync = !(opts && (opts->flags & FT_SAVE_NO_SYNC));
+    ft__ckpt_name nm;
+    if ((rc = ft__name_init(&nm, path)) < 0)
+        return rc;
+    if ((rc = ft__name_installed(ctx, &nm)) < 0) {
+        ft__name_free(&nm);
+        return rc;
+    }
+    save_job job = {.ctx = ctx, .opts = opts, .block = block,
+                    .metadata = opts ? opts->metadata : NULL};
+    rc = plan_shards(&job, &nm, tensors, count, opts ? opts->shard_size : 0);
+    if (rc == 0)
+        rc = write_shards(&job);
+    if (rc == 0)
+        rc = commit(&job, &nm, sync);
+    if (rc == 0 && after_commit(&job, &nm, sync) < 0)
+        rc = FT_SAVE_WARNING; /* installed; the detail says which step after it failed */
+    FT__KEEPING_DETAIL(free_job(&job); ft__name_release(&nm, ctx->pool); ft__name_free(&nm));
+    return rc;
+}
+
 int ft_ckpt_save(ft_ctx *ctx, const char *path, const ft_tensor *tensors, size_t count,
                  const ft_save_opts *opts)
 {
@@ -532,23 +567,13 @@ int ft_ckpt_save(ft_ctx *ctx, const char *path, const ft_tensor *tensors, size_t
     int rc = check_tensors(tensors, count, opts ? opts->metadata : NULL);
     if (rc < 0)
         return rc;
-    bool sync = !(opts && (opts->flags & FT_SAVE_NO_SYNC));
-    ft__ckpt_name nm;
-    if ((rc = ft__name_init(&nm, path)) < 0)
-        return rc;
-    if ((rc = ft__name_installed(ctx, &nm)) < 0) {
-        ft__name_free(&nm);
-        return rc;
-    }
-    save_job job = {.ctx = ctx, .opts = opts, .block = block,
-                    .metadata = opts ? opts->metadata : NULL};
-    rc = plan_shards(&job, &nm, tensors, count, opts ? opts->shard_size : 0);
-    if (rc == 0)
-        rc = write_shards(&job);
-    if (rc == 0)
-        rc = commit(&job, &nm, sync);
-    if (rc == 0 && after_commit(&job, &nm, sync) < 0)
-        rc = FT_SAVE_WARNING; /* installed; the detail says which step after it failed */
-    FT__KEEPING_DETAIL(free_job(&job); ft__name_release(&nm, ctx->pool); ft__name_free(&nm));
+    ft_tensor *laid = malloc((count ? count : 1) * sizeof *laid);
+    if (!laid)
+        return ft__err(-ENOMEM, "%s: %zu tensors", path, count);
+    if (count)
+        memcpy(laid, tensors, count * sizeof *laid);
+    qsort(laid, count, sizeof *laid, by_layout);
+    rc = save_laid_out(ctx, path, laid, count, opts, block);
+    free(laid);
     return rc;
 }
