@@ -10,6 +10,8 @@
 #include <Python.h>
 
 #include <errno.h>
+#include <limits.h>
+#include <stdbool.h>
 #include <string.h>
 
 #include "fastensor.h"
@@ -520,11 +522,10 @@ static PyObject *py_ckpt_load_shard(PyObject *self, PyObject *args)
     return n < 0 ? raise_ft((int)n, ft_ckpt_shard_path(c, shard)) : PyLong_FromLongLong(n);
 }
 
-/* ckpt_read(ckpt, index, offset, address, nbytes, engine, verify, kind, device, stream,
- * cache): bytes [offset, offset + nbytes) of one tensor into memory at address. */
-static PyObject *py_ckpt_read(PyObject *self, PyObject *args)
+/* Bytes [offset, offset + nbytes) of one tensor (whole_shard false) or of one shard's data
+ * section into memory at address; the arguments of ckpt_read and ckpt_read_shard. */
+static PyObject *ckpt_read_part(PyObject *args, bool whole_shard)
 {
-    (void)self;
     PyObject *cap;
     unsigned long long index, off;
     load_args a = {0};
@@ -534,13 +535,34 @@ static PyObject *py_ckpt_read(PyObject *self, PyObject *args)
     ft_ckpt *c = cap_get(cap, CAP_CKPT);
     if (!c)
         return NULL;
+    if (whole_shard && index > UINT_MAX) {
+        PyErr_Format(PyExc_ValueError, "shard %llu: the checkpoint has no such shard", index);
+        return NULL;
+    }
     ft_buf b = load_buf(&a);
     ft_load_opts o = load_opts(&a);
     int64_t n;
     Py_BEGIN_ALLOW_THREADS
-    n = ft_ckpt_read_range(c, (size_t)index, off, &b, &o);
+    n = whole_shard ? ft_ckpt_read_shard_range(c, (unsigned)index, off, &b, &o)
+                    : ft_ckpt_read_range(c, (size_t)index, off, &b, &o);
     Py_END_ALLOW_THREADS
     return n < 0 ? raise_ft((int)n, NULL) : PyLong_FromLongLong(n);
+}
+
+/* ckpt_read(ckpt, index, offset, address, nbytes, engine, verify, kind, device, stream,
+ * cache): bytes [offset, offset + nbytes) of one tensor into memory at address. */
+static PyObject *py_ckpt_read(PyObject *self, PyObject *args)
+{
+    (void)self;
+    return ckpt_read_part(args, false);
+}
+
+/* ckpt_read_shard(ckpt, shard, offset, address, nbytes, ...): bytes of a shard's data
+ * section (several neighbouring tensors in one read). */
+static PyObject *py_ckpt_read_shard(PyObject *self, PyObject *args)
+{
+    (void)self;
+    return ckpt_read_part(args, true);
 }
 
 static PyObject *py_ckpt_verify(PyObject *self, PyObject *args)
@@ -684,6 +706,8 @@ static PyMethodDef methods[] = {
     {"ckpt_describe", py_ckpt_describe, METH_VARARGS, "ckpt_describe(ckpt) -> (...)"},
     {"ckpt_load_shard", py_ckpt_load_shard, METH_VARARGS, "ckpt_load_shard(...) -> int"},
     {"ckpt_read", py_ckpt_read, METH_VARARGS, "ckpt_read(ckpt, index, offset, ...) -> int"},
+    {"ckpt_read_shard", py_ckpt_read_shard, METH_VARARGS,
+     "ckpt_read_shard(ckpt, shard, offset, ...) -> int"},
     {"ckpt_verify", py_ckpt_verify, METH_VARARGS, "ckpt_verify(ckpt, engine)"},
     {"ckpt_shard_cached", py_ckpt_shard_cached, METH_VARARGS,
      "ckpt_shard_cached(ckpt, shard) -> bool"},

@@ -5,12 +5,21 @@ from __future__ import annotations
 
 import math
 import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
 
 from . import _C, _ckpt, cache_id, engine_id
 
 # Runs of a slice closer than this are read as one span (they share pages anyway).
 _MERGE_GAP = 4096
+# A loop of get_tensor calls in file order (what loaders do) reads ahead: from the second
+# tensor that follows the one before it, the tensors after it in its shard are read with it,
+# up to this many bytes in one read, and served as views of that read (as load_file's
+# tensors view their shard), instead of one small transfer per tensor.
+_WINDOW = 256 << 20
+# Window reads start on this alignment of the data section, so the tensors in them keep the
+# file's alignment of their elements.
+_WINDOW_ALIGN = 64
 _PACKED_BITS = {"F4": 4, "F6_E2M3": 6, "F6_E3M2": 6}
 _BYTES = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E5M2": 1, "F8_E4M3": 1, "F8_E8M0": 1,
           "F8_E4M3FNUZ": 1, "F8_E5M2FNUZ": 1, "I16": 2, "U16": 2, "F16": 2, "BF16": 2,
@@ -91,6 +100,13 @@ class SafeOpen:
         self._checksums = _C.ckpt_describe(self._ck)[3]
         self._info = {t[0]: (i,) + tuple(t[1:]) for i, t in enumerate(tensors)}
         self._order = [t[0] for t in tensors]
+        # file order: (shard, data offset, end) per position, and each name's position
+        spans = sorted((t[4], t[5], t[5] + t[3], t[0]) for t in tensors)
+        self._spans = [sp[:3] for sp in spans]
+        self._pos = {sp[3]: k for k, sp in enumerate(spans)}
+        self._last = None     # the position of the last tensor read
+        self._window = None   # (shard, lo, hi, buffer, stream) of the last read-ahead
+        self._window_lock = threading.Lock()
         # host tensors of a shard the cache mode keeps view a private mapping of it, as
         # load_file's do (no copy, no fresh memory); None: read instead
         self._maps = {} if adapter.is_host(self._device) and engine == "auto" and not verify \
@@ -107,6 +123,7 @@ class SafeOpen:
     def close(self):
         self._ck = None
         self._maps = None if self._maps is None else {}
+        self._window = None
 
     def _open(self):
         if self._ck is None:
@@ -157,10 +174,41 @@ class SafeOpen:
         mapped = self._mapping(shard)
         if mapped is not None:
             return self._adapter.view(mapped, dtype, shape, nbytes, off)
+        window = self._window_for(name, shard, off, nbytes)
+        if window is not None:
+            _, lo, _, buf, stream = window
+            self._adapter.follow(buf, stream, self._device)
+            return self._adapter.view(buf, dtype, shape, nbytes, off - lo)
         out, address, cuda_device, stream = self._adapter.empty(dtype, shape, nbytes,
                                                                 self._device)
         self._read(index, 0, address, nbytes, cuda_device, stream)
         return self._adapter.finish(out, dtype, shape)
+
+    def _window_for(self, name, shard, off, nbytes):
+        """The read-ahead window that holds tensor ``name`` (read now when the tensor follows
+        the one read before it), or None: read the tensor alone."""
+        with self._window_lock:
+            pos, last = self._pos[name], self._last
+            self._last = pos
+            w = self._window
+            if w is not None and w[0] == shard and w[1] <= off and off + nbytes <= w[2]:
+                return w
+            if last is None or pos != last + 1:
+                return None
+            room = self._adapter.window_room(self._device, _WINDOW)
+            lo, hi, k = off - off % _WINDOW_ALIGN, off + nbytes, pos + 1
+            while k < len(self._spans) and self._spans[k][0] == shard and \
+                    self._spans[k][2] - lo <= room:
+                hi, k = max(hi, self._spans[k][2]), k + 1
+            if k == pos + 1:  # nothing after it fits: alone
+                return None
+            buf, address, cuda_device, stream = self._adapter.empty("U8", (hi - lo,), hi - lo,
+                                                                    self._device)
+            _C.ckpt_read_shard(self._open(), shard, lo, address, hi - lo, self._engine,
+                               self._verify, 0 if cuda_device is None else 1, cuda_device or 0,
+                               stream, self._cache)
+            self._window = (shard, lo, hi, buf, stream)
+            return self._window
 
     def _mapping(self, shard):
         """The uint8 view of shard ``shard``'s data section in a private mapping, or None."""

@@ -261,6 +261,25 @@ class _Arrays:
         return buf, buf.data_ptr(), device.index if cuda else None, stream
 
     @staticmethod
+    def window_room(device, most):
+        """The bytes a read-ahead window may take on ``device`` (an eighth of what is free on
+        a GPU, at most ``most``)."""
+        if device.type != "cuda":
+            return most
+        return min(most, torch.cuda.mem_get_info(device)[0] // 8)
+
+    @staticmethod
+    def follow(buf, stream, device):
+        """Order the current stream after ``stream`` (the handle ``buf`` was written on),
+        and keep ``buf``'s memory from reuse until the current stream's work on it is done."""
+        if device.type != "cuda":
+            return
+        cur = torch.cuda.current_stream(device)
+        if cur.cuda_stream != stream:
+            cur.wait_stream(torch.cuda.ExternalStream(stream, device=device))
+            buf.record_stream(cur)
+
+    @staticmethod
     def finish(buf, dtype_name, shape):
         nbytes = buf.numel() if math.prod(shape) else 0
         return _tensor_from(buf, dtype_name, tuple(shape), min(nbytes, buf.numel()), 0)

@@ -122,6 +122,98 @@ def test_safe_open_on_an_index_and_a_directory(tmp):
             assert same(f.get_slice("l5")[7:9], t["l5"][7:9])
 
 
+class _CountingC:
+    """fastensor._C with its read calls counted: (calls, bytes) of each."""
+
+    def __init__(self, real):
+        self._real, self.reads = real, {"ckpt_read": [0, 0], "ckpt_read_shard": [0, 0]}
+
+    def __getattr__(self, name):
+        fn = getattr(self._real, name)
+        if name not in self.reads:
+            return fn
+
+        def counted(*args):
+            self.reads[name][0] += 1
+            self.reads[name][1] += args[4]
+            return fn(*args)
+        return counted
+
+
+def _mixed_state(n=90):
+    g = torch.Generator().manual_seed(7)
+    kinds = [torch.float32, torch.bfloat16, torch.int8, torch.float64, torch.int16]
+    return {f"blk.{i}.{'wb'[i % 2]}": (torch.randn(1 + (i * 37) % 300, 13, generator=g) * 50)
+            .to(kinds[i % len(kinds)]) for i in range(n)}
+
+
+@pytest.mark.parametrize("device", ["cpu"] + (["cuda"] if torch.cuda.is_available() else []))
+def test_safe_open_reads_ahead_along_file_order_only(tmp, monkeypatch, device):
+    """A get_tensor loop in file order is served by a few large reads (views of them), a loop
+    in any other order reads each tensor alone and nothing more; every tensor is byte-exact,
+    verified reads included."""
+    import fastensor._safe as safe
+    t = _mixed_state()
+    keys = list(t)
+    p = os.path.join(tmp, "ahead.safetensors")
+    ft.save_file(dict(reversed(list(t.items()))), p)  # the layout does not follow the dict
+    total = sum(x.numel() * x.element_size() for x in t.values())
+    orders = ("file", "strided", "reverse")  # only "file" has a tensor follow the one before
+    for verify in (False, True):
+        for order in orders:
+            counter = _CountingC(safe._C)
+            monkeypatch.setattr(safe, "_C", counter)
+            with fastensor.safe_open(p, framework="pt", device=device, engine="posix",
+                                     verify=verify) as f:
+                if order == "file":
+                    names = f.offset_keys()
+                    # safetensors' layout: larger elements first, then by name
+                    sizes = [t[k].element_size() for k in names]
+                    assert sizes == sorted(sizes, reverse=True)
+                elif order == "reverse":
+                    names = f.offset_keys()[::-1]
+                else:
+                    names = f.offset_keys()[::2] + f.offset_keys()[1::2]
+                got = {k: f.get_tensor(k) for k in names}
+            monkeypatch.setattr(safe, "_C", counter._real)
+            for k in keys:
+                assert same(got[k].cpu(), t[k]), (order, verify, k)
+            single, windows = counter.reads["ckpt_read"], counter.reads["ckpt_read_shard"]
+            if order == "file":
+                assert single[0] == 1 and windows[0] == 1, counter.reads  # first one alone
+                assert windows[1] <= total + 64
+            else:
+                assert windows[0] == 0 and single[0] == len(keys), (order, counter.reads)
+                assert single[1] == total
+    # the window's views are tensors of their own to the caller
+    with fastensor.safe_open(p, framework="pt", device=device, engine="posix") as f:
+        names = f.offset_keys()
+        a, b = f.get_tensor(names[0]), f.get_tensor(names[1])
+        c = f.get_tensor(names[2])
+        c.zero_()
+        assert same(b.cpu(), t[names[1]]) and same(f.get_tensor(names[3]).cpu(), t[names[3]])
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_safe_open_window_serves_other_streams(tmp):
+    """Tensors of one read-ahead window used on another stream see the window's bytes."""
+    t = {f"l{i:02d}": torch.randn(2048, 256, generator=torch.Generator().manual_seed(i))
+         for i in range(12)}
+    p = os.path.join(tmp, "streams.safetensors")
+    ft.save_file(t, p)
+    side = torch.cuda.Stream()
+    with fastensor.safe_open(p, framework="pt", device="cuda") as f:
+        got = {}
+        for i, k in enumerate(f.offset_keys()):
+            if i % 2:
+                with torch.cuda.stream(side):
+                    got[k] = f.get_tensor(k) * 1
+            else:
+                got[k] = f.get_tensor(k)
+    torch.cuda.synchronize()
+    assert all(same(got[k].cpu(), t[k]) for k in t)
+
+
 def _rchar():
     with open("/proc/self/io") as f:
         return int(next(line for line in f if line.startswith("rchar:")).split()[1])
