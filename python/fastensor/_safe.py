@@ -13,10 +13,13 @@ from . import _C, _ckpt, cache_id, engine_id
 # Runs of a slice closer than this are read as one span (they share pages anyway).
 _MERGE_GAP = 4096
 # A loop of get_tensor calls in file order (what loaders do) reads ahead: from the second
-# tensor that follows the one before it, the tensors after it in its shard are read with it,
-# up to this many bytes in one read, and served as views of that read (as load_file's
-# tensors view their shard), instead of one small transfer per tensor.
-_WINDOW = 256 << 20
+# tensor that follows the one before it, the tensors after it in its shard are read with it
+# in one read, served as views of that read (as load_file's tensors view their shard),
+# instead of one small transfer per tensor. The first read-ahead of a run takes up to
+# _WINDOW_FIRST bytes, each next one of the same run twice the last, up to _WINDOW_MOST:
+# a short run reads little it does not use, a long one approaches one read of the shard.
+_WINDOW_FIRST = 128 << 20
+_WINDOW_MOST = 1 << 30
 # Window reads start on this alignment of the data section, so the tensors in them keep the
 # file's alignment of their elements.
 _WINDOW_ALIGN = 64
@@ -106,6 +109,7 @@ class SafeOpen:
         self._pos = {sp[3]: k for k, sp in enumerate(spans)}
         self._last = None     # the position of the last tensor read
         self._window = None   # (shard, lo, hi, buffer, stream) of the last read-ahead
+        self._window_next = _WINDOW_FIRST  # the most bytes the next read-ahead takes
         self._window_lock = threading.Lock()
         # host tensors of a shard the cache mode keeps view a private mapping of it, as
         # load_file's do (no copy, no fresh memory); None: read instead
@@ -194,8 +198,9 @@ class SafeOpen:
             if w is not None and w[0] == shard and w[1] <= off and off + nbytes <= w[2]:
                 return w
             if last is None or pos != last + 1:
+                self._window_next = _WINDOW_FIRST
                 return None
-            room = self._adapter.window_room(self._device, _WINDOW)
+            room = self._adapter.window_room(self._device, self._window_next)
             lo, hi, k = off - off % _WINDOW_ALIGN, off + nbytes, pos + 1
             while k < len(self._spans) and self._spans[k][0] == shard and \
                     self._spans[k][2] - lo <= room:
@@ -208,6 +213,7 @@ class SafeOpen:
                                self._verify, 0 if cuda_device is None else 1, cuda_device or 0,
                                stream, self._cache)
             self._window = (shard, lo, hi, buf, stream)
+            self._window_next = min(2 * self._window_next, _WINDOW_MOST)
             return self._window
 
     def _mapping(self, shard):
