@@ -40,15 +40,18 @@ ext = Extension(
              "python/fastensor/_batch.c"],
     include_dirs=[os.path.join(ROOT, "include")],
     define_macros=[("Py_LIMITED_API", "0x030B0000")],
-    extra_compile_args=["-std=c11", "-Wall", "-Wextra", "-Werror", "-Wno-missing-field-initializers"],
+    # loads on glibc >= 2.28 (see src/base/glibc-compat.h)
+    extra_compile_args=["-std=c11", "-Wall", "-Wextra", "-Werror", "-Wno-missing-field-initializers",
+                        "-include", os.path.join(ROOT, "src", "base", "glibc-compat.h")],
     extra_objects=[ARCHIVE],
     # liburing and libxxhash are linked in statically (machines without them: the GPU
     # machine has no liburing); Debian's libjansson.a is not position-independent, so
     # libjansson.so.4 stays a run-time dependency. The library's internal symbols stay out
     # of the extension's dynamic symbol table.
     extra_link_args=["-Wl,-Bstatic", "-luring", "-lxxhash", "-Wl,-Bdynamic",
-                     "-Wl,--exclude-libs,ALL"],
-    libraries=["jansson", "pthread"],
+                     "-Wl,--exclude-libs,ALL", "-Wl,--push-state,--no-as-needed",
+                     "-l:libpthread.so.0", "-l:libdl.so.2", "-Wl,--pop-state"],
+    libraries=["jansson", "pthread", "m"],
     py_limited_api=True,
 )
 

@@ -69,8 +69,10 @@ const char *ft_strerror(int err)
         err = -err;
     if (err == 0)
         return "success";
-    const char *s = strerrordesc_np(err);
-    return s ? s : "unknown error";
+    /* GNU strerror_r: a static string for known errors, else "Unknown error N" in buf
+     * (strerrordesc_np would need glibc 2.32) */
+    static _Thread_local char buf[48];
+    return strerror_r(err, buf, sizeof buf);
 }
 
 const char *ft_version(void)

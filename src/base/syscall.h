@@ -59,11 +59,11 @@ typedef struct ft__syscalls {
 #define FT__SYSCALLS_REAL                                                                     \
     {                                                                                         \
         .open = ft__sys_open, .close = close, .pread = pread, .pwrite = pwrite,               \
-        .fstat = fstat, .fstatfs = fstatfs, .fdatasync = fdatasync, .fsync = fsync,           \
+        .fstat = ft__sys_fstat, .fstatfs = fstatfs, .fdatasync = fdatasync, .fsync = fsync,           \
         .ftruncate = ftruncate, .fallocate = fallocate, .fadvise = posix_fadvise,             \
         .mmap = mmap, .munmap = munmap, .madvise = madvise, .mincore = mincore,               \
         .cachestat = ft__sys_cachestat, .fcntl = ft__sys_fcntl, .flock = flock,               \
-        .rename = rename, .unlink = unlink, .stat = stat, .mkdir = mkdir,                     \
+        .rename = rename, .unlink = unlink, .stat = ft__sys_stat, .mkdir = mkdir,                     \
         .opendir = opendir, .readdir = readdir, .rewinddir = rewinddir,                       \
         .closedir = closedir, .kill = kill,                                                   \
         .uring_init = io_uring_queue_init_params,                                             \

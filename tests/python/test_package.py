@@ -66,6 +66,31 @@ def test_installed_wheel_runs(wheel, tmp_path):
     assert "liburing" not in ldd and "libxxhash" not in ldd
 
 
+def _glibc_needed(path):
+    """The newest GLIBC_x.y symbol version the ELF file at ``path`` asks for, as (x, y)."""
+    import re
+    import shutil
+    if not shutil.which("objdump"):
+        pytest.skip("objdump (binutils) is not installed")
+    out = subprocess.run(["objdump", "-T", str(path)], capture_output=True, text=True,
+                         check=True).stdout
+    versions = {tuple(int(p) for p in v.split(".")) for v in re.findall(r"GLIBC_([0-9.]+)\)",
+                                                                       out)}
+    assert versions, f"{path}: no GLIBC symbol versions found"
+    return max(versions)
+
+
+def test_wheel_loads_on_glibc_2_28(wheel, tmp_path):
+    """The extension (and the library) ask for no glibc symbol newer than 2.28, whatever
+    glibc built them (src/base/glibc-compat.h)."""
+    so = tmp_path / "_C.abi3.so"
+    so.write_bytes(zipfile.ZipFile(wheel).read("fastensor/_C.abi3.so"))
+    assert _glibc_needed(so) <= (2, 28), "the extension needs a glibc newer than 2.28"
+    lib = os.path.join(ROOT, os.environ.get("BUILD", "build"), "libfastensor.so")
+    if os.path.exists(lib):
+        assert _glibc_needed(lib) <= (2, 28), "libfastensor.so needs a glibc newer than 2.28"
+
+
 def test_pkg_config_static_links(tmp_path):
     """`make install`, then a program linked against the static library with nothing but
     what `pkg-config --static` says."""
