@@ -404,21 +404,31 @@ int64_t ft_ckpt_load_tensor(ft_ckpt *c, size_t i, const ft_buf *dst, const ft_lo
     return ft_ckpt_read_range(c, i, 0, &whole, o);
 }
 
+/* read_part of bytes [offset, offset + dst->len) of a span [base, base + size) of shard
+ * @p s's data section (a tensor's, or the whole section), refused when outside it; @p what
+ * names the span in the message. */
+static int64_t read_inside(ft__shard *s, uint64_t base, uint64_t size, uint64_t offset,
+                           const ft_buf *dst, const ft_load_opts *o, const char *what)
+{
+    int rc = check_load_opts(o);
+    if (rc < 0)
+        return rc;
+    if (offset > size || dst->len > size - offset)
+        return ft__err(-ERANGE, "%s: bytes %llu..%llu asked of %llu", what,
+                       (unsigned long long)offset, (unsigned long long)(offset + dst->len),
+                       (unsigned long long)size);
+    return read_part(s, base + offset, dst, o);
+}
+
 int64_t ft_ckpt_read_range(ft_ckpt *c, size_t i, uint64_t offset, const ft_buf *dst,
                            const ft_load_opts *o)
 {
     if (!c || i >= c->ntensors || !dst)
         return ft__err(-EINVAL, "ft_ckpt_read_range: bad checkpoint, index or buffer");
-    int rc = check_load_opts(o);
-    if (rc < 0)
-        return rc;
     const ft__st_tensor *t = c->tensors[i];
-    uint64_t n = t->end - t->begin;
-    if (offset > n || dst->len > n - offset)
-        return ft__err(-ERANGE, "tensor '%s': bytes %llu..%llu asked of %llu", t->name,
-                       (unsigned long long)offset, (unsigned long long)(offset + dst->len),
-                       (unsigned long long)n);
-    return read_part(&c->shards[t->shard], t->begin + offset, dst, o);
+    char what[FT__DETAIL_MAX / 4];
+    snprintf(what, sizeof what, "tensor '%s'", t->name);
+    return read_inside(&c->shards[t->shard], t->begin, t->end - t->begin, offset, dst, o, what);
 }
 
 int64_t ft_ckpt_read_shard_range(ft_ckpt *c, unsigned k, uint64_t offset, const ft_buf *dst,
@@ -426,15 +436,8 @@ int64_t ft_ckpt_read_shard_range(ft_ckpt *c, unsigned k, uint64_t offset, const 
 {
     if (!c || k >= c->nshards || !dst)
         return ft__err(-EINVAL, "ft_ckpt_read_shard_range: bad checkpoint, shard or buffer");
-    int rc = check_load_opts(o);
-    if (rc < 0)
-        return rc;
     ft__shard *s = &c->shards[k];
-    if (offset > s->data_size || dst->len > s->data_size - offset)
-        return ft__err(-ERANGE, "%s: data bytes %llu..%llu asked of %llu", s->path,
-                       (unsigned long long)offset, (unsigned long long)(offset + dst->len),
-                       (unsigned long long)s->data_size);
-    return read_part(s, offset, dst, o);
+    return read_inside(s, 0, s->data_size, offset, dst, o, s->path);
 }
 
 int ft_ckpt_verify(ft_ckpt *c, const ft_load_opts *o,
