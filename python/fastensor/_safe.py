@@ -164,12 +164,14 @@ class SafeOpen:
             raise KeyError(f"{self._filename}: no tensor named {name!r}") from None
 
     # ---- reads ----
-    def _read(self, index, offset, address, nbytes, cuda_device=None, stream=0):
+    def _read(self, index, offset, address, nbytes, cuda_device=None, stream=0, shard=False):
+        """Bytes [offset, offset + nbytes) of tensor ``index`` (of shard ``index``'s data
+        section with ``shard``) into memory at ``address``."""
         if nbytes == 0:
             return
-        _C.ckpt_read(self._open(), index, offset, address, nbytes, self._engine,
-                     self._verify, 0 if cuda_device is None else 1, cuda_device or 0, stream,
-                     self._cache)
+        read = _C.ckpt_read_shard if shard else _C.ckpt_read
+        read(self._open(), index, offset, address, nbytes, self._engine, self._verify,
+             0 if cuda_device is None else 1, cuda_device or 0, stream, self._cache)
 
     def get_tensor(self, name):
         """Tensor ``name`` on the device, reading only its bytes (straight into device
@@ -209,9 +211,7 @@ class SafeOpen:
                 return None
             buf, address, cuda_device, stream = self._adapter.empty("U8", (hi - lo,), hi - lo,
                                                                     self._device)
-            _C.ckpt_read_shard(self._open(), shard, lo, address, hi - lo, self._engine,
-                               self._verify, 0 if cuda_device is None else 1, cuda_device or 0,
-                               stream, self._cache)
+            self._read(shard, lo, address, hi - lo, cuda_device, stream, shard=True)
             self._window = (shard, lo, hi, buf, stream)
             self._window_next = min(2 * self._window_next, _WINDOW_MOST)
             return self._window
