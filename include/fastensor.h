@@ -665,6 +665,9 @@ int64_t ft_ckpt_gc(ft_ctx *ctx, const char *dir,
 
 typedef struct ft_store ft_store;
 
+/** ft_store_opts.host_cache_bytes: a host tier of a quarter of the memory available. */
+#define FT_STORE_HOST_AUTO UINT64_MAX
+
 /** How a spill store is made. Zero fields take the defaults. */
 typedef struct ft_store_opts {
     const char *dir;           /**< directory of the spill file; NULL: $FASTENSOR_SPILL_DIR,
@@ -681,7 +684,15 @@ typedef struct ft_store_opts {
                                     own (read back in reverse order, later ones are wanted
                                     sooner). */
     uint64_t host_cache_bytes; /**< host-RAM tier in front of the file: up to this many bytes
-                                    of entries stay in memory and are never written; 0: none */
+                                    of entries stay in memory and are never written; 0: none;
+                                    FT_STORE_HOST_AUTO: a quarter of the memory available at
+                                    creation. When a put finds the tier full, the entries put
+                                    before it are written to the file, oldest first, to make
+                                    room (their copies stay as cached ones until the space is
+                                    needed): the entries put last stay in memory. The memory
+                                    is reserved, not taken: pages are used (and pinned, where
+                                    CUDA is in use) in 64 MiB pieces as entries first reach
+                                    them, and kept by the store from then on. */
     ft_engine engine;          /**< engine of the spill file's transfers. FT_ENGINE_AUTO:
                                     posix (the page cache, which holds recent slots in
                                     spare RAM and writes them back on its own) while the
@@ -717,6 +728,9 @@ typedef struct ft_store_stats {
     uint64_t file_size;            /**< bytes the spill file has allocated */
     uint64_t host_used;            /**< bytes of pinned host memory held by entries */
     uint64_t host_resident;        /**< bytes of entries held only in the host tier */
+    uint64_t host_budget;          /**< bytes the host tier may hold (host_cache_bytes) */
+    uint64_t host_pinned;          /**< bytes of host memory pinned so far (kept) */
+    uint64_t bytes_demoted;        /**< bytes written from the host tier to make room */
     ft_engine engine;              /**< the engine the store's file transfers use */
 } ft_store_stats;
 

@@ -92,9 +92,10 @@ static void roundtrip(ft_engine engine, uint64_t staging, uint64_t tier)
     T_EQ(st.entries, NSIZES);
     T_EQ(st.inflight_bytes, 0);
     T_TRUE(st.peak_inflight_bytes > 0);
-    if (tier) {
-        T_TRUE(st.host_resident > 0 && st.host_resident <= tier);
-        T_TRUE(st.bytes_written - st.bytes_put + total < total);
+    if (tier) { /* the fillers pushed every entry out of the tier, oldest first */
+        T_EQ(st.host_resident, 0);
+        T_TRUE(st.bytes_demoted > 0 && st.bytes_demoted <= st.bytes_written);
+        T_TRUE(st.bytes_written <= st.bytes_put);
     } else {
         T_EQ(st.host_resident, 0);
         T_EQ(st.bytes_written, st.bytes_put); /* fillers included */
@@ -136,6 +137,86 @@ static void case_small_ring(void)
 static void case_host_tier(void)
 {
     roundtrip(FT_ENGINE_AUTO, 4u << 20, 6u << 20);
+}
+
+/* The host tier keeps the entries put last: a put that finds it full sends the oldest to the
+ * file (their copies stay cached until the ring needs the space). A failed write of one
+ * keeps it in memory, reported by the next flush. The memory is reserved, not taken. */
+static void case_tier_demotes_oldest(void)
+{
+    enum { N = 8, MB = 1u << 20 };
+    ft_store_opts o = {.dir = store_dir("tier"), .engine = FT_ENGINE_POSIX,
+                       .staging_bytes = MB, .host_cache_bytes = 4 * MB};
+    ft_store *s;
+    T_EQ(ft_store_create(ctx, &s, &o), 0);
+    uint8_t *data = malloc((size_t)N * MB), *back = malloc(MB);
+    t_fill_random(data, (size_t)N * MB, 21);
+    uint64_t keys[N];
+    ft_store_stats st;
+    for (unsigned i = 0; i < N; i++) {
+        ft_buf b = ft_host_buf(data + (size_t)i * MB, MB);
+        T_EQ(ft_store_put(s, &b, NULL, &keys[i]), 0);
+        T_EQ(ft_store_wait(s, keys[i]), 0);
+    }
+    T_EQ(ft_store_flush(s), 0);
+    while (ft_store_get_stats(s, &st) == 0 && st.bytes_demoted < 4ull * MB)
+        usleep(1000); /* demotions are background writes */
+    T_EQ(st.host_resident, 4ull * MB);
+    T_EQ(st.host_budget, 4ull * MB);
+    T_EQ(st.bytes_demoted, 4ull * MB);
+    T_EQ(st.bytes_written, 4ull * MB); /* the first four, and only by demotion */
+    T_EQ(st.host_pinned, 0);            /* no CUDA in this process: nothing pinned */
+    for (unsigned i = N; i-- > 0;) {   /* newest first, as a backward pass */
+        ft_buf d = ft_host_buf(back, MB);
+        T_EQ(ft_store_get(s, keys[i], &d, NULL), 0);
+        T_EQ(ft_store_wait(s, keys[i]), 0);
+        T_MEMEQ(back, data + (size_t)i * MB, MB);
+    }
+    T_EQ(ft_store_get_stats(s, &st), 0);
+    /* The ring (5 MiB) holds the tier's four and the copy of the last one demoted: only the
+     * first three are read from the file. */
+    T_EQ(st.bytes_read, 3ull * MB);
+    /* A demotion whose write fails: the entry stays in memory, exact, and flush says so. */
+    for (unsigned i = 0; i < N; i++)
+        T_EQ(ft_store_drop(s, keys[i]), 0);
+    t_fault_set(T_OP_PWRITE, T_FAULT_ERRNO, EIO, 1, 0);
+    for (unsigned i = 0; i < 5; i++) {
+        ft_buf b = ft_host_buf(data + (size_t)i * MB, MB);
+        T_EQ(ft_store_put(s, &b, NULL, &keys[i]), 0);
+        T_EQ(ft_store_wait(s, keys[i]), 0);
+    }
+    while (ft_store_get_stats(s, &st) == 0 && st.host_resident < 5ull * MB)
+        usleep(1000);
+    t_fault_clear();
+    T_EQ(ft_store_flush(s), -EIO);
+    for (unsigned i = 0; i < 5; i++) {
+        ft_buf d = ft_host_buf(back, MB);
+        T_EQ(ft_store_get(s, keys[i], &d, NULL), 0);
+        T_EQ(ft_store_wait(s, keys[i]), 0);
+        T_MEMEQ(back, data + (size_t)i * MB, MB);
+        T_EQ(ft_store_drop(s, keys[i]), 0);
+    }
+    T_EQ(ft_store_get_stats(s, &st), 0);
+    T_EQ(st.host_resident, 0);
+    T_EQ(st.host_used, 0);
+    ft_store_destroy(s);
+    /* The default tier: a quarter of the memory available, reserved only. */
+    o.host_cache_bytes = FT_STORE_HOST_AUTO;
+    T_EQ(ft_store_create(ctx, &s, &o), 0);
+    T_EQ(ft_store_get_stats(s, &st), 0);
+    T_TRUE(st.host_budget >= (64ull << 20));
+    T_EQ(st.host_used, 0);
+    ft_store_destroy(s);
+    /* No address space for the ring: a clear error, no file left. */
+    t_fault_set(T_OP_MMAP, T_FAULT_ERRNO, ENOMEM, 1, 0);
+    T_EQ(ft_store_create(ctx, &s, &o), -ENOMEM);
+    T_TRUE(strstr(ft_last_error(), "cannot reserve") != NULL);
+    t_fault_clear();
+    T_EQ(dir_entries(o.dir), 0);
+    o.host_cache_bytes = 1ull << 60;
+    T_EQ(ft_store_create(ctx, &s, &o), -EINVAL);
+    free(data);
+    free(back);
 }
 
 static void case_prefetch(void)
@@ -670,6 +751,7 @@ int main(int argc, char **argv)
         {"every size and alignment through every engine", case_engines},
         {"small ring: puts wait, large entries bypass it", case_small_ring},
         {"host tier keeps entries in memory", case_host_tier},
+        {"a full host tier sends its oldest entries to the file", case_tier_demotes_oldest},
         {"prefetch into memory, eviction", case_prefetch},
         {"prefetch while the put writes keeps the copy", case_prefetch_during_write},
         {"written copies stay in the ring; eviction order", case_retained},

@@ -151,9 +151,16 @@ int64_t ft__store_slot_transfer(ft_store *s, const ft__entry *e, const ft_buf *m
     return rc < 0 ? rc : (int64_t)e->len;
 }
 
-/* Keep the entry in the host tier instead of writing it, when the tier has room. */
+/* Keep the entry in the host tier instead of writing it. When the tier is full, the entries
+ * put before it go to the file, oldest first (a backward pass wants the newest back first),
+ * until it fits; when they cannot make room, the entry itself is written. */
 static bool admit_to_tier(ft_store *s, ft__entry *e)
 {
+    if (e->slot > s->opts.host_cache_bytes)
+        return false;
+    while (s->st.host_resident + e->slot > s->opts.host_cache_bytes &&
+           ft__store_demote(s, e->order))
+        ;
     if (s->st.host_resident + e->slot > s->opts.host_cache_bytes)
         return false;
     e->cached = e->dirty = true;
@@ -258,7 +265,7 @@ int ft_store_put(ft_store *s, const ft_buf *src, void *stream, uint64_t *key)
         if (off >= 0)
             e->file_off = off;
         e->engine = s->opts.engine; /* after the reserve, which may have switched it */
-        if (off >= 0 && e->slot <= s->opts.staging_bytes &&
+        if (off >= 0 && e->slot <= ft_store_ring_limit(s) &&
             (off = ft__store_ring_take(s, e->slot, UINT64_MAX, true)) >= 0) {
             e->host_off = off;
             e->host_refs = 1; /* the put's, until its write is done */
@@ -314,7 +321,7 @@ int ft_store_stream(ft_store *s, int device, void **stream)
 
 uint64_t ft_store_ring_limit(const ft_store *s)
 {
-    return s ? s->opts.staging_bytes : 0;
+    return s ? s->opts.staging_bytes + s->opts.host_cache_bytes : 0;
 }
 
 int ft_store_released(ft_store *s, uint64_t key)

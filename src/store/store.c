@@ -10,11 +10,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
 #define DEFAULT_STAGING (256ull << 20)
 #define GROW_STEP (64ull << 20) /* the file grows in steps this big: few fallocate calls */
+#define HOST_CHUNK (64ull << 20) /* host memory is pinned in pieces this big, when first used */
+#define MAX_HOST (1ull << 56) /* larger host sizes are mistakes (and would overflow sums) */
+enum { CHUNK_UNUSED, CHUNK_TOUCHED, CHUNK_PINNED, CHUNK_PAGEABLE };
 
 uint64_t ft__store_now(void)
 {
@@ -71,25 +75,65 @@ static int file_extend(ft_store *s, uint64_t from, uint64_t to)
     return rc;
 }
 
-static int host_alloc(ft_store *s, uint64_t bytes)
+/* Host memory: one reserved mapping for the ring and the host tier, its pages taken only
+ * when first used and pinned (registered with the driver) a chunk at a time, so a large
+ * tier costs nothing until entries fill it and stays with the store once they have. */
+static int host_reserve(ft_store *s, uint64_t bytes)
 {
-    if (ft__cuda_in_use() && ft__cuda_enter(0) == 0) {
-        /* Pinned: device copies run at full speed and straight from the ring. */
-        void *p = NULL;
-        CUresult r = ft__cu.MemHostAlloc(&p, bytes, FT_CU_MEMHOSTALLOC_PORTABLE);
-        ft__cuda_leave();
-        if (r == 0) {
-            s->host = p;
-            s->host_pinned = true;
-            return 0;
-        }
-    }
-    void *p = NULL;
-    if (posix_memalign(&p, FT__DIRECT_ALIGN, bytes) != 0)
-        return ft__err(-ENOMEM, "spill store: cannot allocate %llu bytes of host memory",
+    void *p = ft__sys.mmap(NULL, bytes, PROT_READ | PROT_WRITE,
+                           MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED)
+        return ft__err(-errno, "spill store: cannot reserve %llu bytes of host memory",
                        (unsigned long long)bytes);
     s->host = p;
+    s->host_bytes = bytes;
+    s->chunks = calloc((bytes + HOST_CHUNK - 1) / HOST_CHUNK, 1);
+    if (!s->chunks)
+        return ft__err(-ENOMEM, "spill store: chunk table");
     return 0;
+}
+
+void ft__store_host_commit(ft_store *s, uint64_t off, uint64_t len)
+{
+    if (!len)
+        return;
+    bool cuda = ft__cuda_in_use();
+    for (uint64_t c = off / HOST_CHUNK; c <= (off + len - 1) / HOST_CHUNK; c++) {
+        if (s->chunks[c] == CHUNK_PINNED || s->chunks[c] == CHUNK_PAGEABLE ||
+            (s->chunks[c] == CHUNK_TOUCHED && !cuda))
+            continue;
+        s->chunks[c] = CHUNK_TOUCHED;
+        if (!cuda || ft__cuda_enter(0) != 0)
+            continue;
+        uint64_t at = c * HOST_CHUNK, n = s->host_bytes - at < HOST_CHUNK ? s->host_bytes - at
+                                                                            : HOST_CHUNK;
+        /* Pinned: device copies run at full speed, asynchronously, straight from here. A
+         * refusal (a locked-memory limit) leaves it pageable, which still works. */
+        CUresult r = ft__cu.MemHostRegister(s->host + at, n, FT_CU_MEMHOSTREGISTER_PORTABLE);
+        ft__cuda_leave();
+        s->chunks[c] = r == 0 ? CHUNK_PINNED : CHUNK_PAGEABLE;
+        if (r == 0)
+            s->st.host_pinned += n;
+    }
+}
+
+static void host_release(ft_store *s)
+{
+    if (!s->host)
+        return;
+    bool entered = false;
+    for (uint64_t c = 0; s->chunks && c * HOST_CHUNK < s->host_bytes; c++) {
+        if (s->chunks[c] != CHUNK_PINNED)
+            continue;
+        if (!entered && ft__cuda_enter(0) != 0)
+            break; /* no context: the mapping goes anyway, and the driver's records with it */
+        entered = true;
+        ft__cu.MemHostUnregister(s->host + c * HOST_CHUNK);
+    }
+    if (entered)
+        ft__cuda_leave();
+    ft__sys.munmap(s->host, s->host_bytes); /* no fault test: void cleanup of our own mapping */
+    s->host = NULL;
 }
 
 /* MemAvailable of /proc/meminfo in bytes (0 where it cannot be read). */
@@ -117,9 +161,17 @@ int ft_store_create(ft_ctx *ctx, ft_store **out, const ft_store_opts *opts)
     ft_store_opts o = opts ? *opts : (ft_store_opts){0};
     if ((unsigned)o.engine >= FT_ENGINE_COUNT)
         return ft__err(-EINVAL, "spill store: unknown engine %d", (int)o.engine);
+    bool host_auto = o.host_cache_bytes == FT_STORE_HOST_AUTO;
+    if ((!host_auto && o.host_cache_bytes > MAX_HOST) || o.staging_bytes > MAX_HOST)
+        return ft__err(-EINVAL, "spill store: host_cache_bytes %llu or staging_bytes %llu is "
+                                "beyond any machine's memory",
+                       (unsigned long long)o.host_cache_bytes,
+                       (unsigned long long)o.staging_bytes);
     if (!o.staging_bytes)
         o.staging_bytes = DEFAULT_STAGING;
     o.staging_bytes = ft__store_round_block(o.staging_bytes);
+    if (host_auto)
+        o.host_cache_bytes = available_memory() / 4;
     o.host_cache_bytes = ft__store_round_block(o.host_cache_bytes);
     o.capacity = o.capacity / FT__DIRECT_ALIGN * FT__DIRECT_ALIGN;
     if (opts && opts->capacity && !o.capacity)
@@ -130,6 +182,7 @@ int ft_store_create(ft_ctx *ctx, ft_store **out, const ft_store_opts *opts)
         return ft__err(-ENOMEM, "spill store");
     s->ctx = ctx;
     s->opts = o;
+    s->st.host_budget = o.host_cache_bytes;
     s->opts.dir = NULL; /* not kept: the caller's string; our copy is s->dir */
     snprintf(s->dir, sizeof s->dir, "%s", spill_dir(&o));
     pthread_mutex_init(&s->lock, NULL);
@@ -155,7 +208,7 @@ int ft_store_create(ft_ctx *ctx, ft_store **out, const ft_store_opts *opts)
     if (rc == 0)
         rc = ft__extents_init(&s->ring, o.staging_bytes + o.host_cache_bytes);
     if (rc == 0)
-        rc = host_alloc(s, o.staging_bytes + o.host_cache_bytes);
+        rc = host_reserve(s, o.staging_bytes + o.host_cache_bytes);
     if (rc < 0) {
         FT__KEEPING_DETAIL(ft_store_destroy(s));
         return rc;
@@ -207,12 +260,8 @@ void ft_store_destroy(ft_store *s)
             ft__cuda_leave();
         }
     }
-    if (s->host_pinned && ft__cuda_enter(0) == 0) {
-        ft__cu.MemFreeHost(s->host);
-        ft__cuda_leave();
-    } else if (!s->host_pinned) {
-        free(s->host);
-    }
+    host_release(s);
+    free(s->chunks);
     ft__extents_fini(&s->ring);
     ft__extents_fini(&s->space);
     ft_file_close(s->file); /* the spill file had no name: closing it frees its blocks */
@@ -344,6 +393,7 @@ static bool evict_one(ft_store *s, uint64_t before)
     for (uint32_t i = 0; i < s->table_len; i++) {
         ft__entry *e = s->table[i];
         if (e && e->cached && !e->dirty && e->host_refs == 1 && !e->prefetching &&
+            !e->demoting &&
             e->order < before && (!victim || e->lru < victim->lru))
             victim = e;
     }
@@ -354,6 +404,77 @@ static bool evict_one(ft_store *s, uint64_t before)
     return true;
 }
 
+/* Write a tier entry's copy to its file slot (the tier was full): from then on the copy is
+ * a cached one, evictable. A failed write puts it back in the tier: nothing is lost. */
+static void demote_task(void *arg)
+{
+    ft__store_task *t = arg;
+    ft_store *s = t->s;
+    ft__entry *e = t->e;
+    free(t);
+    ft_io_opts o = {.engine = e->engine};
+    ft_buf b = ft_host_buf(s->host + e->host_off, e->slot);
+    int64_t r = ft__transfer(s->file, &b, (uint64_t)e->file_off, &o, true);
+    pthread_mutex_lock(&s->lock);
+    e->demoting = false;
+    s->demotions--;
+    if (r == (int64_t)e->slot) {
+        e->on_disk = true;
+        s->st.bytes_written += e->len;
+        s->st.bytes_demoted += e->len;
+    } else if (e->cached && !e->dropped) {
+        e->dirty = e->unwritable = true; /* not tried again */
+        s->st.host_resident += e->slot;
+        if (!s->flush_err) { /* the next flush says why the tier is over its budget */
+            s->flush_err = r < 0 ? (int)r : -EIO;
+            if (r >= 0)
+                ft__err(-EIO, "spill store: wrote %lld of %llu bytes", (long long)r,
+                        (unsigned long long)e->slot);
+            char msg[FT__DETAIL_MAX];
+            ft__detail_save(msg);
+            free(s->flush_detail);
+            s->flush_detail = strdup(msg);
+        }
+    }
+    ft__store_host_unref(s, e); /* the task's hold */
+    ft__store_task_done(s, e);
+    pthread_mutex_unlock(&s->lock);
+}
+
+bool ft__store_demote(ft_store *s, uint64_t before)
+{
+    ft__entry *v = NULL;
+    for (uint32_t i = 0; i < s->table_len; i++) {
+        ft__entry *e = s->table[i];
+        if (e && e->dirty && !e->dropped && !e->unwritable && e->order < before &&
+            (!v || e->order < v->order))
+            v = e;
+    }
+    if (!v)
+        return false;
+    v->dirty = false;
+    v->demoting = true;
+    v->host_refs++;
+    s->st.host_resident -= v->slot;
+    if (ft__store_post(s, v, demote_task) == 0) {
+        s->demotions++;
+        return true;
+    }
+    v->demoting = false; /* no task: it stays in the tier */
+    v->host_refs--;
+    v->dirty = true;
+    s->st.host_resident += v->slot;
+    return false;
+}
+
+static bool got_pending(const ft_store *s)
+{
+    for (uint32_t i = 0; i < s->table_len; i++)
+        if (s->table[i] && s->table[i]->got_pending)
+            return true;
+    return false;
+}
+
 int64_t ft__store_ring_take(ft_store *s, uint64_t len, uint64_t evict_before, bool wait)
 {
     uint64_t t0 = 0;
@@ -362,14 +483,22 @@ int64_t ft__store_ring_take(ft_store *s, uint64_t len, uint64_t evict_before, bo
         if (off >= 0 || off == -ENOMEM) {
             if (t0)
                 s->st.stall_ns += ft__store_now() - t0;
-            if (off >= 0)
+            if (off >= 0) {
                 s->st.host_used += len;
+                ft__store_host_commit(s, (uint64_t)off, len);
+            }
             return off;
         }
         if (evict_one(s, evict_before) || ft__store_reap(s))
             continue;
         if (!wait)
             return -EAGAIN;
+        /* Full of the tier's entries: the oldest go to the file, their copies then evictable. */
+        if (!s->demotions && !ft__store_demote(s, evict_before) && !s->tasks &&
+            !got_pending(s))
+            return ft__err(-ENOMEM, "spill store: the host memory (%llu bytes) is held by "
+                                    "entries that cannot be written; %llu more needed",
+                           (unsigned long long)s->host_bytes, (unsigned long long)len);
         if (!t0)
             t0 = ft__store_now();
         /* Space comes back when a put's write finishes (a broadcast) or a device copy of a

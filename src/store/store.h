@@ -25,6 +25,8 @@ typedef struct ft__entry {
     bool landed;        /* the put is finished (failed or not) */
     bool getting;       /* a get task runs */
     bool prefetching;   /* a prefetch task reads into the host copy */
+    bool demoting;      /* a task writes the tier's copy to the file (the tier was full) */
+    bool unwritable;    /* that write failed: the entry stays in the tier */
     bool got_pending;   /* an asynchronous host-to-device copy out of the host copy */
     bool dropped;
     unsigned tasks;     /* pool tasks working on the entry */
@@ -54,8 +56,9 @@ struct ft_store {
     uint64_t file_size;     /* bytes allocated to the file */
     uint64_t cache_limit;   /* AUTO on posix: switch to direct once the file grows past it */
     ft__extents ring;       /* pinned host memory */
-    uint8_t *host;
-    bool host_pinned;
+    uint8_t *host;          /* reserved mapping of the ring: staging + host tier */
+    uint64_t host_bytes;
+    uint8_t *chunks;        /* per HOST_CHUNK of it: unused, touched, pinned, pageable */
     ft__entry **table;      /* entries by key's low 32 bits */
     uint32_t table_len, table_cap;
     uint32_t *free_idx;
@@ -63,6 +66,7 @@ struct ft_store {
     uint32_t generation;
     uint64_t tick;
     unsigned tasks;         /* pool tasks running for the store */
+    unsigned demotions;     /* tier entries being written to make room */
     uint64_t puts_landing;  /* puts not landed yet */
     int flush_err;          /* first failed put since the last flush */
     char *flush_detail;
@@ -83,6 +87,11 @@ int64_t ft__store_file_reserve(ft_store *s, uint64_t len);
  * @p evict_before (least recently used first); with @p wait, block (counted as stall) until
  * in-flight puts free space. @return offset or -EAGAIN (no wait). */
 int64_t ft__store_ring_take(ft_store *s, uint64_t len, uint64_t evict_before, bool wait);
+/** Make the ring's [off, off+len) usable: its pages pinned where CUDA is in use. */
+void ft__store_host_commit(ft_store *s, uint64_t off, uint64_t len);
+/** Start writing the oldest tier entry put before @p before to its file slot, to make
+ * room. @return whether one was started. */
+bool ft__store_demote(ft_store *s, uint64_t before);
 /** Drop one holder of the entry's host copy; the last one frees it. */
 void ft__store_host_unref(ft_store *s, ft__entry *e);
 /** Forget the entry: lookups fail from now on; it is freed once nothing works on it. */
