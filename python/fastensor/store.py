@@ -16,6 +16,8 @@ import os
 
 from . import _C, _memory, context, engine_id
 
+HOST_AUTO = (1 << 64) - 1  # FT_STORE_HOST_AUTO: a quarter of the memory available
+
 
 class SpillStore:
     """A spill store (``ft_store`` of the C library).
@@ -23,18 +25,24 @@ class SpillStore:
     ``directory``: where the spill file lives (None: $FASTENSOR_SPILL_DIR, $TMPDIR, /var/tmp).
     ``capacity``: bytes the file may hold (0: what the filesystem gives; else preallocated).
     ``staging_bytes``: pinned host ring for puts in flight and prefetches (0: 256 MiB).
-    ``host_cache_bytes``: entries up to this many bytes stay in host memory, never written.
+    ``host_cache_bytes``: a host-memory tier: entries up to this many bytes stay in memory,
+    never written; a put that finds it full sends the oldest to the file ("auto": a quarter
+    of the memory available; the memory is taken, and pinned where CUDA is in use, as
+    entries first reach it, and kept by the store).
     ``engine``: of the file's transfers; "auto": through the page cache while the file is
     within ``page_cache_bytes`` (0: an eighth of the memory available), O_DIRECT for entries
     put after it grew past that.
     """
 
     def __init__(self, directory=None, *, capacity: int = 0, staging_bytes: int = 0,
-                 host_cache_bytes: int = 0, engine: str = "auto", page_cache_bytes: int = 0):
+                 host_cache_bytes: int | str = 0, engine: str = "auto",
+                 page_cache_bytes: int = 0):
+        if host_cache_bytes == "auto":
+            host_cache_bytes = HOST_AUTO
         for name, v in (("capacity", capacity), ("staging_bytes", staging_bytes),
                         ("host_cache_bytes", host_cache_bytes),
                         ("page_cache_bytes", page_cache_bytes)):
-            if not isinstance(v, int) or v < 0:
+            if not isinstance(v, int) or not 0 <= v <= HOST_AUTO:
                 raise ValueError(f"{name} must be a non-negative int, not {v!r}")
         d = None if directory is None else os.fspath(directory)
         self.directory = d
