@@ -29,8 +29,8 @@ static int get_queued(ft_store *s, ft__entry *e, const ft_buf *dst, int dev, voi
         if (r == 0 && e->copy_pending)
             r = ft__cu.StreamWaitEvent(in, e->copied, 0);
         if (r == 0)
-            r = ft__cu.MemcpyHtoDAsync((CUdeviceptr)(uintptr_t)dst->ptr, s->host + e->host_off,
-                                       e->len, in);
+            r = ft__store_ring_copy(s, (uint64_t)e->host_off, (CUdeviceptr)(uintptr_t)dst->ptr,
+                                    e->len, true, in);
         if (r == 0 && e->got && e->got_device != dev) {
             if (e->got_pending) /* a copy to another device: let it finish first */
                 r = ft__cu.EventSynchronize(e->got);
@@ -74,8 +74,9 @@ static void get_task(void *arg)
         memcpy(e->dst.ptr, s->host + e->host_off, e->len);
     } else if (from_ring) {
         if ((r = ft__cuda_enter(e->dst_device)) == 0) {
-            CUresult cr = ft__cu.MemcpyHtoDAsync((CUdeviceptr)(uintptr_t)e->dst.ptr,
-                                                 s->host + e->host_off, e->len, in);
+            CUresult cr = ft__store_ring_copy(s, (uint64_t)e->host_off,
+                                              (CUdeviceptr)(uintptr_t)e->dst.ptr, e->len, true,
+                                              in);
             if (cr == 0)
                 cr = ft__cu.StreamSynchronize(in);
             ft__cuda_leave();

@@ -71,8 +71,8 @@ static int queue_device_copy(ft_store *s, ft__entry *e, void *stream)
         if (r == 0 && e->host_off >= 0) {
             r = ft__cu.EventCreate(&e->copied, FT_CU_EVENT_DISABLE_TIMING);
             if (r == 0)
-                r = ft__cu.MemcpyDtoHAsync(s->host + e->host_off,
-                                           (CUdeviceptr)(uintptr_t)e->src.ptr, e->len, out);
+                r = ft__store_ring_copy(s, (uint64_t)e->host_off,
+                                        (CUdeviceptr)(uintptr_t)e->src.ptr, e->len, false, out);
             if (r == 0)
                 r = ft__cu.EventRecord(e->copied, out);
         }

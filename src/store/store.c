@@ -117,6 +117,22 @@ void ft__store_host_commit(ft_store *s, uint64_t off, uint64_t len)
     }
 }
 
+CUresult ft__store_ring_copy(ft_store *s, uint64_t host_off, CUdeviceptr dev, uint64_t len,
+                            bool to_device, CUstream stream)
+{
+    CUresult r = 0;
+    while (len && r == 0) {
+        uint64_t n = HOST_CHUNK - host_off % HOST_CHUNK;
+        n = n < len ? n : len;
+        r = to_device ? ft__cu.MemcpyHtoDAsync(dev, s->host + host_off, n, stream)
+                      : ft__cu.MemcpyDtoHAsync(s->host + host_off, dev, n, stream);
+        host_off += n;
+        dev += n;
+        len -= n;
+    }
+    return r;
+}
+
 static void host_release(ft_store *s)
 {
     if (!s->host)

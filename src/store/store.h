@@ -89,6 +89,10 @@ int64_t ft__store_file_reserve(ft_store *s, uint64_t len);
 int64_t ft__store_ring_take(ft_store *s, uint64_t len, uint64_t evict_before, bool wait);
 /** Make the ring's [off, off+len) usable: its pages pinned where CUDA is in use. */
 void ft__store_host_commit(ft_store *s, uint64_t off, uint64_t len);
+/** An asynchronous device copy to or from the ring's [host_off, host_off+len), split where
+ * its pinned pieces meet: the driver takes an asynchronous copy within one registration. */
+CUresult ft__store_ring_copy(ft_store *s, uint64_t host_off, CUdeviceptr dev, uint64_t len,
+                            bool to_device, CUstream stream);
 /** Start writing the oldest tier entry put before @p before to its file slot, to make
  * room. @return whether one was started. */
 bool ft__store_demote(ft_store *s, uint64_t before);
