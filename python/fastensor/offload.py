@@ -1,30 +1,42 @@
-"""Activation offload: the tensors autograd saves for the backward pass go to a spill file
-during the forward pass and come back, prefetched, for the backward pass.
+"""Activation offload: the tensors autograd saves for the backward pass leave the GPU during
+the forward pass (only as many as must) and come back, prefetched, for the backward pass.
 
-    with fastensor.torch.offload_activations("/nvme/spill") as off:
-        loss = model(batch).loss
-    loss.backward()
+    for batch in loader:
+        with fastensor.torch.offload_activations() as off:
+            loss = model(batch).loss
+        loss.backward()
     print(off.stats())
 
-Built on ``torch.autograd.graph.saved_tensors_hooks`` and the C spill store: a pack hands a
-tensor above ``min_bytes`` to the store (CUDA tensors are copied into a pinned ring on the
-store's stream after the producer's queued work; the tensor is marked as in use on that
-stream, so the caching allocator reuses its memory once the copy is done, and no reference
-is kept); the store writes the ring copy to its unlinked file in the background. An
-unpack reads the tensor back, while entries packed before it (the ones backward needs next)
-are prefetched into pinned memory up to ``prefetch_bytes`` ahead.
+Three tiers, each used before the next: the GPU, while the step's memory is under
+``gpu_budget_bytes`` (default: the allocator's limit less a margin; when a pack finds it
+over, the tensors packed first, which backward needs last, leave first); pinned host memory,
+up to ``host_cache_bytes`` (default: a quarter of the memory available); then one unlinked
+spill file on local storage. The host tier sends its oldest entries to the file when it
+fills.
+
+Built on ``torch.autograd.graph.saved_tensors_hooks`` and the C spill store. The store, its
+pinned memory and its measurements belong to the process and are shared by every context
+made with the same settings, so entering a new ``offload_activations(...)`` each step costs
+nothing. A CUDA tensor that leaves the GPU is copied on the store's stream after the
+producer's queued work and marked as in use there, so the caching allocator reuses its
+memory once the copy is done and no reference is kept. An unpack brings its tensor back
+while the entries packed before it (the ones backward needs next) are prefetched into
+pinned memory, as far ahead as the measured rates of backward and of the disk ask for.
 
 Handled: a tensor saved by several ops is stored once (keyed on storage, offset, shape,
 stride and dtype, while the tensor is alive); parameters and views of parameters are never
 offloaded; an in-place change of a saved tensor that is still alive is reported at unpack
 (version counter) as autograd itself would; non-contiguous tensors come back with their
 strides; unpacking twice (``retain_graph=True``) reads twice; unpacks on other threads and
-streams are ordered by the consumer stream; nested hooks; an exception leaving the forward
-pass closes the store (its file disappears) and later unpacks raise.
+streams are ordered by the consumer stream; nested hooks. An exception leaving the forward
+pass (out-of-memory errors included) waits for the context's copies in flight, drops its
+entries (later unpacks of that graph raise) and leaves the store ready for the next step; an
+exception in backward leaves the store consistent the same way.
 """
 from __future__ import annotations
 
 import collections
+import os
 import threading
 import time
 import weakref
@@ -32,7 +44,7 @@ import weakref
 import torch
 
 from . import _C
-from .store import SpillStore
+from .store import HOST_AUTO, SpillStore
 
 _MiB = 1 << 20
 
@@ -82,18 +94,26 @@ def measure_read_bandwidth(directory=None, nbytes: int = 64 * _MiB) -> float:
 
 class _Sequence:
     """The handles of one forward pass, in pack order, and how far prefetching has got."""
-    __slots__ = ("handles", "cursor", "ahead", "unpacking")
+    __slots__ = ("handles", "cursor", "ahead", "unpacking", "t_first", "bytes_unpacked",
+                 "bytes_read0", "device", "forward_end", "growth")
 
     def __init__(self):
         self.handles = []       # weak references, in pack order
         self.cursor = 1 << 62   # next index to prefetch, going down
         self.ahead = 0          # bytes prefetched and not unpacked yet
         self.unpacking = False
+        self.t_first = 0.0      # when backward's first unpack came
+        self.bytes_unpacked = 0
+        self.bytes_read0 = 0    # the store's bytes_read then
+        self.device = None      # the CUDA device of its tensors, if any
+        self.forward_end = 0    # bytes allocated there at backward's first unpack
+        self.growth = 0         # most bytes allocated beyond that, seen at unpacks
 
 
 class _Packed:
-    """What a pack hook returns for an offloaded tensor."""
-    __slots__ = ("owner", "key", "shape", "stride", "dtype", "device", "nbytes", "ptr",
+    """What a pack hook returns for a tensor it took: held on the GPU (``gpu``) or stored
+    (``key``)."""
+    __slots__ = ("owner", "key", "gpu", "shape", "stride", "dtype", "device", "nbytes", "ptr",
                  "version", "ref", "dense", "seq", "index", "prefetched", "unpacked",
                  "copy", "__weakref__")
 
@@ -103,51 +123,153 @@ class _Packed:
             owner._forget(self)
 
 
+class _Shared:
+    """A store of the process and what was measured with it (one per set of settings)."""
+
+    def __init__(self, store: SpillStore):
+        self.store = store
+        self.h = store._h
+        self.ring_limit = _C.store_ring_limit(self.h)
+        self.lock = threading.RLock()
+        self.copy_streams = {}
+        self.consume_rate = 0.0  # bytes per second backward unpacked, last sequence
+        self.read_rate = 0.0     # bytes per second the store read from its file meanwhile
+        self.backward_growth = {}  # device -> bytes backward allocated beyond forward's end
+
+    def copy_stream(self, device):
+        s = self.copy_streams.get(device)
+        if s is None:
+            s = torch.cuda.ExternalStream(_C.store_stream(self.h, device.index or 0),
+                                          device=device)
+            self.copy_streams[device] = s
+        return s
+
+
+# Stores live as long as the process: the CUDA caching allocator keeps the store's stream in
+# its records of the memory it copied from, so the stream must outlive every such block.
+_STORES: dict = {}
+_STORES_LOCK = threading.Lock()
+
+
+def _shared_store(key, make) -> _Shared:
+    with _STORES_LOCK:
+        sh = _STORES.get(key)
+        if sh is None:
+            sh = _STORES[key] = _Shared(make())
+        return sh
+
+
+_FRACTIONS: dict = {}  # device index -> fraction set, where torch cannot say (older torch)
+if not hasattr(torch.cuda, "get_per_process_memory_fraction"):
+    _set_fraction = torch.cuda.set_per_process_memory_fraction
+
+    def _remember_fraction(fraction, device=None):
+        _set_fraction(fraction, device)
+        index = torch.cuda._utils._get_device_index(device, optional=True)
+        _FRACTIONS[index if index is not None else torch.cuda.current_device()] = fraction
+
+    torch.cuda.set_per_process_memory_fraction = _remember_fraction
+
+
+def gpu_memory_limit(device) -> int:
+    """Bytes the process may allocate on ``device``: the device's memory times the fraction
+    of ``torch.cuda.set_per_process_memory_fraction``, and no more than what the allocator
+    holds plus what is free on the device."""
+    device = torch.device(device)
+    if device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    total = torch.cuda.get_device_properties(device).total_memory
+    get_fraction = getattr(torch.cuda, "get_per_process_memory_fraction", None)
+    fraction = (get_fraction(device) if get_fraction is not None
+                else _FRACTIONS.get(device.index, 1.0))
+    free, _ = torch.cuda.mem_get_info(device)
+    return int(min(total * fraction, torch.cuda.memory_reserved(device) + free))
+
+
 class offload_activations(torch.autograd.graph.saved_tensors_hooks):
-    """Context manager offloading saved activations to SSD (see the module's text).
+    """Context manager offloading saved activations (see the module's text).
 
     ``directory``: where the spill file lives (None: $FASTENSOR_SPILL_DIR, $TMPDIR,
-    /var/tmp); ``min_bytes``: smaller tensors stay in memory; ``host_cache_bytes``: up to this
-    many bytes stay in pinned host memory and never reach the disk; ``prefetch_bytes``: how
-    far backward reads run ahead (None: a quarter second of the disk's measured read
-    bandwidth, 64 MiB to 1 GiB); ``engine``: the store's engine ("auto": through the page
-    cache while the spill file is within ``page_cache_bytes``, 0 meaning an eighth of the
-    memory available, then O_DIRECT); ``capacity``: a limit on the spill file (0: the
-    filesystem's space). Usable for several steps (``with off:`` each time); :meth:`stats`
-    accumulates.
+    /var/tmp); ``min_bytes``: smaller tensors stay where they are; ``gpu_budget_bytes``: CUDA
+    tensors stay on the GPU while the memory allocated on their device is within this (None:
+    :func:`gpu_memory_limit` less a margin of a quarter of it, or of what backward was
+    measured to allocate beyond the forward pass, whichever is larger; 0: every tensor
+    leaves); ``host_cache_bytes``: the pinned host tier ("auto": a quarter of the memory
+    available; 0: none, every tensor goes to the file); ``prefetch_bytes``: how far backward
+    reads run ahead (None: a quarter second of backward's measured consumption or of the
+    disk's measured read rate, whichever is larger, 64 MiB to half the ring; 256 MiB before
+    anything is measured); ``engine``: the spill file's engine ("auto": through the page
+    cache while the file is within ``page_cache_bytes``, 0 meaning an eighth of the memory
+    available, then O_DIRECT); ``capacity``: a limit on the spill file (0: the filesystem's
+    space). Contexts made with the same directory, host tier, engine, capacity and page
+    cache share one store for the life of the process. Usable for several steps
+    (``with off:`` each time); :meth:`stats` counts since this object was made.
     """
 
-    def __init__(self, directory=None, *, min_bytes: int = _MiB, host_cache_bytes: int = 0,
+    def __init__(self, directory=None, *, min_bytes: int = _MiB,
+                 gpu_budget_bytes: int | None = None, host_cache_bytes: int | str = "auto",
                  prefetch_bytes: int | None = None, engine: str = "auto",
                  capacity: int = 0, page_cache_bytes: int = 0, _check: bool = False):
-        if not isinstance(min_bytes, int) or min_bytes < 0:
-            raise ValueError(f"min_bytes must be a non-negative int, not {min_bytes!r}")
-        if prefetch_bytes is None:
-            bw = measure_read_bandwidth(directory)
-            prefetch_bytes = int(min(max(bw * 0.25, 64 * _MiB), 1024 * _MiB))
-        if not isinstance(prefetch_bytes, int) or prefetch_bytes < 0:
-            raise ValueError(f"prefetch_bytes must be a non-negative int, not {prefetch_bytes!r}")
+        for name, v in (("min_bytes", min_bytes), ("gpu_budget_bytes", gpu_budget_bytes),
+                        ("prefetch_bytes", prefetch_bytes)):
+            if v is not None and (not isinstance(v, int) or v < 0):
+                raise ValueError(f"{name} must be a non-negative int, not {v!r}")
+        if host_cache_bytes != "auto" and (not isinstance(host_cache_bytes, int)
+                                           or host_cache_bytes < 0):
+            raise ValueError("host_cache_bytes must be a non-negative int or 'auto', not "
+                             f"{host_cache_bytes!r}")
         self.min_bytes = min_bytes
-        self.prefetch_bytes = prefetch_bytes
+        self.gpu_budget_bytes = gpu_budget_bytes
+        self._prefetch_fixed = prefetch_bytes
         self._check = _check  # debugging: keep a copy of each tensor, compare at unpack
-        # The ring holds puts in flight (the forward pass) and prefetched entries (backward).
-        self._store = SpillStore(directory, capacity=capacity,
-                                 staging_bytes=prefetch_bytes + 256 * _MiB,
-                                 host_cache_bytes=host_cache_bytes, engine=engine,
-                                 page_cache_bytes=page_cache_bytes)
-        self._h = self._store._h
-        self._ring_limit = _C.store_ring_limit(self._h)
-        self._copy_streams = {}
-        self._lock = threading.RLock()
+        d = None if directory is None else os.path.realpath(os.fspath(directory))
+        host = HOST_AUTO if host_cache_bytes == "auto" else host_cache_bytes
+        # The ring holds puts in flight and prefetched entries beside the host tier.
+        staging = 256 * _MiB + (prefetch_bytes or 0)
+        key = (d, host, engine, capacity, page_cache_bytes, staging)
+        self._shared = _shared_store(key, lambda: SpillStore(
+            d, capacity=capacity, staging_bytes=staging, host_cache_bytes=host,
+            engine=engine, page_cache_bytes=page_cache_bytes))
+        self._store = self._shared.store
+        self._h = self._shared.h
+        self._ring_limit = self._shared.ring_limit
+        self._lock = self._shared.lock
         self._pending = collections.deque()  # (key, source) of puts still reading the source
+        self._held = collections.deque()     # weak refs of handles held on the GPU, pack order
+        self._live = weakref.WeakSet()       # this context's handles with a store entry
         self._dedup = weakref.WeakValueDictionary()
         self._seq = None
         self._closed = False
-        self._counts = {"tensors_offloaded": 0, "tensors_kept": 0, "dedup_hits": 0,
-                        "alive_hits": 0}
+        self._budgets = {}                   # device -> GPU budget of this step
+        self._step = weakref.WeakSet()       # handles packed since the last __enter__
+        self._counts = {"tensors_offloaded": 0, "tensors_kept": 0, "tensors_on_gpu": 0,
+                        "bytes_on_gpu": 0, "dedup_hits": 0, "alive_hits": 0}
+        self._base = self._store.stats()
         super().__init__(self._pack, self._unpack)
 
+    @property
+    def prefetch_bytes(self) -> int:
+        """How far backward's reads run ahead now."""
+        if self._prefetch_fixed is not None:
+            return self._prefetch_fixed
+        sh = self._shared
+        rate = max(sh.consume_rate, sh.read_rate)
+        window = int(rate * 0.25) if rate else 256 * _MiB
+        return max(64 * _MiB, min(window, self._ring_limit // 2))
+
     # -- hooks -------------------------------------------------------------------------
+
+    def _budget(self, device) -> int:
+        b = self._budgets.get(device)
+        if b is None:
+            if self.gpu_budget_bytes is not None:
+                b = self.gpu_budget_bytes
+            else:
+                limit = gpu_memory_limit(device)
+                growth = self._shared.backward_growth.get(device, 0)
+                b = max(limit - max(limit // 4, int(growth * 1.25)), 0)
+            self._budgets[device] = b
+        return b
 
     def _pack(self, t):
         if (self._closed or t.layout != torch.strided or t.device.type not in ("cpu", "cuda")
@@ -166,45 +288,90 @@ class offload_activations(torch.autograd.graph.saved_tensors_hooks):
             if alive is not None and alive.data_ptr() == dkey[0] and same.version == t._version:
                 self._counts["dedup_hits"] += 1
                 return same
-        src = t if layout == "dense" else t.contiguous()
         h = _Packed()
-        h.owner = None
+        h.owner = h.key = h.gpu = h.copy = None
         h.shape, h.stride, h.dtype, h.device = tuple(t.shape), tuple(t.stride()), t.dtype, t.device
         h.nbytes = t.numel() * t.element_size()
         h.ptr, h.version, h.dense = t.data_ptr(), t._version, layout == "dense"
         h.prefetched = h.unpacked = False
-        h.copy = None
-        if self._check:  # aside in host memory: GPU allocations stay as without the check
-            h.copy = torch.empty(t.shape, dtype=t.dtype, pin_memory=t.device.type == "cuda")
-            h.copy.copy_(t, non_blocking=True)
         try:
             h.ref = weakref.ref(t)
         except TypeError:
             h.ref = None
         cuda = t.device.type == "cuda"
-        h.key = _C.store_put(self._h, src.data_ptr(), h.nbytes, int(cuda),
-                             (t.device.index or 0) if cuda else 0, _stream(t.device))
+        if cuda and self._fits_on_gpu(t.device):
+            h.gpu = t
+            self._counts["tensors_on_gpu"] += 1
+            self._counts["bytes_on_gpu"] += h.nbytes
+        else:
+            if self._check:  # aside in host memory: GPU allocations stay as without it
+                h.copy = torch.empty(t.shape, dtype=t.dtype, pin_memory=cuda)
+                h.copy.copy_(t, non_blocking=True)
+            self._store_put(h, t)
         h.owner = self
-        if cuda and -(-h.nbytes // 4096) * 4096 <= self._ring_limit:  # whole blocks
-            # Only a copy on the store's stream reads the source: the caching allocator may
-            # reuse its memory once that stream is past the copy, so no reference is kept
-            # (the host may run far ahead of the GPU without holding activations).
-            src.record_stream(self._copy_stream(t.device))
-            src = None
         with self._lock:
-            if src is not None:
-                self._pending.append((h.key, src))
+            if h.gpu is not None:
+                self._held.append(weakref.ref(h))
+            self._step.add(h)
             self._dedup[dkey] = h
             if self._seq is None or self._seq.unpacking:
                 self._seq = _Sequence()
             h.seq, h.index = self._seq, len(self._seq.handles)
             self._seq.handles.append(weakref.ref(h))
-            self._counts["tensors_offloaded"] += 1
         return h
+
+    def _fits_on_gpu(self, device) -> bool:
+        """Whether a tensor just made on ``device`` may stay there; when the memory allocated
+        is over the budget, the tensors held longest leave first, until it is not."""
+        budget = self._budget(device)
+        if budget <= 0:
+            return False
+        allocated = torch.cuda.memory_allocated(device)
+        with self._lock:
+            while allocated > budget and self._held:
+                old = self._held.popleft()()
+                if old is None or old.gpu is None or old.device != device:
+                    continue
+                tensor, old.gpu = old.gpu, None
+                self._store_put(old, tensor)
+                self._counts["tensors_on_gpu"] -= 1
+                self._counts["bytes_on_gpu"] -= old.nbytes
+                allocated -= old.nbytes
+        return allocated <= budget
+
+    def _store_put(self, h, t):
+        """Hand the tensor of ``h`` to the store (``h.key``); no reference to it is kept once
+        the store no longer reads it."""
+        src = t if h.dense else t.contiguous()
+        cuda = t.device.type == "cuda"
+        h.key = _C.store_put(self._h, src.data_ptr(), h.nbytes, int(cuda),
+                             (t.device.index or 0) if cuda else 0, _stream(t.device))
+        if cuda and -(-h.nbytes // 4096) * 4096 <= self._ring_limit:  # whole blocks
+            # Only a copy on the store's stream reads the source: the caching allocator may
+            # reuse its memory once that stream is past the copy, so no reference is kept
+            # (the host may run far ahead of the GPU without holding activations).
+            src.record_stream(self._shared.copy_stream(t.device))
+            src = None
+        with self._lock:
+            if src is not None:
+                self._pending.append((h.key, src))
+            self._live.add(h)
+            self._counts["tensors_offloaded"] += 1
 
     def _unpack(self, h):
         if not isinstance(h, _Packed):
             return h
+        if h.gpu is not None:  # the GPU tier
+            t = h.gpu
+            if t._version != h.version:
+                raise RuntimeError(
+                    "one of the variables needed for gradient computation has been modified "
+                    f"by an inplace operation after fastensor saved it: a {h.dtype} tensor "
+                    f"of shape {list(h.shape)} is at version {t._version}, expected version "
+                    f"{h.version}")
+            self._backward_started(h)
+            self._note_growth(h)
+            return t
         with self._lock:
             self._reap()  # a tensor only we kept alive must not count as alive
         t = h.ref() if h.ref is not None else None
@@ -217,16 +384,18 @@ class offload_activations(torch.autograd.graph.saved_tensors_hooks):
                     f"version {h.version}")
             self._counts["alive_hits"] += 1
             return t
-        if self._closed:
-            raise RuntimeError("fastensor.offload_activations: the spill store is closed "
-                               "(an exception left the forward pass, or close() was called); "
-                               "the offloaded activations are gone")
+        if self._closed or h.key is None:
+            raise RuntimeError("fastensor.offload_activations: this graph's offloaded "
+                               "activations were dropped (an exception left the forward "
+                               "pass, or close() was called)")
+        self._backward_started(h)
+        self._note_growth(h)
         with self._lock:
             seq = h.seq
-            seq.unpacking = True
             if h.prefetched and not h.unpacked:
                 seq.ahead -= h.nbytes
             h.unpacked = True
+            seq.bytes_unpacked += h.nbytes
             self._prefetch_before(seq, h.index)
         if h.dense:
             out = torch.empty_strided(h.shape, h.stride, dtype=h.dtype, device=h.device)
@@ -244,18 +413,47 @@ class offload_activations(torch.autograd.graph.saved_tensors_hooks):
                                f"{list(h.shape)} came back different")
         return out
 
-    # -- bookkeeping (lock held) -------------------------------------------------------
+    # -- bookkeeping -------------------------------------------------------------------
 
-    def _copy_stream(self, device):
-        s = self._copy_streams.get(device)
-        if s is None:
-            s = torch.cuda.ExternalStream(_C.store_stream(self._h, device.index or 0),
-                                          device=device)
-            self._copy_streams[device] = s
-        return s
+    def _backward_started(self, h):
+        """At the first unpack of a sequence: note the time, the store's reads and the memory
+        allocated on the GPU (to learn what backward needs beyond it)."""
+        seq = h.seq
+        if seq.unpacking:
+            return
+        with self._lock:
+            if seq.unpacking:
+                return
+            seq.unpacking = True
+            seq.t_first = time.perf_counter()
+            seq.bytes_read0 = self._store.stats()["bytes_read"]
+            if h.device.type == "cuda":
+                seq.forward_end = torch.cuda.memory_allocated(h.device)
+
+    def _note_growth(self, h):
+        """What backward has allocated beyond the forward pass's end so far (sampled at each
+        unpack): the GPU budget's margin for the next step."""
+        seq = h.seq
+        if h.device.type == "cuda":
+            seq.device = h.device
+            seq.growth = max(seq.growth,
+                             torch.cuda.memory_allocated(h.device) - seq.forward_end)
+
+    def _learn(self, seq):
+        """After a sequence's backward: the rates prefetch sizes its window from."""
+        elapsed = time.perf_counter() - seq.t_first
+        if not seq.t_first or elapsed <= 0 or not seq.bytes_unpacked:
+            return
+        sh = self._shared
+        if seq.device is not None:
+            sh.backward_growth[seq.device] = seq.growth
+        sh.consume_rate = seq.bytes_unpacked / elapsed
+        read = self._store.stats()["bytes_read"] - seq.bytes_read0
+        if read:
+            sh.read_rate = read / elapsed
 
     def _reap(self):
-        """Let go of sources the store no longer reads, oldest first."""
+        """Let go of sources the store no longer reads, oldest first (lock held)."""
         while self._pending and self._source_released(self._pending[0][0]):
             self._pending.popleft()
 
@@ -266,12 +464,18 @@ class offload_activations(torch.autograd.graph.saved_tensors_hooks):
             return True  # dropped, or the put failed: the source is not read any more
 
     def _prefetch_before(self, seq, index):
-        """Prefetch the entries packed before ``index``, nearest first, up to the budget."""
+        """Prefetch the stored entries packed before ``index``, nearest first, up to the
+        window (lock held)."""
+        window = self.prefetch_bytes
         j = min(seq.cursor, index - 1)
-        while j >= 0 and seq.ahead < self.prefetch_bytes:
+        while j >= 0 and seq.ahead < window:
             hj = seq.handles[j]()
-            if hj is not None and not hj.unpacked and not hj.prefetched:
-                if _C.store_prefetch(self._h, hj.key) < 0:
+            if hj is not None and hj.key is not None and not hj.unpacked and not hj.prefetched:
+                try:
+                    got = _C.store_prefetch(self._h, hj.key)
+                except (OSError, MemoryError):
+                    got = -1  # the get itself reads it, or reports the error
+                if got < 0:
                     break  # no ring space now: go on at the next unpack
                 hj.prefetched = True
                 seq.ahead += hj.nbytes
@@ -279,28 +483,59 @@ class offload_activations(torch.autograd.graph.saved_tensors_hooks):
         seq.cursor = j
 
     def _forget(self, h):
-        if not self._closed:
+        if h.key is not None:
             try:
                 _C.store_drop(self._h, h.key)
             except (ValueError, OSError):
-                pass
+                pass  # dropped already (close)
+        if h.index == 0 and h.seq is not None and h.seq.unpacking:
+            self._learn(h.seq)  # the first tensor packed is the last one backward frees
 
     # -- public ------------------------------------------------------------------------
+
+    def __enter__(self):
+        self._budgets = {}  # measured again for each step
+        self._step = weakref.WeakSet()
+        return super().__enter__()
 
     def __exit__(self, exc_type, exc, tb):
         super().__exit__(exc_type, exc, tb)
         if exc_type is not None:
-            self.close()
+            # The graph of this step will not run backward: its entries go now, so that a
+            # retry (a smaller batch after an out-of-memory error) finds the store empty.
+            self._drop(list(self._step))
         return False
 
+    def _drop(self, handles) -> None:
+        """Drop the entries of ``handles`` (and let go of the tensors held on the GPU) once
+        the store no longer reads their sources; unpacking them raises from then on."""
+        with self._lock:
+            for key, _src in self._pending:  # their sources must outlive the reads
+                try:
+                    _C.store_wait(self._h, key)
+                except (OSError, ValueError):
+                    pass
+            self._pending.clear()
+            for h in handles:
+                key, h.key, h.gpu = h.key, None, None
+                self._live.discard(h)
+                if key is not None:
+                    try:
+                        _C.store_drop(self._h, key)
+                    except (OSError, ValueError):
+                        pass
+            self._held = collections.deque(r for r in self._held
+                                           if r() is not None and r().gpu is not None)
+
     def close(self) -> None:
-        """Free the store and its spill file now (waits for transfers in flight)."""
+        """Drop this context's stored entries now; the graphs they belong to cannot run
+        backward any more and later packs keep their tensors. The store stays for the next
+        context."""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
-            self._store.close()
-            self._pending.clear()
+            self._drop(list(self._live) + [r() for r in self._held if r() is not None])
 
     def flush(self) -> None:
         """Wait until every tensor offloaded so far is stored (in the file or the host tier)
@@ -310,19 +545,25 @@ class offload_activations(torch.autograd.graph.saved_tensors_hooks):
             self._reap()
 
     def stats(self) -> dict:
-        """Counters since creation: bytes_offloaded, bytes_prefetched, stall_seconds,
-        peak_inflight_bytes, bytes_written, bytes_read, tensors_offloaded/kept, ..."""
+        """Counters since this object was made: tensors_offloaded / kept / on_gpu,
+        bytes_offloaded, bytes_on_gpu (kept on the GPU to backward), host_bytes (in the host tier now),
+        file_bytes (held by the spill file now), bytes_demoted (host tier to file),
+        bytes_prefetched, stall_seconds, bytes_written, bytes_read, host_hits, ..."""
         c = dict(self._counts)
-        if self._closed:
-            return c
         with self._lock:
             self._reap()
-        s = self._store.stats()
-        c.update(bytes_offloaded=s["bytes_put"], bytes_prefetched=s["bytes_prefetched"],
-                 stall_seconds=s["stall_ns"] / 1e9,
+        s, b = self._store.stats(), self._base
+        since = {k: s[k] - b[k] for k in ("bytes_put", "bytes_prefetched", "stall_ns",
+                                          "bytes_written", "writes_skipped", "bytes_read",
+                                          "bytes_got", "host_hits", "bytes_demoted")}
+        c.update(bytes_offloaded=since["bytes_put"], bytes_prefetched=since["bytes_prefetched"],
+                 stall_seconds=since["stall_ns"] / 1e9,
                  peak_inflight_bytes=s["peak_inflight_bytes"],
-                 bytes_written=s["bytes_written"], writes_skipped=s["writes_skipped"],
-                 bytes_read=s["bytes_read"],
-                 bytes_reloaded=s["bytes_got"], host_hits=s["host_hits"],
-                 entries=s["entries"], spill_file_bytes=s["file_size"], engine=s["engine"])
+                 bytes_written=since["bytes_written"], writes_skipped=since["writes_skipped"],
+                 bytes_read=since["bytes_read"], bytes_reloaded=since["bytes_got"],
+                 host_hits=since["host_hits"], bytes_demoted=since["bytes_demoted"],
+                 entries=len(self._live), host_bytes=s["host_resident"],
+                 host_budget=s["host_budget"], host_pinned=s["host_pinned"],
+                 file_bytes=s["file_used"], spill_file_bytes=s["file_size"],
+                 engine=s["engine"], prefetch_bytes=self.prefetch_bytes)
         return c

@@ -22,9 +22,18 @@ SMALL = 4096  # min_bytes for the tests: most activations are offloaded
 
 
 def offloader(tmp, **kw):
+    """An offloader that sends what it takes to the spill file (no GPU or host tier), unless
+    the test asks for tiers."""
     kw.setdefault("min_bytes", SMALL)
     kw.setdefault("prefetch_bytes", 8 << 20)
+    kw.setdefault("host_cache_bytes", 0)
+    kw.setdefault("gpu_budget_bytes", 0)
     return ft.offload_activations(tmp, **kw)
+
+
+def store_entries(off):
+    """Entries the store shared by ``off`` holds now (every context using it)."""
+    return off._store.stats()["entries"]
 
 
 def mlp():
@@ -78,7 +87,13 @@ def first_difference(la, ga, lb, gb):
     return None
 
 
-@pytest.mark.parametrize("engine", ["auto", "direct"])  # the page cache, then the disk
+# "auto", "direct": the spill file through the page cache, then O_DIRECT; "tiers": the
+# defaults (GPU budget, pinned host tier, then the file)
+TIERS = {"auto": {"engine": "auto"}, "direct": {"engine": "direct"},
+         "tiers": {"host_cache_bytes": "auto", "gpu_budget_bytes": None}}
+
+
+@pytest.mark.parametrize("engine", sorted(TIERS))
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_training_is_bitwise_equal(tmp, name, device, engine, monkeypatch):
@@ -95,7 +110,7 @@ def test_training_is_bitwise_equal(tmp, name, device, engine, monkeypatch):
     targets = [torch.randint(0, 10, (shape[0],), generator=gen).to(device) for _ in range(3)]
     again, checked_model = copy.deepcopy(base), copy.deepcopy(base)  # for a failure's report
     l0, g0 = train(base, batches, targets)
-    off = offloader(tmp, engine=engine)
+    off = offloader(tmp, **TIERS[engine])
     l1, g1 = train(other, batches, targets, off)
     differ = first_difference(l0, g0, l1, g1)
     if differ:
@@ -105,7 +120,7 @@ def test_training_is_bitwise_equal(tmp, name, device, engine, monkeypatch):
         # without the offloader's own check of every tensor it gives back. Since then
         # conftest.py asks MKL for reproducible rounding (MKL_CBWR).
         l2, g2 = train(again, batches, targets)
-        checked = offloader(tmp, engine=engine, _check=True)
+        checked = offloader(tmp, _check=True, **TIERS[engine])
         try:
             l3, g3 = train(checked_model, batches, targets, checked)
             d3 = first_difference(l0, g0, l3, g3)
@@ -119,8 +134,14 @@ def test_training_is_bitwise_equal(tmp, name, device, engine, monkeypatch):
                     f"{first_difference(l0, g0, l2, g2) or 'the same'}; "
                     f"the offloader's check: {check}")
     st = off.stats()
-    assert st["tensors_offloaded"] > 0 and st["bytes_offloaded"] > 0
+    if engine == "tiers" and device == "cuda":  # small models: all within the GPU budget
+        assert st["tensors_on_gpu"] > 0 and st["tensors_offloaded"] == 0
+    else:
+        assert st["tensors_offloaded"] > 0 and st["bytes_offloaded"] > 0
+    if engine == "tiers" and device == "cpu":  # all within the host tier: nothing written
+        assert st["bytes_written"] == 0 and st["host_hits"] > 0
     assert st["entries"] == 0  # every saved tensor was released after its use
+    assert store_entries(off) == 0
     for key in ("bytes_offloaded", "bytes_prefetched", "stall_seconds", "peak_inflight_bytes"):
         assert key in st
 
@@ -248,19 +269,62 @@ def spill_fds(directory):
     return out
 
 
-def test_exception_in_forward_closes_the_store(tmp):
+def reference_grads(model, x):
+    ref = copy.deepcopy(model)
+    ref(x).square().mean().backward()
+    return [p.grad for p in ref.parameters()]
+
+
+def step(model, x, off):
+    """One step under ``off``: the gradients (model's grads cleared first)."""
+    model.zero_grad(set_to_none=True)
+    with off:
+        y = model(x).square().mean()
+    y.backward()
+    return [p.grad for p in model.parameters()]
+
+
+def test_exception_in_forward_drops_the_step(tmp):
+    torch.manual_seed(8)
     model = mlp()
     x = torch.randn(64, 256)
     off = offloader(tmp)
+    with off:
+        kept = model(x).square().mean()  # an earlier step's graph, not run yet
+    before = store_entries(off)
+    assert before > 0
     with pytest.raises(ZeroDivisionError):
         with off:
             y = model(x).sum()
             assert spill_fds(tmp)        # the store's (nameless) file is open
+            assert store_entries(off) > before
             1 / 0
-    assert spill_fds(tmp) == []          # closed: the file is gone
-    assert os.listdir(tmp) == []
-    with pytest.raises(RuntimeError, match="closed"):
+    assert store_entries(off) == before  # this step's entries went, the earlier step's stay
+    with pytest.raises(RuntimeError, match="dropped"):
         y.backward()
+    del y
+    kept.backward()                      # the earlier graph still runs
+    assert [torch.equal(a, b) for a, b in zip([p.grad for p in model.parameters()],
+                                              reference_grads(model, x))]
+    del kept
+    # the same offloader and a new one both work for the next step
+    for o in (off, offloader(tmp)):
+        assert all(torch.equal(a, b) for a, b in zip(step(model, x, o), reference_grads(model, x)))
+    assert store_entries(off) == 0
+
+
+def test_new_context_each_step_shares_the_store(tmp):
+    torch.manual_seed(9)
+    model = mlp()
+    x = torch.randn(64, 256)
+    offs = [offloader(tmp, host_cache_bytes="auto") for _ in range(3)]
+    assert offs[0]._shared is offs[1]._shared is offs[2]._shared
+    assert offloader(tmp, host_cache_bytes=1 << 20)._shared is not offs[0]._shared
+    for o in offs:
+        assert all(torch.equal(a, b) for a, b in zip(step(model, x, o), reference_grads(model, x)))
+        st = o.stats()
+        assert st["tensors_offloaded"] > 0 and st["bytes_written"] == 0  # the host tier held it
+    assert offs[2].stats()["bytes_offloaded"] == offs[0].stats()["bytes_offloaded"]
 
 
 def test_capacity_error_is_clear_and_cleans_up(tmp):
@@ -270,7 +334,154 @@ def test_capacity_error_is_clear_and_cleans_up(tmp):
     with pytest.raises((OSError, RuntimeError), match="spill store full"):
         with off:
             model(torch.randn(512, 256)).sum()
-    assert spill_fds(tmp) == []
+    assert store_entries(off) == 0
+    x = torch.randn(4, 256)  # a batch that fits
+    assert all(torch.equal(a, b) for a, b in zip(step(model, x, off), reference_grads(model, x)))
+
+
+class Failing:
+    """Wraps a function to raise ``exc`` from its ``at``-th call on (counting from 1), at most
+    ``times`` times."""
+
+    def __init__(self, fn, at, exc, times=1):
+        self.fn, self.at, self.exc, self.times, self.calls = fn, at, exc, times, 0
+
+    def __call__(self, *a, **kw):
+        self.calls += 1
+        if self.calls >= self.at and self.times > 0:
+            self.times -= 1
+            # a new exception each time, as a real failure: one raised twice would keep the
+            # frames (and the handles) of its first traceback alive
+            raise type(self.exc)(*self.exc.args)
+        return self.fn(*a, **kw)
+
+
+@pytest.mark.parametrize("tiers", [False, True])
+@pytest.mark.parametrize("at", [1, 2, 4])
+def test_out_of_memory_in_pack_then_the_next_step_works(tmp, monkeypatch, at, tiers):
+    from fastensor import offload
+    torch.manual_seed(10)
+    model = mlp()
+    x = torch.randn(64, 256)
+    kw = {"host_cache_bytes": 1 << 20} if tiers else {}
+    off = offloader(tmp, **kw)
+    fail = Failing(offload._C.store_put, at, torch.OutOfMemoryError("CUDA out of memory (injected)"))
+    monkeypatch.setattr(offload._C, "store_put", fail)
+    with pytest.raises(torch.OutOfMemoryError, match="injected"):
+        step(model, x, off)
+    assert fail.calls == at and store_entries(off) == 0
+    monkeypatch.undo()
+    assert all(torch.equal(a, b) for a, b in zip(step(model, x, off), reference_grads(model, x)))
+    assert store_entries(off) == 0
+
+
+@pytest.mark.parametrize("where", ["empty_strided", "store_get", "store_wait"])
+def test_out_of_memory_in_unpack_then_the_next_step_works(tmp, monkeypatch, where):
+    from fastensor import offload
+    torch.manual_seed(11)
+    model = mlp()
+    x = torch.randn(64, 256)
+    off = offloader(tmp)
+    owner = torch if where == "empty_strided" else offload._C
+    fail = Failing(getattr(owner, where), 2, torch.OutOfMemoryError("out of memory (injected)"))
+    monkeypatch.setattr(owner, where, fail)
+    try:  # as a user's loop catches it: the traceback (and the graph) go at the block's end
+        step(model, x, off)
+        raise AssertionError("no out-of-memory error")
+    except torch.OutOfMemoryError as e:
+        assert "injected" in str(e)
+    monkeypatch.undo()
+    assert fail.calls >= 2
+    assert store_entries(off) == 0  # the graph went with the exception: its entries too
+    assert all(torch.equal(a, b) for a, b in zip(step(model, x, off), reference_grads(model, x)))
+    assert store_entries(off) == 0
+
+
+def test_prefetch_failure_is_not_fatal(tmp, monkeypatch):
+    from fastensor import offload
+    torch.manual_seed(12)
+    model = mlp()
+    x = torch.randn(64, 256)
+    off = offloader(tmp)
+    fail = Failing(offload._C.store_prefetch, 1, OSError(12, "Cannot allocate memory (injected)"),
+                   times=1 << 30)
+    monkeypatch.setattr(offload._C, "store_prefetch", fail)
+    assert all(torch.equal(a, b) for a, b in zip(step(model, x, off), reference_grads(model, x)))
+    assert fail.calls > 0 and store_entries(off) == 0
+
+
+def test_batch_size_search_loop(tmp, monkeypatch):
+    """The loop users write: try a batch, on out-of-memory halve it and try again; offload's
+    state after each failure must let the next try run and train exactly."""
+    from fastensor import offload
+    torch.manual_seed(13)
+    model = mlp()
+    limit = 6 << 20  # a pretend device: a step storing more than this runs out of memory
+    put = offload._C.store_put
+    used = [0]
+
+    def capped_put(h, ptr, nbytes, *rest):
+        if used[0] + nbytes > limit:
+            raise torch.OutOfMemoryError(f"out of memory: {used[0] + nbytes} > {limit}")
+        used[0] += nbytes
+        return put(h, ptr, nbytes, *rest)
+
+    monkeypatch.setattr(offload._C, "store_put", capped_put)
+    off = offloader(tmp, host_cache_bytes="auto")
+    batch, tried = 4096, []
+    while True:
+        tried.append(batch)
+        used[0] = 0
+        x = torch.randn(batch, 256)
+        try:
+            grads = step(model, x, off)
+            break
+        except torch.OutOfMemoryError:
+            assert store_entries(off) == 0
+            batch //= 2
+    assert tried == [4096, 2048, 1024, 512]  # mlp() stores 9 KiB per sample
+    assert all(torch.equal(a, b) for a, b in zip(grads, reference_grads(model, x)))
+    assert store_entries(off) == 0
+
+
+@needs_cuda
+def test_gpu_budget_keeps_tensors_and_sends_the_oldest(tmp):
+    torch.manual_seed(14)
+    model = torch.nn.Sequential(*[torch.nn.Sequential(torch.nn.Linear(1024, 1024), torch.nn.GELU())
+                                  for _ in range(8)]).cuda()
+    x = torch.randn(2048, 1024, device="cuda")
+    ref = reference_grads(model, x)
+    big = offloader(tmp, gpu_budget_bytes=1 << 40)
+    assert all(torch.equal(a, b) for a, b in zip(step(model, x, big), ref))
+    st = big.stats()
+    assert st["tensors_offloaded"] == 0 and st["tensors_on_gpu"] > 0
+    # a budget some 40 MiB above what is allocated before the forward pass: part stays
+    torch.cuda.synchronize()
+    budget = torch.cuda.memory_allocated() + (40 << 20)
+    part = offloader(tmp, gpu_budget_bytes=budget)
+    model.zero_grad(set_to_none=True)
+    with part:
+        y = model(x).square().mean()
+        during = torch.cuda.memory_allocated()
+    first = part._seq.handles[0]()
+    assert first is not None and first.gpu is None and first.key is not None  # oldest left
+    last = part._seq.handles[-1]()
+    assert last is not None and last.gpu is not None                           # newest stayed
+    y.backward()
+    assert all(torch.equal(p.grad, b) for p, b in zip(model.parameters(), ref))
+    st = part.stats()
+    assert st["tensors_offloaded"] > 0 and st["tensors_on_gpu"] > 0
+    assert during <= budget + (16 << 20)  # over by at most the last tensor
+
+
+def test_default_gpu_budget_is_under_the_limit():
+    if not CUDA:
+        pytest.skip("no CUDA device (torch.cuda.is_available() is False)")
+    from fastensor import offload
+    limit = offload.gpu_memory_limit("cuda")
+    assert 0 < limit <= torch.cuda.get_device_properties(0).total_memory
+    off = ft.offload_activations()
+    assert 0 < off._budget(torch.device("cuda")) < limit
 
 
 def test_host_cache_keeps_bytes_off_the_disk(tmp):
@@ -290,13 +501,15 @@ def test_host_cache_keeps_bytes_off_the_disk(tmp):
         assert torch.equal(p.grad, q.grad)
     st = off.stats()
     assert 0 < st["bytes_written"] < st["bytes_offloaded"]
+    assert st["bytes_demoted"] > 0 and st["host_hits"] > 0  # the oldest went to the file
 
 
 def test_spill_file_gone_after_sigkill(tmp):
     code = textwrap.dedent(f"""
         import os, signal, sys, torch
         import fastensor.torch as ft
-        off = ft.offload_activations({tmp!r}, min_bytes=4096, prefetch_bytes=1 << 20)
+        off = ft.offload_activations({tmp!r}, min_bytes=4096, prefetch_bytes=1 << 20,
+                                     host_cache_bytes=0)
         m = torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.GELU(), torch.nn.Linear(1024, 8))
         with off:
             y = m(torch.randn(512, 256)).sum()
@@ -387,3 +600,23 @@ def test_spill_store_round_trip(tmp, device):
             st.get(ka, np.empty(3))
         assert st.stats()["entries"] == 1
     assert os.listdir(tmp) == []
+
+
+@needs_cuda
+def test_spill_store_cuda_entries_larger_than_a_pinned_piece(tmp):
+    """The host tier is pinned in 64 MiB pieces: device copies of entries spanning several
+    of them, at odd sizes and offsets, come back exact (host tier and ring both)."""
+    g = torch.Generator(device="cuda").manual_seed(15)
+    sizes = [(150 << 20) + 4097, (64 << 20) - 1, (64 << 20) + 1, 3 << 20]
+    with fastensor.SpillStore(tmp, host_cache_bytes=256 << 20) as st:
+        data = [torch.randint(0, 255, (n,), dtype=torch.uint8, device="cuda", generator=g)
+                for n in sizes]
+        keys = [st.put(t) for t in data]
+        st.flush()
+        assert st.stats()["host_pinned"] > 64 << 20
+        for t, k in zip(data, keys):
+            out = torch.empty_like(t)
+            st.get(k, out)
+            st.wait(k)
+            torch.cuda.synchronize()
+            assert torch.equal(out, t)
