@@ -8,8 +8,9 @@ the forward pass (only as many as must) and come back, prefetched, for the backw
     print(off.stats())
 
 Three tiers, each used before the next: the GPU, while the step's memory is under
-``gpu_budget_bytes`` (default: the allocator's limit less a margin; when a pack finds it
-over, the tensors packed first, which backward needs last, leave first); pinned host memory,
+``gpu_budget_bytes`` (default: the allocator's limit less what backward was measured to
+need beyond the forward pass; when a pack finds it over, the tensors packed first, which
+backward needs last, leave first); pinned host memory,
 up to ``host_cache_bytes`` (default: a quarter of the memory available); then one unlinked
 spill file on local storage. The host tier sends its oldest entries to the file when it
 fills.
@@ -95,7 +96,7 @@ def measure_read_bandwidth(directory=None, nbytes: int = 64 * _MiB) -> float:
 class _Sequence:
     """The handles of one forward pass, in pack order, and how far prefetching has got."""
     __slots__ = ("handles", "cursor", "ahead", "unpacking", "t_first", "bytes_unpacked",
-                 "bytes_read0", "device", "forward_end", "growth")
+                 "bytes_read0", "device", "forward_end", "largest")
 
     def __init__(self):
         self.handles = []       # weak references, in pack order
@@ -107,7 +108,7 @@ class _Sequence:
         self.bytes_read0 = 0    # the store's bytes_read then
         self.device = None      # the CUDA device of its tensors, if any
         self.forward_end = 0    # bytes allocated there at backward's first unpack
-        self.growth = 0         # most bytes allocated beyond that, seen at unpacks
+        self.largest = 0        # the largest CUDA tensor packed in its forward pass
 
 
 class _Packed:
@@ -134,7 +135,10 @@ class _Shared:
         self.copy_streams = {}
         self.consume_rate = 0.0  # bytes per second backward unpacked, last sequence
         self.read_rate = 0.0     # bytes per second the store read from its file meanwhile
-        self.backward_growth = {}  # device -> bytes backward allocated beyond forward's end
+        # device -> what backward allocated beyond the forward pass's end, over the largest
+        # tensor packed in that forward pass (the GPU budget's margin scales with it)
+        self.growth_ratio = {}
+        self.slack = {}            # device -> bytes of the margin beyond those estimates
 
     def copy_stream(self, device):
         s = self.copy_streams.get(device)
@@ -171,6 +175,14 @@ if not hasattr(torch.cuda, "get_per_process_memory_fraction"):
     torch.cuda.set_per_process_memory_fraction = _remember_fraction
 
 
+def _allocated(device) -> int:
+    """torch.cuda.memory_allocated, without building the whole statistics dictionary."""
+    try:
+        return torch._C._cuda_memoryStats(device.index)["allocated_bytes"]["all"]["current"]
+    except (AttributeError, KeyError, TypeError):
+        return torch.cuda.memory_allocated(device)
+
+
 def gpu_memory_limit(device) -> int:
     """Bytes the process may allocate on ``device``: the device's memory times the fraction
     of ``torch.cuda.set_per_process_memory_fraction``, and no more than what the allocator
@@ -192,10 +204,13 @@ class offload_activations(torch.autograd.graph.saved_tensors_hooks):
     ``directory``: where the spill file lives (None: $FASTENSOR_SPILL_DIR, $TMPDIR,
     /var/tmp); ``min_bytes``: smaller tensors stay where they are; ``gpu_budget_bytes``: CUDA
     tensors stay on the GPU while the memory allocated on their device is within this (None:
-    :func:`gpu_memory_limit` less a margin of a quarter of it, or of what backward was
-    measured to allocate beyond the forward pass, whichever is larger; 0: every tensor
-    leaves); ``host_cache_bytes``: the pinned host tier ("auto": a quarter of the memory
-    available; 0: none, every tensor goes to the file); ``prefetch_bytes``: how far backward
+    :func:`gpu_memory_limit` less a margin: what backward allocated beyond the forward
+    pass's end in the last measured step, over the largest tensor packed then (4 before a
+    measurement), plus a tenth, times the largest tensor packed so far in this step; plus
+    twice that tensor (the next forward op's output) and 1/16 of the limit (doubled after
+    each out-of-memory error leaving a forward pass); 0: every tensor leaves);
+    ``host_cache_bytes``: the pinned host tier ("auto": a quarter of the memory available;
+    0: none, every tensor goes to the file); ``prefetch_bytes``: how far backward
     reads run ahead (None: a quarter second of backward's measured consumption or of the
     disk's measured read rate, whichever is larger, 64 MiB to half the ring; 256 MiB before
     anything is measured); ``engine``: the spill file's engine ("auto": through the page
@@ -240,7 +255,9 @@ class offload_activations(torch.autograd.graph.saved_tensors_hooks):
         self._dedup = weakref.WeakValueDictionary()
         self._seq = None
         self._closed = False
-        self._budgets = {}                   # device -> GPU budget of this step
+        self._budgets = {}                   # device -> the memory limit, this step
+        self._largest = {}                   # device -> largest tensor packed, this step
+        self._allocated_seen = {}            # device -> (allocated, bytes kept since)
         self._step = weakref.WeakSet()       # handles packed since the last __enter__
         self._counts = {"tensors_offloaded": 0, "tensors_kept": 0, "tensors_on_gpu": 0,
                         "bytes_on_gpu": 0, "dedup_hits": 0, "alive_hits": 0}
@@ -260,16 +277,19 @@ class offload_activations(torch.autograd.graph.saved_tensors_hooks):
     # -- hooks -------------------------------------------------------------------------
 
     def _budget(self, device) -> int:
-        b = self._budgets.get(device)
-        if b is None:
-            if self.gpu_budget_bytes is not None:
-                b = self.gpu_budget_bytes
-            else:
-                limit = gpu_memory_limit(device)
-                growth = self._shared.backward_growth.get(device, 0)
-                b = max(limit - max(limit // 4, int(growth * 1.25)), 0)
-            self._budgets[device] = b
-        return b
+        """The GPU budget now: the limit less the margin of the class's text."""
+        if self.gpu_budget_bytes is not None:
+            return self.gpu_budget_bytes
+        limit = self._budgets.get(device)
+        if limit is None:
+            limit = self._budgets[device] = gpu_memory_limit(device)
+        sh, largest = self._shared, self._largest.get(device, 0)
+        ratio = sh.growth_ratio.get(device, 4.0)
+        # backward's growth, the next forward op's output and temporaries, and slack for the
+        # allocator's fragments and blocks awaiting their copies (doubled at each
+        # out-of-memory error that leaves a forward pass)
+        margin = int((ratio * 1.1 + 2) * largest) + sh.slack.get(device, limit // 16)
+        return max(limit - margin, 0)
 
     def _pack(self, t):
         if (self._closed or t.layout != torch.strided or t.device.type not in ("cpu", "cuda")
@@ -299,7 +319,9 @@ class offload_activations(torch.autograd.graph.saved_tensors_hooks):
         except TypeError:
             h.ref = None
         cuda = t.device.type == "cuda"
-        if cuda and self._fits_on_gpu(t.device):
+        if cuda and h.nbytes > self._largest.get(t.device, 0):
+            self._largest[t.device] = h.nbytes
+        if cuda and self._fits_on_gpu(t.device, h.nbytes):
             h.gpu = t
             self._counts["tensors_on_gpu"] += 1
             self._counts["bytes_on_gpu"] += h.nbytes
@@ -320,13 +342,19 @@ class offload_activations(torch.autograd.graph.saved_tensors_hooks):
             self._seq.handles.append(weakref.ref(h))
         return h
 
-    def _fits_on_gpu(self, device) -> bool:
-        """Whether a tensor just made on ``device`` may stay there; when the memory allocated
-        is over the budget, the tensors held longest leave first, until it is not."""
+    def _fits_on_gpu(self, device, nbytes) -> bool:
+        """Whether a tensor of ``nbytes`` just made on ``device`` may stay there; when the
+        memory allocated is over the budget, the tensors held longest leave first, until it
+        is not. The allocator is asked only near the budget: far from it, what it said last
+        plus the tensors kept since is close enough (asking costs more than a pack)."""
         budget = self._budget(device)
         if budget <= 0:
             return False
-        allocated = torch.cuda.memory_allocated(device)
+        seen, kept = self._allocated_seen.get(device, (None, 0))
+        if seen is not None and seen + kept + nbytes < budget - budget // 8 and kept < 1 << 30:
+            self._allocated_seen[device] = (seen, kept + nbytes)
+            return True
+        allocated = _allocated(device)  # the new tensor included
         with self._lock:
             while allocated > budget and self._held:
                 old = self._held.popleft()()
@@ -337,6 +365,7 @@ class offload_activations(torch.autograd.graph.saved_tensors_hooks):
                 self._counts["tensors_on_gpu"] -= 1
                 self._counts["bytes_on_gpu"] -= old.nbytes
                 allocated -= old.nbytes
+        self._allocated_seen[device] = (allocated, 0)
         return allocated <= budget
 
     def _store_put(self, h, t):
@@ -370,7 +399,6 @@ class offload_activations(torch.autograd.graph.saved_tensors_hooks):
                     f"of shape {list(h.shape)} is at version {t._version}, expected version "
                     f"{h.version}")
             self._backward_started(h)
-            self._note_growth(h)
             return t
         with self._lock:
             self._reap()  # a tensor only we kept alive must not count as alive
@@ -389,7 +417,6 @@ class offload_activations(torch.autograd.graph.saved_tensors_hooks):
                                "activations were dropped (an exception left the forward "
                                "pass, or close() was called)")
         self._backward_started(h)
-        self._note_growth(h)
         with self._lock:
             seq = h.seq
             if h.prefetched and not h.unpacked:
@@ -428,25 +455,23 @@ class offload_activations(torch.autograd.graph.saved_tensors_hooks):
             seq.t_first = time.perf_counter()
             seq.bytes_read0 = self._store.stats()["bytes_read"]
             if h.device.type == "cuda":
-                seq.forward_end = torch.cuda.memory_allocated(h.device)
-
-    def _note_growth(self, h):
-        """What backward has allocated beyond the forward pass's end so far (sampled at each
-        unpack): the GPU budget's margin for the next step."""
-        seq = h.seq
-        if h.device.type == "cuda":
-            seq.device = h.device
-            seq.growth = max(seq.growth,
-                             torch.cuda.memory_allocated(h.device) - seq.forward_end)
+                seq.device = h.device
+                seq.forward_end = _allocated(h.device)
+                seq.largest = self._largest.get(h.device, 0)
 
     def _learn(self, seq):
-        """After a sequence's backward: the rates prefetch sizes its window from."""
+        """After a sequence's backward: what the GPU budget's margin and the prefetch window
+        are sized from."""
+        sh = self._shared
+        if seq.device is not None and seq.largest:
+            # The allocator's peak less the memory allocated when backward began: what
+            # backward allocated beyond the forward pass, or, where an earlier step's peak
+            # stands, a bound on it; never taken below the largest tensor (its gradient).
+            growth = torch.cuda.max_memory_allocated(seq.device) - seq.forward_end
+            sh.growth_ratio[seq.device] = max(growth / seq.largest, 1.0)
         elapsed = time.perf_counter() - seq.t_first
         if not seq.t_first or elapsed <= 0 or not seq.bytes_unpacked:
             return
-        sh = self._shared
-        if seq.device is not None:
-            sh.backward_growth[seq.device] = seq.growth
         sh.consume_rate = seq.bytes_unpacked / elapsed
         read = self._store.stats()["bytes_read"] - seq.bytes_read0
         if read:
@@ -495,11 +520,17 @@ class offload_activations(torch.autograd.graph.saved_tensors_hooks):
 
     def __enter__(self):
         self._budgets = {}  # measured again for each step
+        self._largest = {}
+        self._allocated_seen = {}
         self._step = weakref.WeakSet()
         return super().__enter__()
 
     def __exit__(self, exc_type, exc, tb):
         super().__exit__(exc_type, exc, tb)
+        if exc_type is not None and issubclass(exc_type, torch.OutOfMemoryError):
+            sh = self._shared
+            for device, limit in self._budgets.items():  # keep less on the GPU next time
+                sh.slack[device] = min(2 * sh.slack.get(device, limit // 16), limit // 2)
         if exc_type is not None:
             # The graph of this step will not run backward: its entries go now, so that a
             # retry (a smaller batch after an out-of-memory error) finds the store empty.

@@ -275,11 +275,14 @@ def reference_grads(model, x):
     return [p.grad for p in ref.parameters()]
 
 
-def step(model, x, off):
-    """One step under ``off``: the gradients (model's grads cleared first)."""
+def step(model, x, off, flush=False):
+    """One step under ``off``: the gradients (model's grads cleared first). ``flush``: wait
+    for the stores before backward, so that each unpack reads (no source is still alive)."""
     model.zero_grad(set_to_none=True)
     with off:
         y = model(x).square().mean()
+    if flush:
+        off.flush()
     y.backward()
     return [p.grad for p in model.parameters()]
 
@@ -343,13 +346,16 @@ class Failing:
     """Wraps a function to raise ``exc`` from its ``at``-th call on (counting from 1), at most
     ``times`` times."""
 
-    def __init__(self, fn, at, exc, times=1):
+    def __init__(self, fn, at, exc, times=1, after=False):
         self.fn, self.at, self.exc, self.times, self.calls = fn, at, exc, times, 0
+        self.after = after  # call fn first: it failed once it was done (a wait's report)
 
     def __call__(self, *a, **kw):
         self.calls += 1
         if self.calls >= self.at and self.times > 0:
             self.times -= 1
+            if self.after:
+                self.fn(*a, **kw)
             # a new exception each time, as a real failure: one raised twice would keep the
             # frames (and the handles) of its first traceback alive
             raise type(self.exc)(*self.exc.args)
@@ -383,10 +389,11 @@ def test_out_of_memory_in_unpack_then_the_next_step_works(tmp, monkeypatch, wher
     x = torch.randn(64, 256)
     off = offloader(tmp)
     owner = torch if where == "empty_strided" else offload._C
-    fail = Failing(getattr(owner, where), 2, torch.OutOfMemoryError("out of memory (injected)"))
+    fail = Failing(getattr(owner, where), 2, torch.OutOfMemoryError("out of memory (injected)"),
+                   after=where == "store_wait")
     monkeypatch.setattr(owner, where, fail)
     try:  # as a user's loop catches it: the traceback (and the graph) go at the block's end
-        step(model, x, off)
+        step(model, x, off, flush=True)
         raise AssertionError("no out-of-memory error")
     except torch.OutOfMemoryError as e:
         assert "injected" in str(e)
