@@ -177,9 +177,7 @@ static void prefetch_task(void *arg)
     ft_store *s = t->s;
     ft__entry *e = t->e;
     free(t);
-    ft_io_opts o = {.engine = e->engine};
-    ft_buf b = ft_host_buf(s->host + e->host_off, e->slot);
-    int64_t r = ft__transfer(s->file, &b, (uint64_t)e->file_off, &o, false);
+    int64_t r = ft__store_copy_io(s, e, false);
     pthread_mutex_lock(&s->lock);
     e->prefetching = false;
     if (r != (int64_t)e->slot) { /* keep no copy: a get reads the file and reports */

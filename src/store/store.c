@@ -420,6 +420,13 @@ static bool evict_one(ft_store *s, uint64_t before)
     return true;
 }
 
+int64_t ft__store_copy_io(ft_store *s, const ft__entry *e, bool write)
+{
+    ft_io_opts o = {.engine = e->engine};
+    ft_buf b = ft_host_buf(s->host + e->host_off, e->slot);
+    return ft__transfer(s->file, &b, (uint64_t)e->file_off, &o, write);
+}
+
 /* Write a tier entry's copy to its file slot (the tier was full): from then on the copy is
  * a cached one, evictable. A failed write puts it back in the tier: nothing is lost. */
 static void demote_task(void *arg)
@@ -428,9 +435,7 @@ static void demote_task(void *arg)
     ft_store *s = t->s;
     ft__entry *e = t->e;
     free(t);
-    ft_io_opts o = {.engine = e->engine};
-    ft_buf b = ft_host_buf(s->host + e->host_off, e->slot);
-    int64_t r = ft__transfer(s->file, &b, (uint64_t)e->file_off, &o, true);
+    int64_t r = ft__store_copy_io(s, e, true);
     pthread_mutex_lock(&s->lock);
     e->demoting = false;
     s->demotions--;

@@ -93,6 +93,8 @@ void ft__store_host_commit(ft_store *s, uint64_t off, uint64_t len);
  * its pinned pieces meet: the driver takes an asynchronous copy within one registration. */
 CUresult ft__store_ring_copy(ft_store *s, uint64_t host_off, CUdeviceptr dev, uint64_t len,
                             bool to_device, CUstream stream);
+/** Transfer the entry's whole host copy (its slot) to or from its file slot. */
+int64_t ft__store_copy_io(ft_store *s, const ft__entry *e, bool write);
 /** Start writing the oldest tier entry put before @p before to its file slot, to make
  * room. @return whether one was started. */
 bool ft__store_demote(ft_store *s, uint64_t before);
