@@ -11,9 +11,10 @@
 # --auto: AUTO against every fixed engine (bench/auto-vs-fixed.py: tune, then interleaved
 #         rounds; CUDA and host memory, or those in FT_AUTO_MEMS), the mixed workload and
 #         AUTO's decision overhead.
-# --offload: the activation-offload benchmark (bench/offload.py: ViT- and BERT-style models
-#         under a GPU memory cap, step times against save_on_cpu and torch.save hooks), then
-#         step times at batch $FT_OFFLOAD_BIG_BATCH (24).
+# --offload: the activation-offload benchmark (bench/offload.py: torchvision ViT-B/16,
+#         transformers BERT-base and GPT-2 from their configs, under a GPU memory cap:
+#         largest batch, bitwise gradients, step times against save_on_cpu and torch.save
+#         hooks; FT_OFFLOAD_MODELS, FT_OFFLOAD_ARGS, FT_OFFLOAD_TIMEOUT (540 s)).
 # --fio: fio against `fastensor bench` on this machine's disk (bench/vs-fio.sh: 64M blocks,
 #         cold reads and durable writes, host memory; FT_FIO_SIZES, FT_FIO_REPEAT). The GPU
 #         machine has no fio: scripts/build-fio.sh builds one into $BUILD/extra/ to carry
@@ -224,16 +225,12 @@ if [ $AUTO = 1 ]; then
     (cd "$WORK" && "$here/$BUILD/fastensor" bench --overhead) | tee -a "$OUT/summary.txt"
 fi
 if [ $OFFLOAD = 1 ]; then
-    log "activation offload: ViT-style and BERT-style, memory cap, step times"
+    log "activation offload: ${FT_OFFLOAD_MODELS:-vit_b_16,bert,gpt2} under a memory cap, step times"
     mkdir -p "$WORK/spill"
-    PYTHONPATH="$here/python" timeout ${FT_OFFLOAD_TIMEOUT:-480} python3 bench/offload.py \
-        --dir "$WORK/spill" --json "$OUT/offload.json" ${FT_OFFLOAD_ARGS:-} 2>&1 \
-        | tee "$OUT/offload.log" | grep -v "^    batch\|bisect" | tail -40
-    log "activation offload at batch ${FT_OFFLOAD_BIG_BATCH:-24}: more bytes per step than the ring holds"
-    PYTHONPATH="$here/python" timeout ${FT_OFFLOAD_TIMEOUT:-480} python3 bench/offload.py \
-        --dir "$WORK/spill" --skip-search --no-partial --batch ${FT_OFFLOAD_BIG_BATCH:-24} \
-        --modes none,fastensor,fastensor:direct,torch.save --json "$OUT/offload-big.json" 2>&1 \
-        | tee "$OUT/offload-big.log" | tail -20
+    PYTHONPATH="$here/python" timeout ${FT_OFFLOAD_TIMEOUT:-540} python3 bench/offload.py \
+        --models "${FT_OFFLOAD_MODELS:-vit_b_16,bert,gpt2}" --dir "$WORK/spill" \
+        --json "$OUT/offload.json" ${FT_OFFLOAD_ARGS:-} 2>&1 \
+        | tee "$OUT/offload.log" | grep -v "batch .*: \(fits\|OOM\)" | tail -60
 fi
 if [ $PACK = 1 ]; then # one archive, for callers that fetch only a few files
     tar -C "$OUT" -czf /tmp/gpu-check.tgz . && rm -rf "${OUT:?}"/* &&

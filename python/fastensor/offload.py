@@ -96,7 +96,8 @@ def measure_read_bandwidth(directory=None, nbytes: int = 64 * _MiB) -> float:
 class _Sequence:
     """The handles of one forward pass, in pack order, and how far prefetching has got."""
     __slots__ = ("handles", "cursor", "ahead", "unpacking", "t_first", "bytes_unpacked",
-                 "bytes_read0", "device", "forward_end", "largest")
+                 "bytes_read0", "device", "forward_end", "peak0", "largest", "growth",
+                 "gpu_unpacks")
 
     def __init__(self):
         self.handles = []       # weak references, in pack order
@@ -108,7 +109,10 @@ class _Sequence:
         self.bytes_read0 = 0    # the store's bytes_read then
         self.device = None      # the CUDA device of its tensors, if any
         self.forward_end = 0    # bytes allocated there at backward's first unpack
+        self.peak0 = 0          # the allocator's peak then
         self.largest = 0        # the largest CUDA tensor packed in its forward pass
+        self.growth = 0         # most bytes allocated beyond forward_end, seen at unpacks
+        self.gpu_unpacks = 0
 
 
 class _Packed:
@@ -399,6 +403,7 @@ class offload_activations(torch.autograd.graph.saved_tensors_hooks):
                     f"of shape {list(h.shape)} is at version {t._version}, expected version "
                     f"{h.version}")
             self._backward_started(h)
+            self._sample_growth(h)
             return t
         with self._lock:
             self._reap()  # a tensor only we kept alive must not count as alive
@@ -417,6 +422,7 @@ class offload_activations(torch.autograd.graph.saved_tensors_hooks):
                                "activations were dropped (an exception left the forward "
                                "pass, or close() was called)")
         self._backward_started(h)
+        self._sample_growth(h)
         with self._lock:
             seq = h.seq
             if h.prefetched and not h.unpacked:
@@ -457,17 +463,29 @@ class offload_activations(torch.autograd.graph.saved_tensors_hooks):
             if h.device.type == "cuda":
                 seq.device = h.device
                 seq.forward_end = _allocated(h.device)
+                seq.peak0 = torch.cuda.max_memory_allocated(h.device)
                 seq.largest = self._largest.get(h.device, 0)
+
+    def _sample_growth(self, h):
+        """Every fourth CUDA unpack: what backward has allocated beyond the forward pass so
+        far (a lower bound of its growth, for steps where the allocator's peak cannot say)."""
+        seq = h.seq
+        if h.device.type == "cuda":
+            seq.gpu_unpacks += 1
+            if seq.gpu_unpacks % 4 == 1:
+                seq.growth = max(seq.growth, _allocated(h.device) - seq.forward_end)
 
     def _learn(self, seq):
         """After a sequence's backward: what the GPU budget's margin and the prefetch window
         are sized from."""
         sh = self._shared
         if seq.device is not None and seq.largest:
-            # The allocator's peak less the memory allocated when backward began: what
-            # backward allocated beyond the forward pass, or, where an earlier step's peak
-            # stands, a bound on it; never taken below the largest tensor (its gradient).
-            growth = torch.cuda.max_memory_allocated(seq.device) - seq.forward_end
+            # Where the allocator's peak rose during backward, that peak less the memory
+            # allocated when backward began is what backward allocated beyond the forward
+            # pass; elsewhere (a higher peak stands from before) the unpacks' samples say.
+            # Never below the largest tensor (its gradient).
+            peak = torch.cuda.max_memory_allocated(seq.device)
+            growth = peak - seq.forward_end if peak > seq.peak0 else seq.growth
             sh.growth_ratio[seq.device] = max(growth / seq.largest, 1.0)
         elapsed = time.perf_counter() - seq.t_first
         if not seq.t_first or elapsed <= 0 or not seq.bytes_unpacked:
