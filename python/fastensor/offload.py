@@ -143,6 +143,10 @@ class _Shared:
         # tensor packed in that forward pass (the GPU budget's margin scales with it)
         self.growth_ratio = {}
         self.slack = {}            # device -> bytes of the margin beyond those estimates
+        # device -> (largest tensor, bytes allocated at backward's start, the allocator's
+        # peak of reserved memory after backward) of the last step measured: the headroom
+        # that step left under the limit, fragments included
+        self.last = {}
 
     def copy_stream(self, device):
         s = self.copy_streams.get(device)
@@ -212,7 +216,9 @@ class offload_activations(torch.autograd.graph.saved_tensors_hooks):
     pass's end in the last measured step, over the largest tensor packed then (4 before a
     measurement), plus a tenth, times the largest tensor packed so far in this step; plus
     twice that tensor (the next forward op's output) and 1/16 of the limit (doubled after
-    each out-of-memory error leaving a forward pass); 0: every tensor leaves);
+    each out-of-memory error leaving a forward pass); after a step with tensors no larger,
+    at least what that step had allocated when backward began plus the headroom its peak
+    left under the limit (reserved memory), less 1/32 of it; 0: every tensor leaves);
     ``host_cache_bytes``: the pinned host tier ("auto": a quarter of the memory available;
     0: none, every tensor goes to the file); ``prefetch_bytes``: how far backward
     reads run ahead (None: a quarter second of backward's measured consumption or of the
@@ -293,7 +299,14 @@ class offload_activations(torch.autograd.graph.saved_tensors_hooks):
         # allocator's fragments and blocks awaiting their copies (doubled at each
         # out-of-memory error that leaves a forward pass)
         margin = int((ratio * 1.1 + 2) * largest) + sh.slack.get(device, limit // 16)
-        return max(limit - margin, 0)
+        budget = limit - margin
+        last = sh.last.get(device)
+        if last is not None and largest <= last[0]:
+            # A step like the last one (no larger tensor so far): its forward pass may end
+            # as high as the last one's plus the headroom the last one left under the limit
+            # (the allocator's peak bounds that step's from above, so this never overshoots)
+            budget = max(budget, last[1] + limit - last[2] - limit // 32)
+        return max(budget, 0)
 
     def _pack(self, t):
         if (self._closed or t.layout != torch.strided or t.device.type not in ("cpu", "cuda")
@@ -487,6 +500,8 @@ class offload_activations(torch.autograd.graph.saved_tensors_hooks):
             peak = torch.cuda.max_memory_allocated(seq.device)
             growth = peak - seq.forward_end if peak > seq.peak0 else seq.growth
             sh.growth_ratio[seq.device] = max(growth / seq.largest, 1.0)
+            sh.last[seq.device] = (seq.largest, seq.forward_end,
+                                   torch.cuda.max_memory_reserved(seq.device))
         elapsed = time.perf_counter() - seq.t_first
         if not seq.t_first or elapsed <= 0 or not seq.bytes_unpacked:
             return
@@ -549,6 +564,7 @@ class offload_activations(torch.autograd.graph.saved_tensors_hooks):
             sh = self._shared
             for device, limit in self._budgets.items():  # keep less on the GPU next time
                 sh.slack[device] = min(2 * sh.slack.get(device, limit // 16), limit // 2)
+                sh.last.pop(device, None)
         if exc_type is not None:
             # The graph of this step will not run backward: its entries go now, so that a
             # retry (a smaller batch after an out-of-memory error) finds the store empty.
