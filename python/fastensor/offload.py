@@ -62,6 +62,8 @@ def _layout(t: torch.Tensor) -> str:
     """'dense': the elements fill their storage span in some dimension order (contiguous,
     transposed, permuted); 'gaps': no element shared but holes between them (a slice);
     'overlap': elements shared (an expanded tensor)."""
+    if t.is_contiguous():  # most saved tensors: one cheap call
+        return "dense"
     dims = sorted((st, sz) for sz, st in zip(t.shape, t.stride()) if sz != 1)
     expect, dense = 1, True
     for st, sz in dims:
