@@ -78,23 +78,6 @@ def _stream(device: torch.device) -> int:
     return torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
 
 
-def measure_read_bandwidth(directory=None, nbytes: int = 64 * _MiB) -> float:
-    """Bytes per second the spill directory's storage reads at (O_DIRECT when it can)."""
-    buf = torch.empty(nbytes, dtype=torch.uint8)
-    for engine in ("direct", "auto"):
-        try:
-            with SpillStore(directory, staging_bytes=4096, engine=engine) as st:
-                key = st.put(buf)  # larger than the ring: written straight, never cached
-                st.wait(key)
-                t0 = time.perf_counter()
-                st.get(key, buf)
-                st.wait(key)
-                return nbytes / max(time.perf_counter() - t0, 1e-6)
-        except OSError:
-            continue
-    return 1e9
-
-
 class _Sequence:
     """The handles of one forward pass, in pack order, and how far prefetching has got."""
     __slots__ = ("handles", "cursor", "ahead", "unpacking", "t_first", "bytes_unpacked",
