@@ -1,0 +1,691 @@
+"""fastensor as the storage layer of ``torch.distributed.checkpoint`` (DCP).
+
+    import torch.distributed.checkpoint as dcp
+    from fastensor.dcp import FastensorWriter, FastensorReader
+
+    dcp.save(state, storage_writer=FastensorWriter("ckpt/step-100"))
+    dcp.load(state, storage_reader=FastensorReader("ckpt/step-100"))
+    fut = dcp.async_save(state, storage_writer=FastensorWriter("ckpt/step-200"))
+
+Layout (DCP's, with safetensors data files): each rank writes the items of its plan as one
+safetensors file ``__<rank>_<tag>.safetensors`` (fastensor's save: aligned, checksummed,
+durable, written in parallel), and its non-tensor items, where it has any, as
+``__<rank>_<tag>.distcp``; the coordinator commits the checkpoint by replacing ``.metadata``
+(DCP's pickled :class:`~torch.distributed.checkpoint.metadata.Metadata`, the items' file
+offsets in ``storage_data``) with one rename, then removes the data files of the checkpoint
+it replaced. ``<tag>`` is new for every save, so a save into the directory of an earlier
+checkpoint never touches that checkpoint's files before the commit: a crash at any moment
+leaves the earlier checkpoint loadable.
+
+The data files carry DCP's own safetensors conventions (tensor names are the items' FQNs,
+``DCP_SHARDING_INFO`` in the metadata), so DCP's ``HuggingFaceStorageReader`` reads these
+checkpoints too; a checkpoint saved by one process is one safetensors file that
+``fastensor.torch.load_file`` loads; :func:`consolidate` (``python -m fastensor.dcp
+consolidate DIR OUT``) writes any of them as one safetensors checkpoint. DCP's
+``FileSystemReader`` reads ``.metadata`` but not the data (it expects torch.save items).
+
+Loads read only the byte ranges each rank's plan asks for, batched per file, in parallel,
+straight into the destination tensors (host or CUDA memory) where the range is contiguous;
+resharding works because the plan drives the reads. :class:`FastensorReader` also reads
+checkpoints of DCP's default writer (torch.save items).
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import io
+import json
+import math
+import os
+import pickle
+import re
+import sys
+import threading
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+
+import torch
+from torch.distributed.checkpoint.filesystem import _StorageInfo
+from torch.distributed.checkpoint.metadata import (BytesStorageMetadata, Metadata,
+                                                   StorageMeta, TensorStorageMetadata)
+from torch.distributed.checkpoint.planner import LoadItemType, LoadPlan, SavePlan, WriteItemType
+from torch.distributed.checkpoint.staging import AsyncStager
+from torch.distributed.checkpoint.storage import StorageReader, StorageWriter, WriteResult
+from torch.futures import Future
+
+from . import File, _C, _ckpt, cache_id, engine_id
+from ._safe import runs_of
+from .torch import _TO_ST, _st_shape
+
+__all__ = ["FastensorWriter", "FastensorReader", "consolidate"]
+
+METADATA = ".metadata"
+# DCP's keys in a safetensors file's metadata (torch.distributed.checkpoint._hf_utils)
+_SHARDING_KEY = "DCP_SHARDING_INFO"
+_VERSION_KEY = "DCP_VERSION"
+_DATA_FILE = re.compile(r"^__(\d+)_([0-9a-f]{12})\.(safetensors|distcp)$")
+# A ranged read of a tensor item goes straight into the destination in at most this many
+# runs (a box of whole rows is one run); more, smaller runs are read as one span and copied.
+_DIRECT_RUNS = 64
+# Spans read into temporary memory (destinations that are not dense, other dtypes) are
+# read in groups of at most this many bytes.
+_SPAN_GROUP = 512 << 20
+
+
+@dataclasses.dataclass(frozen=True)
+class _Plan:
+    """A rank's storage data in the save plan: its file prefix and the save's tag."""
+    prefix: str
+    tag: str
+
+
+def _fsync_dir(path):
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+_tmp_count = iter(range(1 << 62))
+
+
+def _write_durable(path, chunks, sync):
+    """Write the byte strings ``chunks`` to ``path`` through a temporary (named as the
+    library's, so that :func:`fastensor.gc` removes it after a crash) and a rename."""
+    tmp = f"{path}.fastensor-tmp-{os.getpid()}-{next(_tmp_count)}"
+    try:
+        with open(tmp, "wb") as f:
+            for c in chunks:
+                f.write(c)
+            if sync:
+                f.flush()
+                os.fdatasync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+# ---- staging for dcp.async_save ----
+
+class _Staging:
+    """Host copies of state dicts for async saves, kept for the next save of the same
+    structure (pinned where CUDA is present), and lent to one save at a time."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.free = {}  # signature -> [staged state dicts not in use]
+
+    def take(self, sig):
+        with self.lock:
+            got = self.free.get(sig)
+            return got.pop() if got else None
+
+    def give(self, sig, staged):
+        with self.lock:
+            self.free.setdefault(sig, []).append(staged)
+
+    def clear(self):
+        with self.lock:
+            self.free.clear()
+
+
+_STAGING = _Staging()
+
+
+def _signature(obj):
+    """A hashable description of a state dict's structure: keys, and each tensor's type,
+    local shape, dtype and device type."""
+    if isinstance(obj, dict):
+        return ("d",) + tuple((k, _signature(v)) for k, v in obj.items())
+    if isinstance(obj, (list, tuple)):
+        return (type(obj).__name__,) + tuple(_signature(v) for v in obj)
+    if isinstance(obj, torch.Tensor):
+        local = obj.to_local() if hasattr(obj, "to_local") else obj
+        return ("t", type(obj).__name__, tuple(local.shape), local.dtype, local.device.type)
+    return ("o", type(obj).__name__)
+
+
+def release_staging_memory() -> None:
+    """Free the host copies kept for the next :func:`dcp.async_save` (those of saves in
+    progress are freed when their save ends)."""
+    _STAGING.clear()
+
+
+# ---- the writer ----
+
+class FastensorWriter(StorageWriter, AsyncStager):
+    """A DCP ``StorageWriter`` that writes each rank's items with fastensor.
+
+    ``path``: the checkpoint directory (created); ``engine`` and ``cache``: fastensor's
+    engine and page-cache mode for the writes (see :func:`fastensor.cache_id`);
+    ``sync_files``: make the files durable before the commit (default; without it a crash
+    can leave a committed checkpoint whose data is not on the disk); ``overwrite``: False
+    raises RuntimeError where the directory already holds a checkpoint.
+
+    As an ``AsyncStager`` (``dcp.async_save``), it stages the state dict into host memory
+    that it keeps for the next async save of the same structure (pinned where CUDA is
+    present), so the caller's blocking time after the first save is the copy alone; see
+    :func:`release_staging_memory`.
+    """
+
+    _synchronize_after_execute = False
+
+    def __init__(self, path, *, engine: str = "auto", cache: str = "auto",
+                 sync_files: bool = True, overwrite: bool = True):
+        super().__init__()
+        engine_id(engine)
+        cache_id(cache)
+        self.path = os.fspath(path)
+        self.engine, self.cache = engine, cache
+        self.sync_files, self.overwrite = bool(sync_files), bool(overwrite)
+        self.save_id = uuid.uuid4().hex
+        self.rank = None
+        self.is_coordinator = False
+        self.use_collectives = True
+        self._staged = []  # (signature, staged dict) lent to saves, oldest first
+        self._staged_lock = threading.Lock()
+
+    # -- StorageWriter --
+    def reset(self, checkpoint_id=None) -> None:
+        if checkpoint_id:
+            self.path = os.fspath(checkpoint_id)
+        self.save_id = uuid.uuid4().hex
+
+    def set_up_storage_writer(self, is_coordinator: bool, *args, **kwargs) -> None:
+        self.is_coordinator = bool(is_coordinator)
+        self.rank = kwargs.get("rank")
+        self.use_collectives = kwargs.get("use_collectives", True)
+
+    def _metadata_path(self, rank=None):
+        return os.path.join(self.path, METADATA if rank is None else f"__{rank}{METADATA}")
+
+    def prepare_local_plan(self, plan: SavePlan) -> SavePlan:
+        os.makedirs(self.path, exist_ok=True)
+        existing = self._metadata_path(None if self.use_collectives else 0)
+        if not self.overwrite and os.path.exists(existing):
+            raise RuntimeError(f"{self.path}: a checkpoint is already there (overwrite=False)")
+        if self.rank is not None and not self.use_collectives:
+            plan = dataclasses.replace(plan, storage_data=_Plan(f"__{self.rank}_",
+                                                                self.save_id[:12]))
+        return plan
+
+    def prepare_global_plan(self, plans: list) -> list:
+        tag = self.save_id[:12]
+        return [p if isinstance(p.storage_data, _Plan) else
+                dataclasses.replace(p, storage_data=_Plan(f"__{i}_", tag))
+                for i, p in enumerate(plans)]
+
+    def write_data(self, plan: SavePlan, planner) -> Future:
+        try:
+            results = self._write(plan, planner)
+        finally:
+            self._unlend()
+        fut = Future()
+        fut.set_result(results)
+        return fut
+
+    def _write(self, plan, planner):
+        sd = plan.storage_data
+        if not isinstance(sd, _Plan):
+            raise RuntimeError("FastensorWriter.write_data: the plan was not prepared by "
+                               "FastensorWriter.prepare_global_plan")
+        tensors = [it for it in plan.items if it.type != WriteItemType.BYTE_IO]
+        blobs = [it for it in plan.items if it.type == WriteItemType.BYTE_IO]
+        results = []
+        where = f"rank {self.rank if self.rank is not None else 0}"
+        if blobs:
+            name = f"{sd.prefix}{sd.tag}.distcp"
+            chunks, at = [], 0
+            for it in blobs:
+                data = planner.resolve_data(it)
+                buf = data.getbuffer() if isinstance(data, io.BytesIO) else bytes(data)
+                chunks.append(buf)
+                results.append(WriteResult(index=it.index, size_in_bytes=len(buf),
+                                           storage_data=_StorageInfo(name, at, len(buf))))
+                at += len(buf)
+            try:
+                _write_durable(os.path.join(self.path, name), chunks, self.sync_files)
+            except OSError as e:
+                raise OSError(e.errno, f"{where}: {os.path.join(self.path, name)}: "
+                                       f"{e.strerror}") from e
+        if tensors:
+            results += self._write_tensors(sd, tensors, planner, where)
+        return results
+
+    def _write_tensors(self, sd, items, planner, where):
+        name = f"{sd.prefix}{sd.tag}.safetensors"
+        path = os.path.join(self.path, name)
+        names = [it.index.fqn for it in items]
+        if len(set(names)) != len(names):  # one rank with two chunks of one tensor
+            names = [f"{it.index.fqn}@{','.join(map(str, it.index.offset or ()))}"
+                     for it in items]
+        entries, keep, sharding, devices = [], [], {}, set()
+        for n, it in zip(names, items):
+            t = planner.resolve_data(it).detach()
+            if t.device.type not in ("cpu", "cuda"):
+                t = t.to("cpu")
+            if not t.is_contiguous():
+                t = t.contiguous()
+            if t.dtype not in _TO_ST:
+                raise ValueError(f"{where}: item {it.index.fqn!r}: dtype {t.dtype} has no "
+                                 "safetensors equivalent")
+            keep.append(t)
+            cuda = t.device.type == "cuda"
+            if cuda:
+                devices.add(t.device)
+            entries.append((n, _TO_ST[t.dtype], _st_shape(t), t.data_ptr(),
+                            t.numel() * t.element_size(), int(cuda),
+                            (t.device.index or 0) if cuda else 0))
+            offsets = it.tensor_data.chunk.offsets if it.tensor_data is not None else ()
+            sharding[n] = {"saved_offsets": [int(o) for o in offsets]}
+        for d in devices:  # the bytes written are those after the stream's queued work
+            torch.cuda.current_stream(d).synchronize()
+        meta = {"format": "pt", _SHARDING_KEY: json.dumps(sharding), _VERSION_KEY: "1.0"}
+        try:
+            _ckpt.save(path, entries, meta, engine=self.engine, durable=self.sync_files,
+                       cache=self.cache)
+            ck, described, _, shards = _ckpt.open_checkpoint(path)
+        except OSError as e:
+            raise OSError(e.errno, f"{where}: {path}: {e.strerror or e}") from e
+        except ValueError as e:
+            raise ValueError(f"{where}: {path}: {e}") from e
+        del ck, keep
+        start = shards[0][2]
+        at = {t[0]: (start + t[5], t[3]) for t in described}
+        return [WriteResult(index=it.index, size_in_bytes=at[n][1],
+                            storage_data=_StorageInfo(name, at[n][0], at[n][1]))
+                for n, it in zip(names, items)]
+
+    def finish(self, metadata: Metadata, results: list) -> None:
+        metadata.version = "1.0.0"
+        metadata.storage_data = {wr.index: wr.storage_data for rs in results for wr in rs}
+        metadata.storage_meta = self.storage_meta()
+        rank = None if self.use_collectives or self.rank is None else self.rank
+        final = self._metadata_path(rank)
+        _write_durable(final, [pickle.dumps(metadata)], self.sync_files)
+        if self.sync_files:
+            _fsync_dir(self.path)
+        self._remove_replaced(metadata, rank)
+        try:  # what saves killed in this directory left (temporaries of dead processes)
+            _ckpt.gc(self.path)
+        except OSError:
+            pass
+
+    def _remove_replaced(self, metadata, rank):
+        """Remove the data files of checkpoints this one replaced (ours by their names:
+        another tag; of this rank alone for a rank's own metadata)."""
+        live = {si.relative_path for si in metadata.storage_data.values()}
+        tag = self.save_id[:12]
+        for entry in os.listdir(self.path):
+            m = _DATA_FILE.match(entry)
+            if not m or entry in live or m.group(2) == tag:
+                continue
+            if rank is not None and int(m.group(1)) != rank:
+                continue
+            try:
+                os.unlink(os.path.join(self.path, entry))
+            except FileNotFoundError:
+                pass
+
+    def storage_meta(self) -> StorageMeta:
+        return StorageMeta(checkpoint_id=self.path, save_id=self.save_id,
+                           modules=["fastensor.dcp"])
+
+    @property
+    def checkpoint_id(self):
+        return self.path
+
+    @classmethod
+    def validate_checkpoint_id(cls, checkpoint_id) -> bool:
+        return isinstance(checkpoint_id, (str, os.PathLike))
+
+    # -- AsyncStager --
+    def stage(self, state_dict):
+        """A host copy of ``state_dict`` (DCP calls this in ``async_save`` before returning)."""
+        from torch.distributed._state_dict_utils import _copy_state_dict, _create_cpu_state_dict
+        sig = _signature(state_dict)
+        staged = _STAGING.take(sig)
+        if staged is None:
+            staged = _create_cpu_state_dict(state_dict, pin_memory=torch.cuda.is_available())
+        staged = _copy_state_dict(state_dict, staged, non_blocking=True)
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        with self._staged_lock:
+            self._staged.append((sig, staged))
+        return staged
+
+    def _unlend(self):
+        """The staged copy of the save whose write just ended goes back for the next one."""
+        with self._staged_lock:
+            if not self._staged:
+                return
+            sig, staged = self._staged.pop(0)
+        _STAGING.give(sig, staged)
+
+    def synchronize_staging(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+# ---- the reader ----
+
+def _esize(dtype):
+    return torch.empty((), dtype=dtype).element_size()
+
+
+class FastensorReader(StorageReader):
+    """A DCP ``StorageReader`` for checkpoints of :class:`FastensorWriter` (and of DCP's
+    default writer).
+
+    Each rank reads only the byte ranges its load plan asks for: per file one batch of
+    reads, files in parallel, straight into the destination tensor (host or CUDA) where the
+    range is one run or a few of it. ``verify``: check fastensor's block checksums of every
+    block read (ValueError naming the rank, file, item and block on a mismatch);
+    ``engine``/``cache``: as for :class:`FastensorWriter`; ``threads``: files read at once.
+    """
+
+    def __init__(self, path, *, engine: str = "auto", cache: str = "auto",
+                 verify: bool = False, threads: int = 4):
+        super().__init__()
+        engine_id(engine)
+        cache_id(cache)
+        self.path = os.fspath(path)
+        self.engine, self.cache, self.verify = engine, cache, bool(verify)
+        self.threads = max(1, int(threads))
+        self.storage_data = {}
+        self.chunks = {}
+        self.load_id = uuid.uuid4().hex
+        self.rank = None
+
+    def reset(self, checkpoint_id=None) -> None:
+        self.storage_data, self.chunks = {}, {}
+        if checkpoint_id:
+            self.path = os.fspath(checkpoint_id)
+        self.load_id = uuid.uuid4().hex
+
+    def read_metadata(self, *args, **kwargs) -> Metadata:
+        rank = kwargs.get("rank")
+        path = os.path.join(self.path, METADATA if rank is None else f"__{rank}{METADATA}")
+        try:
+            with open(path, "rb") as f:
+                metadata = pickle.load(f)
+        except FileNotFoundError:
+            raise FileNotFoundError(f"{self.path}: no DCP checkpoint here ({path} is missing)") \
+                from None
+        except (pickle.UnpicklingError, EOFError, AttributeError, ImportError) as e:
+            raise ValueError(f"{path}: not a DCP checkpoint's metadata ({e})") from e
+        if not isinstance(metadata, Metadata):
+            raise ValueError(f"{path}: not a DCP checkpoint's metadata "
+                             f"({type(metadata).__name__})")
+        if getattr(metadata, "storage_meta", None) is None:
+            metadata.storage_meta = StorageMeta()
+        metadata.storage_meta.load_id = self.load_id
+        return metadata
+
+    def set_up_storage_reader(self, metadata: Metadata, is_coordinator: bool, *args,
+                              **kwargs) -> None:
+        if metadata.storage_data is None:
+            raise ValueError(f"{self.path}: the checkpoint's metadata has no storage data")
+        self.storage_data = metadata.storage_data
+        self.rank = kwargs.get("rank")
+        self.chunks = {}
+        for fqn, md in metadata.state_dict_metadata.items():
+            if isinstance(md, TensorStorageMetadata):
+                for c in md.chunks:
+                    self.chunks[(fqn, tuple(c.offsets))] = (tuple(c.sizes),
+                                                            md.properties.dtype)
+
+    def prepare_local_plan(self, plan: LoadPlan) -> LoadPlan:
+        return plan
+
+    def prepare_global_plan(self, plans: list) -> list:
+        return plans
+
+    @property
+    def checkpoint_id(self):
+        return self.path
+
+    @classmethod
+    def validate_checkpoint_id(cls, checkpoint_id) -> bool:
+        return isinstance(checkpoint_id, (str, os.PathLike))
+
+    def _where(self, relative, items):
+        names = ", ".join(sorted({repr(r.storage_index.fqn) for r in items})[:4])
+        more = "" if len(items) <= 4 else f" and {len(items) - 4} more"
+        rank = self.rank if self.rank is not None else 0
+        return f"rank {rank}: {os.path.join(self.path, relative)} (items {names}{more})"
+
+    def read_data(self, plan: LoadPlan, planner) -> Future:
+        per_file = {}
+        for req in plan.items:
+            try:
+                info = self.storage_data[req.storage_index]
+            except KeyError:
+                raise KeyError(f"rank {self.rank or 0}: {self.path}: the checkpoint has no "
+                               f"item {req.storage_index.fqn!r} at offset "
+                               f"{list(req.storage_index.offset or ())}") from None
+            per_file.setdefault(info.relative_path, []).append(req)
+        files = sorted(per_file.items())
+        if len(files) <= 1 or self.threads == 1:
+            for relative, reqs in files:
+                self._read_file(relative, reqs, planner)
+        else:
+            with ThreadPoolExecutor(max_workers=min(self.threads, len(files))) as ex:
+                for f in [ex.submit(self._read_file, r, q, planner) for r, q in files]:
+                    f.result()
+        fut = Future()
+        fut.set_result(None)
+        return fut
+
+    def _read_file(self, relative, reqs, planner):
+        path = os.path.join(self.path, relative)
+        try:
+            if not relative.endswith(".safetensors"):
+                return self._read_torch_save(path, reqs, planner)
+            return _FileRead(self, path, planner).run(reqs)
+        except OSError as e:
+            raise OSError(e.errno, f"{self._where(relative, reqs)}: {e.strerror or e}") from e
+        except (ValueError, RuntimeError, AssertionError) as e:
+            raise type(e)(f"{self._where(relative, reqs)}: {e}") from e
+
+    def _read_torch_save(self, path, reqs, planner):
+        """Items of DCP's default writer: raw bytes and torch.save'd tensors."""
+        with open(path, "rb") as f:
+            for req in sorted(reqs, key=lambda r: self.storage_data[r.storage_index].offset):
+                info = self.storage_data[req.storage_index]
+                if getattr(info, "transform_descriptors", None):
+                    raise ValueError("items written with DCP stream extensions are not "
+                                     "supported; read this checkpoint with FileSystemReader")
+                f.seek(info.offset)
+                data = io.BytesIO(f.read(info.length))
+                if req.type == LoadItemType.BYTE_IO:
+                    planner.load_bytes(req, data)
+                    continue
+                t = torch.load(data, map_location="cpu", weights_only=True)
+                for d, (o, n) in enumerate(zip(req.storage_offsets, req.lengths)):
+                    t = t.narrow(d, o, n)
+                target = planner.resolve_tensor(req).detach()
+                _check_size(req, target, t.shape)
+                target.copy_(t)
+                planner.commit_tensor(req, target)
+
+
+def _check_size(req, target, shape):
+    if tuple(target.shape) != tuple(shape):
+        raise RuntimeError(f"item {req.storage_index.fqn!r}: the destination has shape "
+                           f"{tuple(target.shape)}, the plan reads {tuple(shape)}")
+
+
+class _FileRead:
+    """The reads of one load plan from one safetensors data file."""
+
+    def __init__(self, reader, path, planner):
+        self.r, self.path, self.planner = reader, path, planner
+
+    def run(self, reqs):
+        tensors = [q for q in reqs if q.type != LoadItemType.BYTE_IO]
+        blobs = [q for q in reqs if q.type == LoadItemType.BYTE_IO]
+        if blobs:  # (a FastensorWriter checkpoint keeps them in .distcp files)
+            raise ValueError("a safetensors data file cannot hold non-tensor items")
+        direct, spans = [], []  # spans: (req, target, dtype, sizes, first, last)
+        for req in tensors:
+            info = self.r.storage_data[req.storage_index]
+            key = (req.storage_index.fqn, tuple(req.storage_index.offset or ()))
+            sizes, dtype = self.r.chunks.get(key, (None, None))
+            if sizes is None:
+                raise ValueError(f"item {key[0]!r} at {list(key[1])}: no such chunk in the "
+                                 "metadata")
+            esize = _esize(dtype)
+            if math.prod(sizes) * esize != info.length:
+                raise ValueError(f"item {key[0]!r}: the metadata gives {info.length} bytes "
+                                 f"for a chunk of {list(sizes)} {dtype}")
+            target = self.planner.resolve_tensor(req).detach()
+            _check_size(req, target, req.lengths)
+            box = [(int(o), int(o) + int(n)) for o, n in zip(req.storage_offsets, req.lengths)]
+            if math.prod(req.lengths) == 0:
+                self.planner.commit_tensor(req, target)
+                continue
+            runs = runs_of(sizes, box, esize)
+            dense = target.dtype == dtype and target.is_contiguous() and \
+                target.device.type in ("cpu", "cuda")
+            if dense and len(runs) <= _DIRECT_RUNS:
+                base = target.data_ptr()
+                direct += [(req, target, base + at, n, info.offset + off) for off, n, at in runs]
+            else:
+                first, last = runs[0][0], runs[-1][0] + runs[-1][1]
+                spans.append((req, target, dtype, sizes, info.offset + first, last - first))
+        if direct:
+            self._batch([(t, addr, n, off) for _, t, addr, n, off in direct])
+            done = set()
+            for req, target, *_ in direct:
+                if id(req) not in done:
+                    done.add(id(req))
+                    self.planner.commit_tensor(req, target)
+        group, size = [], 0
+        for s in spans:
+            if group and size + s[5] > _SPAN_GROUP:
+                self._spans(group)
+                group, size = [], 0
+            group.append(s)
+            size += s[5]
+        if group:
+            self._spans(group)
+
+    def _spans(self, group):
+        bufs = []
+        for req, target, dtype, sizes, off, n in group:
+            dev = target.device if target.device.type == "cuda" else torch.device("cpu")
+            buf = torch.empty(n, dtype=torch.uint8, device=dev)
+            bufs.append(buf)
+        self._batch([(buf, buf.data_ptr(), g[5], g[4]) for buf, g in zip(bufs, group)])
+        for buf, (req, target, dtype, sizes, _, _) in zip(bufs, group):
+            strides = [math.prod(sizes[d + 1:]) for d in range(len(sizes))]
+            # the span starts at the box's first element
+            src = torch.as_strided(buf.view(dtype), tuple(req.lengths), strides, 0)
+            target.copy_(src)
+            self.planner.commit_tensor(req, target)
+
+    def _batch(self, ops):
+        """ops: (tensor, address, nbytes, file offset); CUDA tensors on their current stream."""
+        if self.r.verify:
+            return self._verified(ops)
+        stream, items = 0, []
+        for t, addr, n, off in ops:
+            cuda = t.device.type == "cuda"
+            if cuda and not stream:
+                stream = torch.cuda.current_stream(t.device).cuda_stream
+            items.append((addr, n, off, int(cuda), (t.device.index or 0) if cuda else 0))
+        f = File(self.path, "r", engine=self.r.engine, cache=self.r.cache)
+        try:
+            got = _C.file_batch(f._handle, items, engine_id(self.r.engine), 0, False, stream,
+                                cache_id(self.r.cache))
+        finally:
+            f.close()
+        short = [(i, g) for i, g in enumerate(got) if g != items[i][1]]
+        if short:
+            i, g = short[0]
+            raise ValueError(f"the file ends early: {g} of {items[i][1]} bytes at offset "
+                             f"{items[i][2]} (truncated?)")
+
+    def _verified(self, ops):
+        """The reads through the checkpoint, checking the block checksums they cover."""
+        ck, tensors, _, shards = _ckpt.open_checkpoint(self.path)
+        if not _C.ckpt_describe(ck)[3]:
+            raise ValueError("verify=True, but the file carries no fastensor checksums")
+        start = shards[0][2]
+        spans = sorted((start + t[5], start + t[5] + t[3], i) for i, t in enumerate(tensors))
+        lows = [s[0] for s in spans]
+        import bisect
+
+        def one(op):
+            t, addr, n, off = op
+            k = bisect.bisect_right(lows, off) - 1
+            if k < 0 or off + n > spans[k][1]:
+                raise ValueError(f"bytes [{off}, {off + n}) are not inside one tensor of the "
+                                 "file")
+            cuda = t.device.type == "cuda"
+            stream = torch.cuda.current_stream(t.device).cuda_stream if cuda else 0
+            _C.ckpt_read(ck, spans[k][2], off - spans[k][0], addr, n, engine_id(self.r.engine),
+                         True, int(cuda), (t.device.index or 0) if cuda else 0, stream,
+                         cache_id(self.r.cache))
+
+        with ThreadPoolExecutor(max_workers=min(8, max(1, len(ops)))) as ex:
+            for f in [ex.submit(one, op) for op in ops]:
+                f.result()
+
+
+# ---- consolidation ----
+
+def consolidate(checkpoint, output, *, shard_size: int | None = None) -> list:
+    """Write the tensors of the DCP checkpoint ``checkpoint`` (any world size, written by
+    :class:`FastensorWriter` or DCP's default writer) as one safetensors checkpoint
+    ``output`` (full tensors, named by their FQNs; sharded above ``shard_size`` bytes) that
+    ``fastensor.torch.load_file`` and safetensors load. Holds the whole state in host
+    memory. Returns the FQNs of the non-tensor items, which safetensors cannot hold and are
+    left out."""
+    import torch.distributed.checkpoint as dcp
+    from .torch import save_file
+    reader = FastensorReader(checkpoint)
+    md = reader.read_metadata()
+    state, skipped = {}, []
+    for fqn, m in md.state_dict_metadata.items():
+        if isinstance(m, TensorStorageMetadata):
+            state[fqn] = torch.empty(tuple(m.size), dtype=m.properties.dtype)
+        elif isinstance(m, BytesStorageMetadata):
+            skipped.append(fqn)
+    planner = dcp.DefaultLoadPlanner(flatten_state_dict=False, allow_partial_load=True)
+    dcp.load(state, storage_reader=reader, planner=planner, no_dist=True)
+    save_file(state, output, metadata={"format": "pt"}, shard_size=shard_size)
+    return skipped
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m fastensor.dcp",
+                                description="fastensor's tools for DCP checkpoints")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    c = sub.add_parser("consolidate", help="write a DCP checkpoint as one safetensors "
+                                           "checkpoint")
+    c.add_argument("checkpoint")
+    c.add_argument("output")
+    c.add_argument("--shard-size", type=int, default=None)
+    a = p.parse_args(argv)
+    try:
+        skipped = consolidate(a.checkpoint, a.output, shard_size=a.shard_size)
+    except (OSError, ValueError, RuntimeError) as e:
+        print(f"fastensor.dcp: {e}", file=sys.stderr)
+        return 1
+    if skipped:
+        print(f"left out {len(skipped)} non-tensor items: {', '.join(skipped)}",
+              file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

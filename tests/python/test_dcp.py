@@ -1,0 +1,323 @@
+"""fastensor.dcp: torch.distributed.checkpoint through fastensor. Multi-process cases run
+ranks under torchrun with the gloo backend on the CPU (tests/python/dcp_worker.py)."""
+import os
+import pickle
+import subprocess
+import sys
+import warnings
+
+import pytest
+
+torch = pytest.importorskip("torch")
+dcp = pytest.importorskip("torch.distributed.checkpoint")
+if not torch.distributed.is_available():
+    pytest.skip("this torch was built without torch.distributed", allow_module_level=True)
+
+import fastensor.dcp as fdcp  # noqa: E402
+from torch.distributed.checkpoint.api import CheckpointException  # noqa: E402
+
+# DCP re-raises a rank's exception as CheckpointException (a BaseException, not an Exception)
+FAIL = (Exception, CheckpointException)
+from fastensor.torch import load_file, save_file  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PYDIR = os.path.join(os.path.dirname(os.path.dirname(HERE)), "python")
+
+
+def torchrun(nproc, *args, fail=False):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = PYDIR + os.pathsep + env.get("PYTHONPATH", "")
+    env.setdefault("OMP_NUM_THREADS", "1")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+           f"--nproc-per-node={nproc}", os.path.join(HERE, "dcp_worker.py")] + list(args)
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
+    if fail:
+        assert r.returncode != 0, "the killed save exited 0"
+    else:
+        assert r.returncode == 0, f"{' '.join(cmd)}\n{r.stdout[-3000:]}\n{r.stderr[-6000:]}"
+    return r.stdout + r.stderr
+
+
+def assert_same(a, b):
+    assert sorted(a) == sorted(b)
+    for k in a:
+        if isinstance(a[k], torch.Tensor):
+            assert isinstance(b[k], torch.Tensor), k
+            assert a[k].dtype == b[k].dtype and a[k].shape == b[k].shape, k
+            assert torch.equal(a[k].view(torch.uint8) if a[k].dim() else a[k],
+                               b[k].view(torch.uint8) if b[k].dim() else b[k]), k
+        else:
+            assert a[k] == b[k], k
+
+
+def loaded(path):
+    return torch.load(path, weights_only=False)
+
+
+def test_save_at_4_load_at_2_and_1_byte_exact_against_dcp_default(tmp):
+    ft, ref = os.path.join(tmp, "ft"), os.path.join(tmp, "default")
+    exp = os.path.join(tmp, "expected.pt")
+    torchrun(4, "save", exp, "--path", ft, "--default-path", ref)
+    names = sorted(os.listdir(ft))
+    assert names[0] == ".metadata" and len([n for n in names if n.endswith(".safetensors")]) == 4
+    expected = loaded(exp)
+    outs = {}
+    for world, extra in ((2, []), (2, ["--default"]), (1, []), (2, ["--columns"]),
+                         (2, ["--columns", "--default"])):
+        out = os.path.join(tmp, f"got-{world}-{'-'.join(extra)}.pt")
+        path = ref if "--default" in extra else ft
+        torchrun(world, "load", out, "--path", path, *extra)
+        outs[(world, tuple(extra))] = loaded(out)
+    for (world, extra), got in outs.items():
+        if "--columns" in extra:
+            want = {k: v for k, v in expected.items() if k.startswith("model.")}
+            want["step"] = expected["step"]
+            assert_same(got, want)
+        else:
+            assert_same(got, expected)
+    assert_same(outs[(2, ())], outs[(2, ("--default",))])
+    assert_same(outs[(2, ("--columns",))], outs[(2, ("--columns", "--default"))])
+
+
+def test_async_save_at_2(tmp):
+    ck, exp, out = (os.path.join(tmp, n) for n in ("ck", "exp.pt", "got.pt"))
+    log = torchrun(2, "save", exp, "--path", ck, "--async-save")
+    assert "async_save blocked" in log
+    torchrun(2, "load", out, "--path", ck)
+    assert_same(loaded(out), loaded(exp))
+
+
+@pytest.mark.parametrize("kill", [("1", "data"), ("0", "data"), ("0", "commit")])
+def test_killed_save_leaves_the_previous_checkpoint(tmp, kill):
+    ck, first, out = (os.path.join(tmp, n) for n in ("ck", "first.pt", "got.pt"))
+    torchrun(2, "save", first, "--path", ck)
+    meta = open(os.path.join(ck, ".metadata"), "rb").read()
+    torchrun(2, "save", os.path.join(tmp, "second.pt"), "--path", ck, "--seed", "1",
+             "--kill-rank", kill[0], "--kill-at", kill[1], fail=True)
+    assert open(os.path.join(ck, ".metadata"), "rb").read() == meta
+    torchrun(1, "load", out, "--path", ck)
+    assert_same(loaded(out), loaded(first))
+    # the next save commits, and clears what the killed one left
+    third = os.path.join(tmp, "third.pt")
+    torchrun(2, "save", third, "--path", ck, "--seed", "2")
+    torchrun(2, "load", out, "--path", ck)
+    assert_same(loaded(out), loaded(third))
+    left = sorted(os.listdir(ck))
+    md = pickle.load(open(os.path.join(ck, ".metadata"), "rb"))
+    live = {si.relative_path for si in md.storage_data.values()}
+    assert left == [".metadata"] + sorted(live), left  # nothing of the killed save is left
+
+
+# ---- one process (no process group) ----
+
+@pytest.fixture(autouse=True)
+def _quiet():
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*torch.distributed is disabled.*")
+        warnings.filterwarnings("ignore", message=".*Detected an existing checkpoint.*")
+        yield
+
+
+def small_state(seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return {"w": torch.randn(33, 17, generator=g), "b": torch.randn(17, generator=g).half(),
+            "i": torch.randint(0, 100, (5,), generator=g), "e": torch.empty(0, 3),
+            "s": torch.tensor(2.5, dtype=torch.float64),
+            "bf": torch.randn(8, 8, generator=g).to(torch.bfloat16), "step": 11,
+            "nested": {"lr": 0.5, "t": torch.arange(6).reshape(2, 3)}}
+
+
+def zeros_like_state(s):
+    out = {}
+    for k, v in s.items():
+        if isinstance(v, dict):
+            out[k] = zeros_like_state(v)
+        elif isinstance(v, torch.Tensor):
+            out[k] = torch.zeros_like(v)
+        else:
+            out[k] = None
+    return out
+
+
+def flat(s, prefix=""):
+    out = {}
+    for k, v in s.items():
+        if isinstance(v, dict):
+            out.update(flat(v, f"{prefix}{k}."))
+        else:
+            out[prefix + k] = v
+    return out
+
+
+def test_one_process_round_trip_and_formats(tmp):
+    s = small_state()
+    ck = os.path.join(tmp, "ck")
+    dcp.save(s, storage_writer=fdcp.FastensorWriter(ck))
+    got = zeros_like_state(s)
+    dcp.load(got, storage_reader=fdcp.FastensorReader(ck))
+    assert_same(flat(got), flat(s))
+    dcp.load(got, storage_reader=fdcp.FastensorReader(ck, verify=True))
+    assert_same(flat(got), flat(s))
+    # .metadata is DCP's: FileSystemReader reads it
+    md = dcp.FileSystemReader(ck).read_metadata()
+    assert "w" in md.state_dict_metadata and md.storage_meta.modules == ["fastensor.dcp"]
+    # the rank file is a safetensors file of the tensors, by FQN
+    rank_file = [n for n in os.listdir(ck) if n.endswith(".safetensors")]
+    assert len(rank_file) == 1
+    direct = load_file(os.path.join(ck, rank_file[0]))
+    tensors = {k: v for k, v in flat(s).items() if isinstance(v, torch.Tensor)}
+    assert_same(direct, tensors)
+    # DCP's HuggingFaceStorageReader reads the layout
+    hf = pytest.importorskip("torch.distributed.checkpoint").__dict__.get(
+        "HuggingFaceStorageReader")
+    if hf is not None:
+        pytest.importorskip("safetensors")
+        into = {k: torch.zeros_like(v) for k, v in tensors.items()}
+        dcp.load(into, storage_reader=hf(ck))
+        assert_same(into, tensors)
+
+
+def test_consolidate_and_cli(tmp):
+    s = small_state(3)
+    ck = os.path.join(tmp, "ck")
+    dcp.save(s, storage_writer=fdcp.FastensorWriter(ck))
+    out = os.path.join(tmp, "full.safetensors")
+    skipped = fdcp.consolidate(ck, out)
+    assert sorted(skipped) == ["nested.lr", "step"]
+    tensors = {k: v for k, v in flat(s).items() if isinstance(v, torch.Tensor)}
+    assert_same(load_file(out), tensors)
+    out2 = os.path.join(tmp, "cli.safetensors")
+    env = dict(os.environ, PYTHONPATH=PYDIR)
+    r = subprocess.run([sys.executable, "-m", "fastensor.dcp", "consolidate", ck, out2],
+                       env=env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "left out 2 non-tensor items" in r.stderr
+    assert_same(load_file(out2), tensors)
+    r = subprocess.run([sys.executable, "-m", "fastensor.dcp", "consolidate",
+                        os.path.join(tmp, "nothing"), out2], env=env, capture_output=True,
+                       text=True)
+    assert r.returncode == 1 and "no DCP checkpoint here" in r.stderr
+
+
+def test_overwrite_replaces_atomically_and_removes_old_files(tmp):
+    ck = os.path.join(tmp, "ck")
+    dcp.save(small_state(0), storage_writer=fdcp.FastensorWriter(ck))
+    first = sorted(os.listdir(ck))
+    foreign = os.path.join(ck, "notes.txt")
+    open(foreign, "w").write("mine")
+    dcp.save(small_state(1), storage_writer=fdcp.FastensorWriter(ck))
+    second = sorted(os.listdir(ck))
+    assert len(second) == len(first) + 1 and not set(first[1:]) & set(second)
+    assert open(foreign).read() == "mine"
+    got = zeros_like_state(small_state(1))
+    dcp.load(got, storage_reader=fdcp.FastensorReader(ck))
+    assert_same(flat(got), flat(small_state(1)))
+    with pytest.raises(FAIL, match="overwrite=False"):
+        dcp.save(small_state(2), storage_writer=fdcp.FastensorWriter(ck, overwrite=False))
+    got = zeros_like_state(small_state(1))
+    dcp.load(got, storage_reader=fdcp.FastensorReader(ck))
+    assert_same(flat(got), flat(small_state(1)))
+
+
+def test_reads_dcp_default_writer_checkpoints(tmp):
+    s = small_state(4)
+    ck = os.path.join(tmp, "ck")
+    dcp.save(s, storage_writer=dcp.FileSystemWriter(ck))
+    got = zeros_like_state(s)
+    dcp.load(got, storage_reader=fdcp.FastensorReader(ck))
+    assert_same(flat(got), flat(s))
+
+
+def test_corruption_and_truncation_name_rank_file_and_item(tmp):
+    s = {"w": torch.randn(1 << 16), "v": torch.randn(100)}
+    ck = os.path.join(tmp, "ck")
+    dcp.save(s, storage_writer=fdcp.FastensorWriter(ck))
+    name = [n for n in os.listdir(ck) if n.endswith(".safetensors")][0]
+    path = os.path.join(ck, name)
+    md = pickle.load(open(os.path.join(ck, ".metadata"), "rb"))
+    info = [v for k, v in md.storage_data.items() if k.fqn == "w"][0]
+    with open(path, "r+b") as f:
+        f.seek(info.offset + 1000)
+        b = f.read(1)
+        f.seek(info.offset + 1000)
+        f.write(bytes([b[0] ^ 0x40]))
+    got = {"w": torch.zeros(1 << 16), "v": torch.zeros(100)}
+    dcp.load(got, storage_reader=fdcp.FastensorReader(ck))  # unverified: reads the flip
+    assert not torch.equal(got["w"], s["w"]) and torch.equal(got["v"], s["v"])
+    with pytest.raises(FAIL) as e:
+        dcp.load(got, storage_reader=fdcp.FastensorReader(ck, verify=True))
+    msg = str(e.value)
+    assert "rank 0" in msg and name in msg and "'w'" in msg and "checksum" in msg, msg
+    os.truncate(path, info.offset + 10)
+    with pytest.raises(FAIL) as e:
+        dcp.load(got, storage_reader=fdcp.FastensorReader(ck))
+    msg = str(e.value)
+    assert "rank 0" in msg and name in msg, msg
+    with pytest.raises(FAIL, match="no DCP checkpoint here"):
+        dcp.load(got, storage_reader=fdcp.FastensorReader(os.path.join(tmp, "none")))
+    open(os.path.join(tmp, "bad"), "w").close()
+    os.makedirs(os.path.join(tmp, "badck"))
+    open(os.path.join(tmp, "badck", ".metadata"), "wb").write(b"not a pickle")
+    with pytest.raises(FAIL, match="not a DCP checkpoint"):
+        dcp.load(got, storage_reader=fdcp.FastensorReader(os.path.join(tmp, "badck")))
+
+
+def test_strided_and_dtype_changing_reads(tmp):
+    # a plan that reads a box of columns (runs far apart), and a destination of another dtype
+    g = torch.Generator().manual_seed(5)
+    s = {"m": torch.randn(300, 200, generator=g), "h": torch.randn(64, 64, generator=g)}
+    ck = os.path.join(tmp, "ck")
+    dcp.save(s, storage_writer=fdcp.FastensorWriter(ck))
+    reader = fdcp.FastensorReader(ck)
+    md = reader.read_metadata()
+    reader.set_up_storage_reader(md, True)
+    from torch.distributed.checkpoint.metadata import MetadataIndex
+    from torch.distributed.checkpoint.planner import LoadItemType, LoadPlan, ReadItem
+
+    class Planner:
+        def __init__(self):
+            self.dest = {"m": torch.zeros(300, 30), "h": torch.zeros(64, 64,
+                                                                     dtype=torch.float64)}
+
+        def resolve_tensor(self, req):
+            return self.dest[req.dest_index.fqn]
+
+        def commit_tensor(self, req, t):
+            pass
+
+    items = [ReadItem(LoadItemType.TENSOR, MetadataIndex("m", [0, 0]), torch.Size([0, 0]),
+                      MetadataIndex("m", [0, 0]), torch.Size([0, 100]), torch.Size([300, 30])),
+             ReadItem(LoadItemType.TENSOR, MetadataIndex("h", [0, 0]), torch.Size([0, 0]),
+                      MetadataIndex("h", [0, 0]), torch.Size([0, 0]), torch.Size([64, 64]))]
+    pl = Planner()
+    reader.read_data(LoadPlan(items), pl).wait()
+    assert torch.equal(pl.dest["m"], s["m"][:, 100:130])
+    assert torch.equal(pl.dest["h"], s["h"].double())
+
+
+def test_async_staging_reuses_host_copies(tmp):
+    s = small_state(6)
+    w = fdcp.FastensorWriter(os.path.join(tmp, "a"))
+    first = w.stage(s)
+    w._unlend()
+    second = fdcp.FastensorWriter(os.path.join(tmp, "b")).stage(s)
+    assert second["w"].data_ptr() == first["w"].data_ptr()
+    assert torch.equal(second["w"], s["w"]) and second["w"].data_ptr() != s["w"].data_ptr()
+    busy = fdcp.FastensorWriter(os.path.join(tmp, "c")).stage(s)  # second is still lent
+    assert busy["w"].data_ptr() != second["w"].data_ptr()
+    fdcp.release_staging_memory()
+    fut = dcp.async_save(s, storage_writer=fdcp.FastensorWriter(os.path.join(tmp, "d")))
+    fut.result()
+    got = zeros_like_state(s)
+    dcp.load(got, storage_reader=fdcp.FastensorReader(os.path.join(tmp, "d")))
+    assert_same(flat(got), flat(s))
+
+
+def test_bad_settings_are_refused(tmp):
+    with pytest.raises(ValueError):
+        fdcp.FastensorWriter(tmp, engine="nope")
+    with pytest.raises(ValueError):
+        fdcp.FastensorReader(tmp, cache="sometimes")
+    save_file({"x": torch.zeros(2)}, os.path.join(tmp, "plain.safetensors"))
+    with pytest.raises(FAIL, match="no DCP checkpoint here"):
+        dcp.load({"x": torch.zeros(2)}, storage_reader=fdcp.FastensorReader(tmp))
