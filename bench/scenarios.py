@@ -14,6 +14,14 @@ not counted):
   big      first and second load of a checkpoint larger than the page cache may keep: the
            workers run in a cgroup whose memory.max is half the checkpoint (cgroup v2, root);
            skipped with the reason where that cannot be set up
+  dcp-save, dcp-load, dcp-async
+           torch.distributed.checkpoint with --ranks processes (gloo; on CUDA one GPU per rank,
+           round robin, cpu:gloo,cuda:nccl), the state dict as DTensors sharded on dimension
+           0: `dcp.save` (durable), `dcp.load` after a page-cache drop, and `dcp.async_save`
+           (size / the caller's blocking time, the longest rank's), each from a barrier to a
+           barrier; tool `fastensor` is fastensor.dcp's FastensorWriter/FastensorReader, `dcp`
+           DCP's default FileSystemWriter/FileSystemReader, `raw` the disk's ceiling with one
+           writer (reader) per rank; each save goes to a new directory, as a job's do
 Tools: fastensor with a fresh profile (what a new user has: one empty profile directory for
 the run) and with a tuned one (`fastensor tune` first), safetensors, torch.save/torch.load
 (and torch.load(mmap=True)), torch.distributed.checkpoint's default
@@ -34,6 +42,7 @@ The table then adds fastensor / base and fastensor / twin.
         --dir /nvme/bench --json docs/benchmarks/scenarios-dev.json [--device cuda] [--plot x.png]
 """
 import argparse
+import datetime
 import json
 import os
 import random
@@ -48,7 +57,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 TOOLS = ["fastensor", "fastensor-tuned", "safetensors", "torch", "torch-mmap", "dcp", "numpy",
          "raw"]
-SCENARIOS = ["save", "cold", "repeat2", "repeat3", "procs", "big"]
+SCENARIOS = ["save", "cold", "repeat2", "repeat3", "procs", "big", "dcp-save", "dcp-load",
+             "dcp-async"]
+# the tools of the DCP scenarios (fastensor.dcp under fastensor's names)
+DCP_TOOLS = ("fastensor", "fastensor-tuned", "fastensor-twin", "dcp", "raw")
 
 
 # ---- the state dict (made in each worker from a seed: the same bytes everywhere) ----
@@ -206,6 +218,8 @@ def worker(spec):
         with open(os.path.join(spec["cgroup"], "cgroup.procs"), "w") as f:
             f.write(str(os.getpid()))
     tool, path, op, device = spec["tool"], spec["path"], spec["op"], spec["device"]
+    if op.startswith("dcp-"):
+        return dcp_rank(spec)
     if tool == "raw":
         n, secs = raw_io(path, spec["size"], op == "save")
         return {"bytes": n, "seconds": secs, "start": time.time() - secs, "end": time.time()}
@@ -225,6 +239,74 @@ def worker(spec):
         n = nbytes(out)
     secs = time.perf_counter() - t0
     return {"bytes": n, "seconds": secs, "start": start, "end": start + secs}
+
+
+def dcp_rank(spec):
+    """One rank of a DCP scenario; rank 0 returns the timing (from a barrier to a barrier)."""
+    import torch
+    import torch.distributed as dist
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import DTensor, Shard
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    device, op, tool = spec["device"], spec["op"], spec["tool"]
+    if device.startswith("cuda"):
+        dev = torch.device("cuda", rank % torch.cuda.device_count())
+        torch.cuda.set_device(dev)
+        dist.init_process_group("cpu:gloo,cuda:nccl", device_id=dev,
+                                timeout=datetime.timedelta(seconds=300))
+        mesh = init_device_mesh("cuda", (world,))
+    else:
+        dev = torch.device("cpu")
+        dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=300))
+        mesh = init_device_mesh("cpu", (world,))
+    sd, local_bytes = {}, 0
+    for k, (name, shape) in enumerate(shapes(spec["size"])):
+        step = -(-shape[0] // world)
+        lo, hi = min(rank * step, shape[0]), min((rank + 1) * step, shape[0])
+        local_shape = (hi - lo,) + tuple(shape[1:])
+        if op == "dcp-load":
+            t = torch.empty(local_shape, dtype=torch.bfloat16, device=dev)
+        else:
+            g = torch.Generator().manual_seed(k * 1000 + rank)
+            t = torch.randint(-32768, 32768, local_shape, dtype=torch.int16,
+                              generator=g).view(torch.bfloat16).to(dev)
+        local_bytes += t.numel() * 2
+        stride = tuple(int(x) for x in torch.empty(shape, device="meta").stride())
+        sd[name] = DTensor.from_local(t, mesh, [Shard(0)], run_check=False,
+                                      shape=torch.Size(shape), stride=stride)
+    if tool == "dcp":
+        writer = lambda: dcp.FileSystemWriter(spec["path"])  # noqa: E731
+        reader = lambda: dcp.FileSystemReader(spec["path"])  # noqa: E731
+    else:
+        import fastensor.dcp as fdcp
+        writer = lambda: fdcp.FastensorWriter(spec["path"])  # noqa: E731
+        reader = lambda: fdcp.FastensorReader(spec["path"])  # noqa: E731
+    if op != "dcp-load" and rank == 0:
+        shutil.rmtree(spec["path"], ignore_errors=True)  # a new directory, outside the timing
+    dist.barrier()
+    t0 = time.perf_counter()
+    blocked = None
+    if op == "dcp-save":
+        dcp.save(sd, storage_writer=writer())
+    elif op == "dcp-async":
+        fut = dcp.async_save(sd, storage_writer=writer())
+        blocked = time.perf_counter() - t0
+        fut.result()
+    else:
+        dcp.load(sd, storage_reader=reader())
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
+    dist.barrier()
+    secs = time.perf_counter() - t0
+    worst = torch.tensor([blocked or 0.0, secs], dtype=torch.float64)
+    dist.all_reduce(worst, op=dist.ReduceOp.MAX)
+    total = torch.tensor([local_bytes], dtype=torch.int64)
+    dist.all_reduce(total)
+    dist.destroy_process_group()
+    if op == "dcp-async":
+        secs = float(worst[0])
+    return {"bytes": int(total[0]), "seconds": secs} if rank == 0 else {}
 
 
 # ---- the driver ----
@@ -283,7 +365,51 @@ def make_cgroup(limit):
         return None, f"cannot set a cgroup memory limit ({e.strerror})"
 
 
+def free_port():
+    import socket
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def measure_dcp(args, tool, scenario, profiles, paths):
+    """A DCP scenario: --ranks processes, one checkpoint directory per tool."""
+    if tool not in DCP_TOOLS or (tool == "raw" and scenario == "dcp-async"):
+        return None
+    env = env_for(tool, profiles, args.base)
+    path = paths[tool] + f".ranks{args.ranks}"
+    if scenario == "dcp-load" and not drop_caches():
+        return None
+    if tool == "raw":  # one O_DIRECT writer (reader) per rank, at once
+        share = args.size_bytes // args.ranks
+        op = "load" if scenario == "dcp-load" else "save"
+        barrier = os.path.join(args.work, f"go-raw-{time.time_ns()}")
+        procs = [spawn({"tool": "raw", "path": f"{path}.{r}", "device": args.device,
+                        "size": share, "op": op, "barrier": barrier}, env)
+                 for r in range(args.ranks)]
+        time.sleep(0.3)
+        open(barrier, "w").close()
+        rs = [collect(p) for p in procs]
+        os.unlink(barrier)
+        span = max(r["end"] for r in rs) - min(r["start"] for r in rs)
+        return sum(r["bytes"] for r in rs) / span / 1e9
+    port = free_port()
+    # NVLink multicast stays off (NCCL, symmetric memory, NVSHMEM): the GPU machines' rule
+    env.update(NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1",
+               NVSHMEM_DISABLE_NVLS="1")
+    spec = {"tool": tool, "path": path, "device": args.device, "size": args.size_bytes,
+            "op": scenario}
+    procs = [spawn(spec, dict(env, RANK=str(r), WORLD_SIZE=str(args.ranks),
+                              LOCAL_RANK=str(r), MASTER_ADDR="127.0.0.1",
+                              MASTER_PORT=str(port)))
+             for r in range(args.ranks)]
+    rs = [collect(p) for p in procs]
+    return rs[0]["bytes"] / rs[0]["seconds"] / 1e9
+
+
 def measure(args, tool, scenario, profiles, paths, cgroup):
+    if scenario.startswith("dcp-"):
+        return measure_dcp(args, tool, scenario, profiles, paths)
     env = env_for(tool, profiles, args.base)
     spec = {"tool": tool, "path": paths[tool], "device": args.device, "size": args.size_bytes,
             "op": "save" if scenario == "save" else "load"}
@@ -376,6 +502,7 @@ def main():
     ap.add_argument("--size", default="1G", help="checkpoint bytes (bf16 state dict), e.g. 3G")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--procs", type=int, default=4, help="processes of the procsN scenario")
+    ap.add_argument("--ranks", type=int, default=4, help="ranks of the dcp-* scenarios")
     ap.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
     ap.add_argument("--dir", default=None, help="where the checkpoints go (a real disk)")
     ap.add_argument("--tools", default=",".join(TOOLS))
@@ -389,7 +516,12 @@ def main():
                     help="seconds: start no round after this (the JSON holds the rounds done)")
     args = ap.parse_args()
     if args.worker:
-        print(json.dumps(worker(json.loads(args.worker))))
+        print(json.dumps(worker(json.loads(args.worker))), flush=True)
+        if json.loads(args.worker)["op"].startswith("dcp-"):
+            # gloo ranks of torch 2.13 abort now and then in the exit-time teardown
+            # ("terminate called without an active exception"): the result is out, skip it
+            sys.stderr.flush()
+            os._exit(0)
         return
     args.size_bytes = parse_size(args.size)
     tools = [t for t in args.tools.split(",") if t]
@@ -429,6 +561,8 @@ def main():
     try:
         for t in tools:  # every tool's checkpoint exists before the first load
             measure(args, t, "save", profiles, paths, cgroup)
+            if "dcp-load" in scenarios:
+                measure(args, t, "dcp-save", profiles, paths, cgroup)
         for r in range(args.rounds):
             if args.time_limit and r and time.monotonic() - started > args.time_limit:
                 skipped["rounds"] = f"{args.rounds - r} of {args.rounds} not run: --time-limit"

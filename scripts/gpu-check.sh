@@ -3,7 +3,7 @@
 # Python tests (CUDA included), and the GPU benchmarks, with logs and JSON under $OUT.
 #
 #   scripts/gpu-check.sh [--udev] [--quick] [--no-bench] [--no-tests] [--auto] [--offload]
-#                        [--fio] [--ckpt] [--scenarios] [--dropin] [--dma] [--pack]
+#                        [--fio] [--ckpt] [--scenarios] [--dropin] [--dma] [--dcp] [--pack]
 #
 # The GPU machine has no -dev packages, so by default it runs what was built on the
 # development machine and carried along: `make BUILD=gpubuild all tests python` there, then
@@ -42,6 +42,10 @@
 # --dma: only test_gpu, the Python tests, reads from the page cache into GPU memory by
 #         every engine that can (fastensor bench --warm, 256 MiB to 4 GiB calls), then the
 #         drop-in benchmark (FT_DMA_WARM=0 leaves the page-cache reads out).
+# --dcp: only the DCP storage layer: tests/python/test_dcp.py (CUDA state dicts included),
+#         then the dcp-save, dcp-load and dcp-async scenarios (bench/scenarios.py, one rank
+#         per GPU, FT_DCP_RANKS (the GPUs), FT_DCP_SIZE (2G), FT_DCP_ROUNDS (3), FT_DCP_LIMIT
+#         seconds before the last round starts (300)); JSON in $OUT/dcp-cuda.json.
 # --pack: leave one archive, $OUT/results.tgz, instead of the separate logs.
 # --udev: ONLY on a throwaway test VM: create the udev entry cuFile needs for the block
 #         device holding this directory (/run/udev/data/b<major>:<minor>), see DESIGN.md.
@@ -50,7 +54,7 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
 OUT=${OUT:-$here/gpu-out}
 BUILD=${BUILD:-gpubuild}
-UDEV=0 QUICK=0 BENCH=1 TESTS=1 AUTO=0 OFFLOAD=0 PACK=0 FIO=0 CKPT=0 SCEN=0 DROPIN=0 DMA=0
+UDEV=0 QUICK=0 BENCH=1 TESTS=1 AUTO=0 OFFLOAD=0 PACK=0 FIO=0 CKPT=0 SCEN=0 DROPIN=0 DMA=0 DCP=0
 for a in "$@"; do
     case $a in
         --udev) UDEV=1 ;;
@@ -65,6 +69,7 @@ for a in "$@"; do
         --scenarios) SCEN=1 BENCH=0 TESTS=0 ;;
         --dropin) DROPIN=1 BENCH=0 TESTS=0 ;;
         --dma) DMA=1 DROPIN=1 BENCH=0 TESTS=0 ;;
+        --dcp) DCP=1 BENCH=0 TESTS=0 ;;
         -h|--help) sed -n '2,/^set -u$/{/^set -u$/!p}' "$0"; exit 0 ;;
         *) echo "unknown option $a" >&2; exit 2 ;;
     esac
@@ -231,6 +236,17 @@ if [ $OFFLOAD = 1 ]; then
         --models "${FT_OFFLOAD_MODELS:-vit_b_16,bert,gpt2}" --dir "$WORK/spill" \
         --json "$OUT/offload.json" ${FT_OFFLOAD_ARGS:-} 2>&1 \
         | tee "$OUT/offload.log" | grep -v "batch .*: \(fits\|OOM\)" | tail -60
+fi
+if [ $DCP = 1 ]; then
+    log "DCP storage layer: tests, then dcp-save / dcp-load / dcp-async against DCP's default"
+    PYTHONPATH="$here/python" FT_TEST_DIR="$WORK/pytest" timeout 300 python3 -m pytest -q \
+        -p no:logging tests/python/test_dcp.py 2>&1 | tail -15 | tee -a "$OUT/summary.txt"
+    ranks=${FT_DCP_RANKS:-$(nvidia-smi -L 2>/dev/null | wc -l)}
+    PYTHONPATH="$here/python" BUILD="$BUILD" python3 bench/scenarios.py --device cuda \
+        --ranks "${ranks:-1}" --size "${FT_DCP_SIZE:-2G}" --rounds "${FT_DCP_ROUNDS:-3}" \
+        --dir "$WORK" --tools fastensor,dcp,raw --scenarios dcp-save,dcp-load,dcp-async \
+        --time-limit "${FT_DCP_LIMIT:-300}" --json "$OUT/dcp-cuda.json" \
+        2>"$OUT/dcp-cuda.log" | tee -a "$OUT/summary.txt"
 fi
 if [ $PACK = 1 ]; then # one archive, for callers that fetch only a few files
     tar -C "$OUT" -czf /tmp/gpu-check.tgz . && rm -rf "${OUT:?}"/* &&

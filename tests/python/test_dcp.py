@@ -321,3 +321,34 @@ def test_bad_settings_are_refused(tmp):
     save_file({"x": torch.zeros(2)}, os.path.join(tmp, "plain.safetensors"))
     with pytest.raises(FAIL, match="no DCP checkpoint here"):
         dcp.load({"x": torch.zeros(2)}, storage_reader=fdcp.FastensorReader(tmp))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device (torch.cuda)")
+def test_cuda_state_dict_round_trip_against_default(tmp):
+    g = torch.Generator().manual_seed(9)
+    s = {"w": torch.randn(1024, 513, generator=g).cuda(),
+         "b": torch.randn(77, generator=g).to(torch.bfloat16).cuda(), "step": 5,
+         "host": torch.arange(10)}
+    ck, ref = os.path.join(tmp, "ft"), os.path.join(tmp, "default")
+    dcp.save(s, storage_writer=fdcp.FastensorWriter(ck))
+    dcp.save(s, storage_writer=dcp.FileSystemWriter(ref))
+    for reader in (fdcp.FastensorReader(ck), fdcp.FastensorReader(ck, verify=True)):
+        got = {"w": torch.zeros_like(s["w"]), "b": torch.zeros_like(s["b"]), "step": 0,
+               "host": torch.zeros(10, dtype=torch.long)}
+        dcp.load(got, storage_reader=reader)
+        torch.cuda.synchronize()
+        assert got["w"].is_cuda and torch.equal(got["w"], s["w"])
+        assert torch.equal(got["b"], s["b"]) and got["step"] == 5
+        assert torch.equal(got["host"], s["host"])
+    want = {"w": torch.zeros_like(s["w"]), "b": torch.zeros_like(s["b"]), "step": 0,
+            "host": torch.zeros(10, dtype=torch.long)}
+    dcp.load(want, storage_reader=dcp.FileSystemReader(ref))
+    assert torch.equal(want["w"], got["w"]) and torch.equal(want["b"], got["b"])
+    # columns of a CUDA destination: a strided read through a device span
+    cols = {"w": torch.zeros(1024, 513, device="cuda")[:, 100:200]}
+    fut = dcp.async_save(s, storage_writer=fdcp.FastensorWriter(os.path.join(tmp, "a")))
+    fut.result()
+    got = {"w": torch.zeros_like(s["w"])}
+    dcp.load(got, storage_reader=fdcp.FastensorReader(os.path.join(tmp, "a")))
+    assert torch.equal(got["w"], s["w"])
+    del cols
