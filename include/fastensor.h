@@ -660,6 +660,42 @@ int64_t ft_ckpt_gc(ft_ctx *ctx, const char *dir,
                    void (*removed)(const char *path, void *arg), void *arg);
 
 /* ------------------------------------------------------------------------------------------
+ * Tensor codec: lossless compression of floating-point weights by byte planes
+ * ---------------------------------------------------------------------------------------- */
+
+/**
+ * The most bytes ft_codec_encode writes for @p nbytes of @p elem_size-byte elements in blocks
+ * of @p block_bytes (0: the default, 1 MiB).
+ */
+size_t ft_codec_bound(uint64_t nbytes, unsigned elem_size, uint32_t block_bytes);
+
+/**
+ * Encode @p nbytes at @p src, little-endian elements of @p elem_size bytes (1, 2, 4 or 8;
+ * @p nbytes a multiple of it), into @p dst (@p cap bytes, ft_codec_bound is always enough).
+ * The data is cut into independent blocks of @p block_bytes (0: 1 MiB; a multiple of the
+ * element size, at least 64 elements); each block is split into its byte planes (byte k of
+ * every element) and each plane stored raw, as one repeated byte or Huffman-coded, whichever
+ * is smallest; each block's checksum (xxh3-64 of its bytes) goes with it. Blocks are encoded
+ * in parallel on @p ctx's threads. The stream is self-describing (ft_codec_size,
+ * ft_codec_decode). Lossless for any bytes.
+ * @return the stream's size, or -errno (-EINVAL bad sizes, -ENOSPC @p cap too small).
+ */
+int64_t ft_codec_encode(ft_ctx *ctx, const void *src, uint64_t nbytes, unsigned elem_size,
+                        uint32_t block_bytes, void *dst, size_t cap);
+
+/** The decoded size of the stream @p src of @p len bytes, or -EBADMSG (not a stream). */
+int64_t ft_codec_size(const void *src, size_t len);
+
+/**
+ * Decode the stream @p src (@p len bytes) into @p dst (@p cap bytes, at least its decoded
+ * size), blocks in parallel on @p ctx's threads, each checked against the xxh3-64 checksum
+ * the encoder stored for it. Corrupt input never reads or writes out of bounds: it is
+ * -EBADMSG (ft_last_error names the block), and @p dst then holds unspecified bytes.
+ * @return the decoded bytes, or -errno (-EBADMSG, -ENOSPC, -ENOMEM).
+ */
+int64_t ft_codec_decode(ft_ctx *ctx, const void *src, size_t len, void *dst, size_t cap);
+
+/* ------------------------------------------------------------------------------------------
  * Spill store: tensors parked on local storage and brought back (activation offload)
  * ---------------------------------------------------------------------------------------- */
 

@@ -3,7 +3,7 @@
 # Python tests (CUDA included), and the GPU benchmarks, with logs and JSON under $OUT.
 #
 #   scripts/gpu-check.sh [--udev] [--quick] [--no-bench] [--no-tests] [--auto] [--offload]
-#                        [--fio] [--ckpt] [--scenarios] [--dropin] [--dma] [--dcp] [--pack]
+#                        [--fio] [--ckpt] [--scenarios] [--dropin] [--dma] [--dcp] [--codec] [--pack]
 #
 # The GPU machine has no -dev packages, so by default it runs what was built on the
 # development machine and carried along: `make BUILD=gpubuild all tests python` there, then
@@ -46,6 +46,9 @@
 #         then the dcp-save, dcp-load and dcp-async scenarios (bench/scenarios.py, one rank
 #         per GPU, FT_DCP_RANKS (the GPUs), FT_DCP_SIZE (2G), FT_DCP_ROUNDS (3), FT_DCP_LIMIT
 #         seconds before the last round starts (300)); JSON in $OUT/dcp-cuda.json.
+# --codec: only the tensor codec on this machine's CPUs (bench/codec.py: a bf16 Llama-style
+#         state dict of FT_CODEC_SIZE (2G), GPT-2 and ViT-B/16 in fp32: ratio, encode and
+#         decode GB/s, the raw read ceiling); JSON in $OUT/codec.json.
 # --pack: leave one archive, $OUT/results.tgz, instead of the separate logs.
 # --udev: ONLY on a throwaway test VM: create the udev entry cuFile needs for the block
 #         device holding this directory (/run/udev/data/b<major>:<minor>), see DESIGN.md.
@@ -54,7 +57,7 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
 OUT=${OUT:-$here/gpu-out}
 BUILD=${BUILD:-gpubuild}
-UDEV=0 QUICK=0 BENCH=1 TESTS=1 AUTO=0 OFFLOAD=0 PACK=0 FIO=0 CKPT=0 SCEN=0 DROPIN=0 DMA=0 DCP=0
+UDEV=0 QUICK=0 BENCH=1 TESTS=1 AUTO=0 OFFLOAD=0 PACK=0 FIO=0 CKPT=0 SCEN=0 DROPIN=0 DMA=0 DCP=0 CODEC=0
 for a in "$@"; do
     case $a in
         --udev) UDEV=1 ;;
@@ -70,6 +73,7 @@ for a in "$@"; do
         --dropin) DROPIN=1 BENCH=0 TESTS=0 ;;
         --dma) DMA=1 DROPIN=1 BENCH=0 TESTS=0 ;;
         --dcp) DCP=1 BENCH=0 TESTS=0 ;;
+        --codec) CODEC=1 BENCH=0 TESTS=0 ;;
         -h|--help) sed -n '2,/^set -u$/{/^set -u$/!p}' "$0"; exit 0 ;;
         *) echo "unknown option $a" >&2; exit 2 ;;
     esac
@@ -247,6 +251,11 @@ if [ $DCP = 1 ]; then
         --dir "$WORK" --tools fastensor,dcp,raw --scenarios dcp-save,dcp-load,dcp-async \
         --time-limit "${FT_DCP_LIMIT:-300}" --json "$OUT/dcp-cuda.json" \
         2>"$OUT/dcp-cuda.log" | tee -a "$OUT/summary.txt"
+fi
+if [ $CODEC = 1 ]; then
+    log "tensor codec: ratio, encode and decode GB/s on $(nproc) CPUs"
+    PYTHONPATH="$here/python" timeout 400 python3 bench/codec.py --size "${FT_CODEC_SIZE:-2G}" \
+        --rounds 3 --dir "$WORK" --json "$OUT/codec.json" 2>&1 | tee -a "$OUT/summary.txt"
 fi
 if [ $PACK = 1 ]; then # one archive, for callers that fetch only a few files
     tar -C "$OUT" -czf /tmp/gpu-check.tgz . && rm -rf "${OUT:?}"/* &&

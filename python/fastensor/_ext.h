@@ -24,5 +24,7 @@ void capsule_release_owner(PyObject *cap);
 int store_add_functions(PyObject *module);
 /** Add the batch functions (_batch.c) to the module. @return 0 or -1. */
 int batch_add_functions(PyObject *module);
+/** Add the codec functions (_codec.c) to the module. @return 0 or -1. */
+int codec_add_functions(PyObject *module);
 
 #endif

@@ -1,0 +1,180 @@
+#!/usr/bin/env python3
+"""The tensor codec on real state dicts: compression ratio, encode and decode GB/s (of the
+uncompressed bytes, host memory, all of the context's threads), and the disk's O_DIRECT read
+ceiling in the same run, for the cold-load rate the codec would allow: min(decode, ceiling /
+ratio).
+
+State dicts (random init from a config, as the architectures ship it; no download):
+  llama-bf16  a Llama-style decoder in bf16 (transformers' LlamaForCausalLM where installed,
+              else the same shapes, normal(0, 0.02)), about --size bytes
+  gpt2-fp32   transformers' GPT-2 (124M) in fp32
+  vit-fp32    torchvision's ViT-B/16 in fp32 (where torchvision is installed)
+
+    PYTHONPATH=python .venv/bin/python bench/codec.py --size 2G --rounds 3 --dir /var/tmp \\
+        --json docs/benchmarks/codec-dev.json
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "python"))
+
+from fastensor import File, _C, context  # noqa: E402
+
+
+def llama(size):
+    try:
+        from transformers import LlamaConfig, LlamaForCausalLM
+    except ImportError:
+        LlamaConfig = None
+    d, ffn, vocab = 2048, 5504, 32000
+    per_layer = 4 * d * d + 3 * d * ffn
+    layers = max(1, (size // 2 - 2 * vocab * d) // per_layer)
+    if LlamaConfig is not None:
+        cfg = LlamaConfig(hidden_size=d, intermediate_size=ffn, num_hidden_layers=int(layers),
+                          num_attention_heads=16, num_key_value_heads=16, vocab_size=vocab)
+        torch.manual_seed(0)
+        with torch.no_grad():
+            m = LlamaForCausalLM(cfg).to(torch.bfloat16)
+        return {k: v.contiguous() for k, v in m.state_dict().items()}
+    g = torch.Generator().manual_seed(0)
+    return {f"layers.{i}.{n}": (torch.randn(shape, generator=g) * 0.02).to(torch.bfloat16)
+            for i in range(int(layers)) for n, shape in
+            (("q", (d, d)), ("k", (d, d)), ("v", (d, d)), ("o", (d, d)), ("gate", (ffn, d)),
+             ("up", (ffn, d)), ("down", (d, ffn)))}
+
+
+def gpt2():
+    from transformers import GPT2Config, GPT2LMHeadModel
+    torch.manual_seed(0)
+    return {k: v.contiguous() for k, v in GPT2LMHeadModel(GPT2Config()).state_dict().items()}
+
+
+def vit():
+    import torchvision
+    torch.manual_seed(0)
+    return {k: v.contiguous() for k, v in torchvision.models.vit_b_16().state_dict().items()}
+
+
+def floats(sd):
+    return {k: v for k, v in sd.items() if v.is_floating_point() and v.numel()}
+
+
+def encode_all(sd):
+    ctx, out = context(), {}
+    for k, t in sd.items():
+        n = t.numel() * t.element_size()
+        buf = torch.empty(_C.codec_bound(n, t.element_size(), 0), dtype=torch.uint8)
+        m = _C.codec_encode(ctx, t.data_ptr(), n, t.element_size(), 0, buf.data_ptr(),
+                            buf.numel())
+        out[k] = buf[:m]
+    return out
+
+
+def decode_all(streams, outs):
+    ctx = context()
+    for k, s in streams.items():
+        o = outs[k]
+        _C.codec_decode(ctx, s.numpy(), o.data_ptr(), o.numel() * o.element_size())
+
+
+def raw_read_ceiling(path, nbytes):
+    """O_DIRECT read GB/s of a fresh file of @p nbytes, after a page-cache drop (root)."""
+    block = torch.randint(0, 255, (64 << 20,), dtype=torch.uint8)
+    with File(path, "w", engine="direct") as f:
+        for off in range(0, nbytes, block.numel()):
+            f.write(block, off)
+        f.sync()
+    try:
+        os.sync()
+        with open("/proc/sys/vm/drop_caches", "w") as d:
+            d.write("3\n")
+    except OSError:
+        return None
+    buf = torch.empty(64 << 20, dtype=torch.uint8)
+    t0 = time.perf_counter()
+    with File(path, "r", engine="direct") as f:
+        for off in range(0, nbytes, buf.numel()):
+            f.read_into(buf, off)
+    secs = time.perf_counter() - t0
+    os.unlink(path)
+    return nbytes / secs / 1e9
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--size", default="1G", help="bytes of the bf16 Llama-style state dict")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--models", default="llama-bf16,gpt2-fp32,vit-fp32")
+    ap.add_argument("--dir", default=None, help="a directory on the disk for the ceiling")
+    ap.add_argument("--json")
+    a = ap.parse_args()
+    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    size = int(float(a.size[:-1]) * mult[a.size[-1].upper()]) if a.size[-1].upper() in mult \
+        else int(a.size)
+    makers = {"llama-bf16": lambda: llama(size), "gpt2-fp32": gpt2, "vit-fp32": vit}
+    rows, skipped = [], {}
+    for name in a.models.split(","):
+        try:
+            sd = floats(makers[name]())
+        except ImportError as e:
+            skipped[name] = f"not installed: {e.name}"
+            continue
+        nbytes = sum(t.numel() * t.element_size() for t in sd.values())
+        enc, dec = [], []
+        outs = {k: torch.empty_like(v) for k, v in sd.items()}
+        for _ in range(a.rounds):
+            t0 = time.perf_counter()
+            streams = encode_all(sd)
+            t1 = time.perf_counter()
+            decode_all(streams, outs)
+            t2 = time.perf_counter()
+            enc.append(nbytes / (t1 - t0) / 1e9)
+            dec.append(nbytes / (t2 - t1) / 1e9)
+        exact = all(torch.equal(outs[k].view(torch.uint8), sd[k].view(torch.uint8)) for k in sd)
+        ratio = sum(s.numel() for s in streams.values()) / nbytes
+        rows.append({"model": name, "bytes": nbytes, "tensors": len(sd), "ratio": ratio,
+                     "encode_gbps": enc, "decode_gbps": dec, "bit_exact": exact})
+        del sd, outs, streams
+    ceiling = None
+    if a.dir:
+        ceiling = raw_read_ceiling(os.path.join(a.dir, f"codec-ceiling-{os.getpid()}"),
+                                   min(size, 2 << 30))
+    lines = ["| state dict | GiB | ratio | encode GB/s | decode GB/s | cold-load bound GB/s |",
+             "|---|---|---|---|---|---|"]
+    for r in rows:
+        e, d = statistics.median(r["encode_gbps"]), statistics.median(r["decode_gbps"])
+        bound = f"{min(d, ceiling / r['ratio']):.2f}" if ceiling else "-"
+        lines.append(f"| {r['model']} | {r['bytes'] / 2**30:.2f} | {r['ratio']:.3f} | "
+                     f"{e:.2f} ({min(r['encode_gbps']):.2f}-{max(r['encode_gbps']):.2f}) | "
+                     f"{d:.2f} ({min(r['decode_gbps']):.2f}-{max(r['decode_gbps']):.2f}) | "
+                     f"{bound} |")
+    table = "\n".join(lines)
+    head = (f"{os.cpu_count()} CPUs, {a.rounds} rounds, median (range); raw O_DIRECT read "
+            f"ceiling {ceiling:.2f} GB/s" if ceiling else f"{os.cpu_count()} CPUs, no ceiling")
+    print(f"{head}\n\n{table}")
+    for k, v in skipped.items():
+        print(f"skipped {k}: {v}")
+    if not all(r["bit_exact"] for r in rows):
+        print("MISMATCH: a decode differs from the input", file=sys.stderr)
+        sys.exit(1)
+    if a.json:
+        commit = os.environ.get("FT_COMMIT") or subprocess.run(
+            ["git", "-C", HERE, "describe", "--always", "--dirty"], capture_output=True,
+            text=True).stdout.strip()
+        with open(a.json, "w") as f:
+            json.dump({"command": " ".join(sys.argv), "commit": commit,
+                       "machine": os.uname().nodename, "cpus": os.cpu_count(),
+                       "raw_read_gbps": ceiling, "rows": rows, "skipped": skipped,
+                       "table": table}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

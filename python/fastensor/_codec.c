@@ -1,0 +1,91 @@
+/*
+ * fastensor._C: the tensor codec (ft_codec_*), on addresses the caller keeps alive (and, for
+ * decoding, any buffer). The GIL is released while the codec runs.
+ */
+#define Py_LIMITED_API 0x030B0000
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include "fastensor.h"
+#include "_ext.h"
+
+/* codec_bound(nbytes, elem_size, block_bytes) -> the most bytes an encoding takes */
+static PyObject *py_codec_bound(PyObject *self, PyObject *args)
+{
+    (void)self;
+    unsigned long long nbytes;
+    unsigned esize, block;
+    if (!PyArg_ParseTuple(args, "KII", &nbytes, &esize, &block))
+        return NULL;
+    return PyLong_FromSize_t(ft_codec_bound(nbytes, esize, block));
+}
+
+/* codec_encode(ctx, address, nbytes, elem_size, block_bytes, dst, capacity) -> size */
+static PyObject *py_codec_encode(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *cap;
+    unsigned long long addr, nbytes, dst, room;
+    unsigned esize, block;
+    if (!PyArg_ParseTuple(args, "OKKIIKK", &cap, &addr, &nbytes, &esize, &block, &dst, &room))
+        return NULL;
+    ft_ctx *ctx = cap_get(cap, CAP_CTX);
+    if (!ctx)
+        return NULL;
+    int64_t n;
+    Py_BEGIN_ALLOW_THREADS
+    n = ft_codec_encode(ctx, (const void *)(uintptr_t)addr, nbytes, esize, block,
+                        (void *)(uintptr_t)dst, (size_t)room);
+    Py_END_ALLOW_THREADS
+    return n < 0 ? raise_ft((int)n, "codec") : PyLong_FromLongLong(n);
+}
+
+/* codec_size(data) -> decoded bytes */
+static PyObject *py_codec_size(PyObject *self, PyObject *args)
+{
+    (void)self;
+    Py_buffer in;
+    if (!PyArg_ParseTuple(args, "y*", &in))
+        return NULL;
+    int64_t n = ft_codec_size(in.buf, (size_t)in.len);
+    PyBuffer_Release(&in);
+    return n < 0 ? raise_ft((int)n, "codec") : PyLong_FromLongLong(n);
+}
+
+/* codec_decode(ctx, data, address, capacity) -> decoded bytes */
+static PyObject *py_codec_decode(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *cap;
+    Py_buffer in;
+    unsigned long long addr, room;
+    if (!PyArg_ParseTuple(args, "Oy*KK", &cap, &in, &addr, &room))
+        return NULL;
+    ft_ctx *ctx = cap_get(cap, CAP_CTX);
+    if (!ctx) {
+        PyBuffer_Release(&in);
+        return NULL;
+    }
+    int64_t n;
+    Py_BEGIN_ALLOW_THREADS
+    n = ft_codec_decode(ctx, in.buf, (size_t)in.len, (void *)(uintptr_t)addr, (size_t)room);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&in);
+    return n < 0 ? raise_ft((int)n, "codec") : PyLong_FromLongLong(n);
+}
+
+static PyMethodDef codec_methods[] = {
+    {"codec_bound", py_codec_bound, METH_VARARGS,
+     "codec_bound(nbytes, elem_size, block_bytes) -> the most bytes an encoding takes"},
+    {"codec_encode", py_codec_encode, METH_VARARGS,
+     "codec_encode(ctx, address, nbytes, elem_size, block_bytes, dst, capacity) -> size"},
+    {"codec_size", py_codec_size, METH_VARARGS, "codec_size(data) -> decoded bytes"},
+    {"codec_decode", py_codec_decode, METH_VARARGS,
+     "codec_decode(ctx, data, address, capacity) -> decoded bytes"},
+    {NULL, NULL, 0, NULL},
+};
+
+int codec_add_functions(PyObject *module)
+{
+    return PyModule_AddFunctions(module, codec_methods);
+}

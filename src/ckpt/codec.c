@@ -1,0 +1,684 @@
+/*
+ * The tensor codec: lossless compression of floating-point weights by byte planes.
+ *
+ * The sign-and-exponent byte of bf16/fp16 (and the high bytes of fp32) carries a few bits of
+ * information; the mantissa bytes are close to random. So each block of elements is split
+ * into its byte planes (plane k: byte k of every element, little-endian) and each plane is
+ * stored the cheapest of three ways: raw, as one repeated byte, or Huffman-coded (canonical
+ * code, lengths at most 12 bits, four interleaved bit streams so that a decoder keeps four
+ * table lookups in flight). Blocks are independent: they encode and decode in parallel, and
+ * a reader can decode a block range alone.
+ *
+ * Stream (little-endian):
+ *   "FTZ1", u8 elem_size, u8 version (1), u16 0, u64 decoded bytes, u32 block bytes,
+ *   u32 blocks, per block u64 end (from the end of this table) and u64 xxh3-64 of its
+ *   decoded bytes (checked by every decode), then the blocks.
+ * Block: per plane, u8 mode; raw: the plane's bytes; const: u8 value; huff: 128 bytes of
+ *   4-bit code lengths (symbol 2i in the low nibble of byte i), u32 size of each of the four
+ *   streams, the streams (MSB first, each padded to a byte).
+ */
+#include "ckpt.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAGIC "FTZ1"
+#define HEAD 24
+#define MAXLEN 12
+#define TABLE (1u << MAXLEN)
+#define DEFAULT_BLOCK (1u << 20)
+#define MODE_RAW 0
+#define MODE_CONST 1
+#define MODE_HUFF 2
+#define HUFF_HEAD (128 + 16)
+#define ENTRY 16 /* a block's entry in the table: end, checksum */
+
+static void put32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static void put64(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint32_t get32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static uint64_t get64(const uint8_t *p)
+{
+    return (uint64_t)get32(p) | (uint64_t)get32(p + 4) << 32;
+}
+
+static uint64_t load_be64(const uint8_t *p)
+{
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return __builtin_bswap64(v);
+}
+
+/* ---- code lengths ---- */
+
+typedef struct {
+    uint32_t freq;
+    uint16_t sym;
+} leaf;
+
+static int by_freq(const void *a, const void *b)
+{
+    const leaf *x = a, *y = b;
+    return x->freq != y->freq ? (x->freq < y->freq ? -1 : 1) : (int)x->sym - (int)y->sym;
+}
+
+/* Huffman code lengths (at most MAXLEN) of the @p n >= 2 used symbols of @p count. */
+static void code_lengths(const uint64_t count[256], uint8_t len[256])
+{
+    leaf leaves[256];
+    unsigned n = 0;
+    memset(len, 0, 256);
+    for (unsigned s = 0; s < 256; s++)
+        if (count[s])
+            leaves[n++] = (leaf){(uint32_t)FT__MIN(count[s], UINT32_MAX >> 9), (uint16_t)s};
+    qsort(leaves, n, sizeof *leaves, by_freq);
+    /* two queues: the sorted leaves, then the internal nodes in the order they are made */
+    uint64_t weight[512];
+    int parent[512];
+    for (unsigned i = 0; i < n; i++)
+        weight[i] = leaves[i].freq;
+    unsigned next_leaf = 0, next_node = n, made = n;
+    for (unsigned k = 0; k + 1 < n; k++) {
+        unsigned pick[2];
+        for (int j = 0; j < 2; j++) {
+            if (next_leaf < n && (next_node >= made || weight[next_leaf] <= weight[next_node]))
+                pick[j] = next_leaf++;
+            else
+                pick[j] = next_node++;
+        }
+        weight[made] = weight[pick[0]] + weight[pick[1]];
+        parent[pick[0]] = parent[pick[1]] = (int)made;
+        made++;
+    }
+    unsigned depth[512];
+    depth[made - 1] = 0;
+    for (int i = (int)made - 2; i >= 0; i--)
+        depth[i] = depth[parent[i]] + 1;
+    /* limit to MAXLEN: clamp, then lengthen the rarest symbols until the code fits */
+    uint32_t kraft = 0;
+    for (unsigned i = 0; i < n; i++) {
+        unsigned l = FT__MIN(depth[i], MAXLEN);
+        len[leaves[i].sym] = (uint8_t)l;
+        kraft += TABLE >> l;
+    }
+    while (kraft > TABLE) {
+        for (unsigned i = 0; i < n && kraft > TABLE; i++) {
+            uint8_t *l = &len[leaves[i].sym];
+            if (*l < MAXLEN) {
+                kraft -= TABLE >> (*l + 1);
+                (*l)++;
+            }
+        }
+    }
+}
+
+/* Canonical codes of @p len (by length, then symbol). @return 0, or -1 when the lengths
+ * over-subscribe the code space (a corrupt table). */
+static int canonical(const uint8_t len[256], uint16_t code[256])
+{
+    unsigned nlen[MAXLEN + 1] = {0};
+    for (unsigned s = 0; s < 256; s++)
+        nlen[len[s]]++;
+    nlen[0] = 0;
+    uint32_t next[MAXLEN + 2], c = 0, kraft = 0;
+    for (unsigned l = 1; l <= MAXLEN; l++) {
+        c = (c + nlen[l - 1]) << 1;
+        next[l] = c;
+        kraft += nlen[l] * (TABLE >> l);
+    }
+    if (kraft > TABLE)
+        return -1;
+    for (unsigned s = 0; s < 256; s++)
+        if (len[s])
+            code[s] = (uint16_t)next[len[s]]++;
+    return 0;
+}
+
+/* ---- encoding ---- */
+
+typedef struct {
+    uint8_t *p, *end;
+    uint64_t buf; /* bits not yet written, MSB first */
+    unsigned cnt;
+    int over;
+} bitw;
+
+static inline void bw_put(bitw *w, uint32_t code, unsigned len)
+{
+    w->buf |= (uint64_t)code << (64 - len - w->cnt);
+    w->cnt += len;
+    if (w->cnt >= 32) { /* (a code is at most 12 bits: cnt stays under 44) */
+        if (w->end - w->p >= 4) {
+            uint32_t v = (uint32_t)(w->buf >> 32);
+            w->p[0] = (uint8_t)(v >> 24);
+            w->p[1] = (uint8_t)(v >> 16);
+            w->p[2] = (uint8_t)(v >> 8);
+            w->p[3] = (uint8_t)v;
+            w->p += 4;
+        } else {
+            w->over = 1;
+        }
+        w->buf <<= 32;
+        w->cnt -= 32;
+    }
+}
+
+static void bw_flush(bitw *w)
+{
+    while (w->cnt > 0) {
+        if (w->p < w->end)
+            *w->p++ = (uint8_t)(w->buf >> 56);
+        else
+            w->over = 1;
+        w->buf <<= 8;
+        w->cnt = w->cnt > 8 ? w->cnt - 8 : 0;
+    }
+}
+
+static void split4(size_t n, size_t seg[5])
+{
+    size_t q = (n + 3) / 4;
+    for (int i = 0; i < 4; i++)
+        seg[i] = FT__MIN(n, q * (size_t)i);
+    seg[4] = n;
+}
+
+/* Encode plane @p s (@p n bytes) into @p out (room for n bytes: it is kept only when smaller
+ * than raw). @return the bytes written. */
+static size_t encode_plane(const uint8_t *s, size_t n, uint8_t *out)
+{
+    uint32_t part[4][256] = {{0}}; /* four histograms: no store-to-load chain on one counter */
+    size_t i4 = n & ~(size_t)3;
+    for (size_t i = 0; i < i4; i += 4) {
+        part[0][s[i]]++;
+        part[1][s[i + 1]]++;
+        part[2][s[i + 2]]++;
+        part[3][s[i + 3]]++;
+    }
+    for (size_t i = i4; i < n; i++)
+        part[0][s[i]]++;
+    uint64_t count[256];
+    for (unsigned v = 0; v < 256; v++)
+        count[v] = (uint64_t)part[0][v] + part[1][v] + part[2][v] + part[3][v];
+    unsigned used = 0;
+    for (unsigned v = 0; v < 256; v++)
+        used += count[v] != 0;
+    if (used == 1) {
+        out[0] = MODE_CONST;
+        out[1] = s[0];
+        return 2;
+    }
+    if (used == 0 || n <= 1 + HUFF_HEAD) {
+        out[0] = MODE_RAW;
+        memcpy(out + 1, s, n);
+        return 1 + n;
+    }
+    uint8_t len[256];
+    uint16_t code[256];
+    code_lengths(count, len);
+    canonical(len, code);
+    uint64_t bits = 0;
+    for (unsigned v = 0; v < 256; v++)
+        bits += count[v] * len[v];
+    if (1 + HUFF_HEAD + bits / 8 + 4 >= n) { /* no gain: raw */
+        out[0] = MODE_RAW;
+        memcpy(out + 1, s, n);
+        return 1 + n;
+    }
+    out[0] = MODE_HUFF;
+    for (unsigned i = 0; i < 128; i++)
+        out[1 + i] = (uint8_t)(len[2 * i] | len[2 * i + 1] << 4);
+    uint8_t *sizes = out + 1 + 128, *at = out + 1 + HUFF_HEAD, *end = out + 1 + n;
+    size_t seg[5];
+    split4(n, seg);
+    for (int k = 0; k < 4; k++) {
+        bitw w = {at, end, 0, 0, 0};
+        for (size_t i = seg[k]; i < seg[k + 1]; i++)
+            bw_put(&w, code[s[i]], len[s[i]]);
+        bw_flush(&w);
+        if (w.over) { /* (the estimate above makes this unreachable; stay safe) */
+            out[0] = MODE_RAW;
+            memcpy(out + 1, s, n);
+            return 1 + n;
+        }
+        put32(sizes + 4 * k, (uint32_t)(w.p - at));
+        at = w.p;
+    }
+    return (size_t)(at - out);
+}
+
+typedef struct {
+    const uint8_t *src;
+    uint64_t nbytes;
+    unsigned esize;
+    uint32_t block;
+    uint32_t nblocks;
+    uint8_t *room;   /* the caller's buffer after the table, when it has ft_codec_bound's
+                        room: block b is encoded in place at its worst-case offset */
+    uint8_t **bufs;  /* else per block, its encoding */
+    size_t *sizes;
+    uint64_t *csums; /* per block, the checksum of its bytes */
+} enc_job;
+
+/* The most bytes block @p b's encoding takes (each plane: a mode byte and at most raw). */
+static uint64_t block_room(const enc_job *j, uint32_t b)
+{
+    (void)b;
+    return (uint64_t)j->block + j->esize;
+}
+
+static int64_t encode_block(void *arg, unsigned b)
+{
+    enc_job *j = arg;
+    uint64_t off = (uint64_t)b * j->block;
+    size_t len = (size_t)FT__MIN((uint64_t)j->block, j->nbytes - off);
+    size_t n = len / j->esize;
+    const uint8_t *src = j->src + off;
+    uint8_t *plane = malloc(n ? n : 1);
+    uint8_t *out = j->room ? j->room + (uint64_t)b * block_room(j, b)
+                           : malloc(j->esize * (n + 1) + 1);
+    if (!plane || !out) {
+        free(plane);
+        if (!j->room)
+            free(out);
+        return -ENOMEM;
+    }
+    size_t at = 0;
+    unsigned e = j->esize;
+    for (unsigned k = 0; k < e; k++) {
+        if (e == 1) {
+            memcpy(plane, src, n);
+        } else if (e == 2) {
+            for (size_t i = 0; i < n; i++)
+                plane[i] = src[2 * i + k];
+        } else if (e == 4) {
+            for (size_t i = 0; i < n; i++)
+                plane[i] = src[4 * i + k];
+        } else {
+            for (size_t i = 0; i < n; i++)
+                plane[i] = src[8 * i + k];
+        }
+        at += encode_plane(plane, n, out + at);
+    }
+    free(plane);
+    if (!j->room)
+        j->bufs[b] = out;
+    j->sizes[b] = at;
+    j->csums[b] = ft__csum(src, len);
+    return 0;
+}
+
+size_t ft_codec_bound(uint64_t nbytes, unsigned elem_size, uint32_t block_bytes)
+{
+    if (elem_size == 0)
+        return 0;
+    uint64_t block = block_bytes ? block_bytes : DEFAULT_BLOCK;
+    uint64_t nblocks = (nbytes + block - 1) / block;
+    return (size_t)(HEAD + ENTRY * nblocks + nbytes + (uint64_t)elem_size * 2 * nblocks);
+}
+
+static int check_args(uint64_t nbytes, unsigned esize, uint32_t *block)
+{
+    if (esize != 1 && esize != 2 && esize != 4 && esize != 8)
+        return ft__err(-EINVAL, "codec: element size %u (1, 2, 4 or 8)", esize);
+    if (nbytes % esize)
+        return ft__err(-EINVAL, "codec: %llu bytes are not whole %u-byte elements",
+                       (unsigned long long)nbytes, esize);
+    if (*block == 0)
+        *block = DEFAULT_BLOCK;
+    if (*block % esize || *block < 64 * esize)
+        return ft__err(-EINVAL, "codec: block of %u bytes (a multiple of the element size, "
+                       "at least 64 elements)", *block);
+    if ((nbytes + *block - 1) / *block > UINT32_MAX)
+        return ft__err(-EINVAL, "codec: too many blocks");
+    return 0;
+}
+
+int64_t ft_codec_encode(ft_ctx *ctx, const void *src, uint64_t nbytes, unsigned elem_size,
+                        uint32_t block_bytes, void *dst, size_t cap)
+{
+    if (!ctx || (!src && nbytes) || !dst)
+        return ft__err(-EINVAL, "codec: NULL argument");
+    int rc = check_args(nbytes, elem_size, &block_bytes);
+    if (rc < 0)
+        return rc;
+    uint32_t nblocks = (uint32_t)((nbytes + block_bytes - 1) / block_bytes);
+    size_t table = HEAD + ENTRY * (size_t)nblocks;
+    uint64_t at = 0;
+    if (cap < table)
+        return ft__err(-ENOSPC, "codec: %zu bytes of room, the header alone needs %zu", cap,
+                       table);
+    bool in_place = cap >= ft_codec_bound(nbytes, elem_size, block_bytes);
+    enc_job j = {src, nbytes, elem_size, block_bytes, nblocks,
+                 in_place ? (uint8_t *)dst + table : NULL,
+                 calloc(nblocks ? nblocks : 1, sizeof(uint8_t *)),
+                 calloc(nblocks ? nblocks : 1, sizeof(size_t)),
+                 calloc(nblocks ? nblocks : 1, sizeof(uint64_t))};
+    int64_t *results = calloc(nblocks ? nblocks : 1, sizeof *results);
+    if (!j.bufs || !j.sizes || !j.csums || !results) {
+        rc = ft__err(-ENOMEM, "codec: %u blocks", nblocks);
+        goto out;
+    }
+    if ((rc = ft__pool_run(ctx->pool, nblocks, encode_block, &j, results)) < 0) {
+        ft__err(rc, "codec: encoding");
+        goto out;
+    }
+    for (uint32_t b = 0; b < nblocks; b++)
+        if (results[b] < 0) {
+            rc = ft__err((int)results[b], "codec: encoding block %u", b);
+            goto out;
+        }
+    uint8_t *d = dst;
+    memcpy(d, MAGIC, 4);
+    d[4] = (uint8_t)elem_size;
+    d[5] = 1;
+    d[6] = d[7] = 0;
+    put64(d + 8, nbytes);
+    put32(d + 16, block_bytes);
+    put32(d + 20, nblocks);
+    for (uint32_t b = 0; b < nblocks; b++) {
+        if (table + at + j.sizes[b] > cap) {
+            rc = ft__err(-ENOSPC, "codec: %zu bytes of room are too few", cap);
+            goto out;
+        }
+        if (in_place) /* down from its worst-case offset (at <= that offset) */
+            memmove(d + table + at, j.room + (uint64_t)b * block_room(&j, b), j.sizes[b]);
+        else
+            memcpy(d + table + at, j.bufs[b], j.sizes[b]);
+        at += j.sizes[b];
+        put64(d + HEAD + ENTRY * (size_t)b, at);
+        put64(d + HEAD + ENTRY * (size_t)b + 8, j.csums[b]);
+    }
+    rc = 0;
+out:
+    if (j.bufs)
+        for (uint32_t b = 0; b < nblocks; b++)
+            free(j.bufs[b]);
+    free(j.bufs);
+    free(j.sizes);
+    free(j.csums);
+    free(results);
+    return rc < 0 ? rc : (int64_t)(table + at);
+}
+
+/* ---- decoding ---- */
+
+typedef struct {
+    uint64_t buf;
+    unsigned cnt;
+    const uint8_t *p, *end;
+} bitr;
+
+static inline void br_refill(bitr *r)
+{
+    if (r->end - r->p >= 8) {
+        r->buf |= load_be64(r->p) >> r->cnt;
+        r->p += (63 - r->cnt) >> 3;
+        r->cnt |= 56;
+        return;
+    }
+    while (r->cnt <= 56) { /* the last bytes, then zeros */
+        uint64_t byte = r->p < r->end ? *r->p++ : 0;
+        r->buf |= byte << (56 - r->cnt);
+        r->cnt += 8;
+    }
+}
+
+static inline uint8_t br_sym(bitr *r, const uint16_t *table)
+{
+    uint16_t e = table[r->buf >> (64 - MAXLEN)];
+    unsigned l = e >> 8;
+    r->buf <<= l;
+    r->cnt -= l;
+    return (uint8_t)e;
+}
+
+/* Decode a Huffman plane of @p n symbols from [p, end) into @p out. @return 0, -EBADMSG. */
+static int decode_huff(const uint8_t *p, const uint8_t *end, size_t n, uint8_t *out)
+{
+    if (end - p < HUFF_HEAD)
+        return -EBADMSG;
+    uint8_t len[256];
+    for (unsigned i = 0; i < 128; i++) {
+        len[2 * i] = p[i] & 15;
+        len[2 * i + 1] = p[i] >> 4;
+    }
+    for (unsigned s = 0; s < 256; s++)
+        if (len[s] > MAXLEN)
+            return -EBADMSG;
+    uint16_t code[256];
+    if (canonical(len, code) < 0)
+        return -EBADMSG;
+    uint16_t table[TABLE];
+    for (unsigned i = 0; i < TABLE; i++)
+        table[i] = (uint16_t)(MAXLEN << 8); /* unused codes: a 12-bit zero (corrupt input) */
+    for (unsigned s = 0; s < 256; s++)
+        if (len[s]) {
+            unsigned lo = (unsigned)code[s] << (MAXLEN - len[s]), hi = lo + (TABLE >> len[s]);
+            for (unsigned i = lo; i < hi; i++)
+                table[i] = (uint16_t)(s | len[s] << 8);
+        }
+    const uint8_t *at = p + HUFF_HEAD;
+    bitr r[4];
+    size_t seg[5];
+    split4(n, seg);
+    for (int k = 0; k < 4; k++) {
+        uint32_t sz = get32(p + 128 + 4 * k);
+        if ((size_t)(end - at) < sz)
+            return -EBADMSG;
+        r[k] = (bitr){0, 0, at, at + sz};
+        at += sz;
+    }
+    /* four streams in step while every one has four symbols left (the last ones may be
+     * shorter) */
+    size_t i = 0, common = seg[1] - seg[0];
+    for (int k = 1; k < 4; k++)
+        common = FT__MIN(common, seg[k + 1] - seg[k]);
+    uint8_t *o0 = out + seg[0], *o1 = out + seg[1], *o2 = out + seg[2], *o3 = out + seg[3];
+    for (; i + 4 <= common; i += 4) {
+        br_refill(&r[0]);
+        br_refill(&r[1]);
+        br_refill(&r[2]);
+        br_refill(&r[3]);
+        for (int t = 0; t < 4; t++) {
+            o0[i + t] = br_sym(&r[0], table);
+            o1[i + t] = br_sym(&r[1], table);
+            o2[i + t] = br_sym(&r[2], table);
+            o3[i + t] = br_sym(&r[3], table);
+        }
+    }
+    for (int k = 0; k < 4; k++)
+        for (size_t m = seg[k] + i; m < seg[k + 1]; m++) {
+            br_refill(&r[k]);
+            out[m] = br_sym(&r[k], table);
+        }
+    return 0;
+}
+
+/* The elements of @p n bytes per plane back together: byte k of element i is plane[k][i]. */
+static void interleave(uint8_t *restrict dst, const uint8_t *const plane[8], size_t n,
+                       unsigned e)
+{
+    if (e == 1) {
+        memcpy(dst, plane[0], n);
+    } else if (e == 2) {
+        const uint8_t *a = plane[0], *b = plane[1];
+        for (size_t i = 0; i < n; i++) {
+            dst[2 * i] = a[i];
+            dst[2 * i + 1] = b[i];
+        }
+    } else if (e == 4) {
+        const uint8_t *a = plane[0], *b = plane[1], *c = plane[2], *d = plane[3];
+        for (size_t i = 0; i < n; i++) {
+            dst[4 * i] = a[i];
+            dst[4 * i + 1] = b[i];
+            dst[4 * i + 2] = c[i];
+            dst[4 * i + 3] = d[i];
+        }
+    } else {
+        for (unsigned k = 0; k < e; k++)
+            for (size_t i = 0; i < n; i++)
+                dst[i * e + k] = plane[k][i];
+    }
+}
+
+typedef struct {
+    const uint8_t *blocks;   /* the first block */
+    const uint8_t *ends;     /* the block end table */
+    size_t data_len;         /* bytes from blocks to the stream's end */
+    uint8_t *dst;
+    uint64_t nbytes;
+    unsigned esize;
+    uint32_t block;
+} dec_job;
+
+static int64_t decode_block(void *arg, unsigned b)
+{
+    dec_job *j = arg;
+    uint64_t start = b ? get64(j->ends + ENTRY * ((size_t)b - 1)) : 0;
+    uint64_t stop = get64(j->ends + ENTRY * (size_t)b);
+    if (start > stop || stop > j->data_len)
+        return -EBADMSG;
+    const uint8_t *p = j->blocks + start, *end = j->blocks + stop;
+    uint64_t off = (uint64_t)b * j->block;
+    size_t len = (size_t)FT__MIN((uint64_t)j->block, j->nbytes - off);
+    size_t n = len / j->esize;
+    unsigned e = j->esize;
+    uint8_t *dst = j->dst + off;
+    const uint8_t *plane[8];
+    int mode[8];
+    uint8_t *scratch = NULL;
+    int rc = 0;
+    for (unsigned k = 0; k < e; k++) {
+        if (p >= end) {
+            rc = -EBADMSG;
+            goto out;
+        }
+        mode[k] = *p++;
+        if (mode[k] != MODE_RAW && !scratch && !(scratch = malloc(n * e + 1))) {
+            rc = -ENOMEM;
+            goto out;
+        }
+        if (mode[k] == MODE_CONST) {
+            if (p >= end) {
+                rc = -EBADMSG;
+                goto out;
+            }
+            memset(scratch + n * k, *p++, n);
+            plane[k] = scratch + n * k;
+        } else if (mode[k] == MODE_RAW) {
+            if ((size_t)(end - p) < n) {
+                rc = -EBADMSG;
+                goto out;
+            }
+            plane[k] = p;
+            p += n;
+        } else if (mode[k] == MODE_HUFF) {
+            uint8_t *o = scratch + n * k;
+            if ((rc = decode_huff(p, end, n, o)) < 0)
+                goto out;
+            uint32_t total = 0;
+            for (int s = 0; s < 4; s++)
+                total += get32(p + 128 + 4 * s);
+            p += HUFF_HEAD + total;
+            plane[k] = o;
+        } else {
+            rc = -EBADMSG;
+            goto out;
+        }
+    }
+    if (p != end) {
+        rc = -EBADMSG;
+        goto out;
+    }
+    interleave(dst, plane, n, e);
+    if (ft__csum(dst, len) != get64(j->ends + ENTRY * (size_t)b + 8))
+        rc = -EILSEQ; /* decoded, but not the bytes that were encoded */
+out:
+    free(scratch);
+    return rc;
+}
+
+/* Parse the header of @p src. @return 0, or -EBADMSG with a message. */
+static int parse_head(const uint8_t *s, size_t len, dec_job *j, uint32_t *nblocks)
+{
+    if (len < HEAD || memcmp(s, MAGIC, 4) != 0)
+        return ft__err(-EBADMSG, "codec: not a fastensor codec stream (no FTZ1 magic)");
+    if (s[5] != 1 || s[6] || s[7])
+        return ft__err(-EBADMSG, "codec: stream version %u.%u.%u (this library reads 1.0.0)",
+                       s[5], s[6], s[7]);
+    j->esize = s[4];
+    j->nbytes = get64(s + 8);
+    j->block = get32(s + 16);
+    *nblocks = get32(s + 20);
+    uint32_t block = j->block;
+    if (check_args(j->nbytes, j->esize, &block) < 0 || block != j->block ||
+        (j->nbytes + block - 1) / block != *nblocks)
+        return ft__err(-EBADMSG, "codec: inconsistent stream header");
+    size_t table = HEAD + ENTRY * (size_t)*nblocks;
+    if (len < table)
+        return ft__err(-EBADMSG, "codec: stream truncated in its block table");
+    j->ends = s + HEAD;
+    j->blocks = s + table;
+    j->data_len = len - table;
+    return 0;
+}
+
+int64_t ft_codec_size(const void *src, size_t len)
+{
+    dec_job j;
+    uint32_t nblocks;
+    if (!src)
+        return ft__err(-EINVAL, "codec: NULL argument");
+    int rc = parse_head(src, len, &j, &nblocks);
+    return rc < 0 ? rc : (int64_t)j.nbytes;
+}
+
+int64_t ft_codec_decode(ft_ctx *ctx, const void *src, size_t len, void *dst, size_t cap)
+{
+    if (!ctx || !src || (!dst && cap))
+        return ft__err(-EINVAL, "codec: NULL argument");
+    dec_job j;
+    uint32_t nblocks;
+    int rc = parse_head(src, len, &j, &nblocks);
+    if (rc < 0)
+        return rc;
+    if (cap < j.nbytes)
+        return ft__err(-ENOSPC, "codec: %zu bytes of room for %llu decoded bytes", cap,
+                       (unsigned long long)j.nbytes);
+    j.dst = dst;
+    int64_t *results = calloc(nblocks ? nblocks : 1, sizeof *results);
+    if (!results)
+        return ft__err(-ENOMEM, "codec: %u blocks", nblocks);
+    if ((rc = ft__pool_run(ctx->pool, nblocks, decode_block, &j, results)) < 0) {
+        free(results);
+        return ft__err(rc, "codec: decoding");
+    }
+    for (uint32_t b = 0; b < nblocks; b++)
+        if (results[b] < 0) {
+            rc = (int)results[b];
+            free(results);
+            if (rc == -EILSEQ)
+                return ft__err(-EBADMSG, "codec: block %u of %u (bytes %llu+%u): checksum "
+                               "mismatch, the stream is corrupt", b, nblocks,
+                               (unsigned long long)b * j.block, j.block);
+            return rc == -EBADMSG ? ft__err(rc, "codec: block %u of %u is corrupt", b, nblocks)
+                                  : ft__err(rc, "codec: decoding block %u", b);
+        }
+    free(results);
+    return (int64_t)j.nbytes;
+}

@@ -1,0 +1,291 @@
+/*
+ * The tensor codec (ft_codec_*): byte-exact round trips of every float width with realistic
+ * (normal) values, special values, incompressible and constant data, edge sizes and block
+ * sizes; its ratio on weights; bad arguments; corrupt streams decoded without harm.
+ */
+#include "testlib.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static ft_ctx *ctx;
+
+static uint64_t rng = 88172645463325252ull;
+
+static uint64_t next(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return rng;
+}
+
+static double normal(void)
+{
+    double u = ((next() >> 11) + 1.0) / 9007199254740994.0;
+    double v = (next() >> 11) / 9007199254740992.0;
+    return sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v);
+}
+
+enum kind { BF16, F16, F32, F64, F8 };
+static const unsigned esize_of[] = {2, 2, 4, 8, 1};
+
+static uint16_t to_half(float f)
+{
+    /* round toward zero into IEEE half: enough for test data */
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    uint32_t sign = (x >> 16) & 0x8000u;
+    int exp = (int)((x >> 23) & 0xff) - 127 + 15;
+    uint32_t mant = x & 0x7fffffu;
+    if (exp <= 0)
+        return (uint16_t)sign;
+    if (exp >= 31)
+        return (uint16_t)(sign | 0x7c00u);
+    return (uint16_t)(sign | (uint32_t)exp << 10 | mant >> 13);
+}
+
+/* @p n elements of weights-like data (normal, std @p scale) of @p k. */
+static void *weights(enum kind k, size_t n, double scale)
+{
+    unsigned e = esize_of[k];
+    uint8_t *b = malloc(n * e + 1);
+    for (size_t i = 0; i < n; i++) {
+        float f = (float)(normal() * scale);
+        uint32_t x;
+        memcpy(&x, &f, 4);
+        if (k == BF16) {
+            uint16_t h = (uint16_t)(x >> 16);
+            memcpy(b + 2 * i, &h, 2);
+        } else if (k == F16) {
+            uint16_t h = to_half(f);
+            memcpy(b + 2 * i, &h, 2);
+        } else if (k == F32) {
+            memcpy(b + 4 * i, &f, 4);
+        } else if (k == F64) {
+            double d = normal() * scale;
+            memcpy(b + 8 * i, &d, 8);
+        } else {
+            b[i] = (uint8_t)(x >> 24 | ((x >> 20) & 7)); /* an fp8-like sign/exponent byte */
+        }
+    }
+    return b;
+}
+
+static double last_ratio;
+
+/* Encode and decode; check the bytes; the ratio goes to last_ratio. */
+static void round_trip(const void *src, size_t nbytes, unsigned e, uint32_t block)
+{
+    last_ratio = 9.0;
+    size_t cap = ft_codec_bound(nbytes, e, block);
+    uint8_t *enc = malloc(cap);
+    int64_t n = ft_codec_encode(ctx, src, nbytes, e, block, enc, cap);
+    if (n < 0)
+        T_FAIL("encode of %zu bytes (elements of %u, block %u): %s", nbytes, e, block,
+               ft_last_error());
+    T_TRUE((size_t)n <= cap);
+    T_EQ(ft_codec_size(enc, (size_t)n), (int64_t)nbytes);
+    uint8_t *dec = malloc(nbytes + 1);
+    memset(dec, 0xa5, nbytes + 1);
+    T_EQ(ft_codec_decode(ctx, enc, (size_t)n, dec, nbytes), (int64_t)nbytes);
+    T_MEMEQ(dec, src, nbytes);
+    T_EQ(dec[nbytes], 0xa5); /* nothing past the end */
+    free(enc);
+    free(dec);
+    last_ratio = nbytes ? (double)n / (double)nbytes : 1.0;
+}
+
+/* round_trip, @return the ratio */
+#define RT(src, nbytes, e, block) (round_trip(src, nbytes, e, block), last_ratio)
+
+static void case_weights(void)
+{
+    const size_t counts[] = {0, 1, 2, 63, 64, 145, 146, 147, 1000, 65535, 65536, 65537,
+                             (3u << 20) / 2 + 7};
+    const uint32_t blocks[] = {0, 4096, 1u << 16};
+    for (int k = BF16; k <= F8; k++) {
+        unsigned e = esize_of[k];
+        for (size_t c = 0; c < sizeof counts / sizeof *counts; c++)
+            for (size_t b = 0; b < sizeof blocks / sizeof *blocks; b++) {
+                if (blocks[b] && blocks[b] < 64 * e)
+                    continue;
+                void *w = weights((enum kind)k, counts[c], 0.02);
+                round_trip(w, counts[c] * e, e, blocks[b]);
+                free(w);
+            }
+    }
+}
+
+static void case_ratio(void)
+{
+    size_t n = 4u << 20;
+    void *w = weights(BF16, n, 0.02);
+    double r = RT(w, n * 2, 2, 0);
+    printf("  bf16 normal(0, 0.02): ratio %.3f\n", r);
+    T_TRUE(r < 0.75); /* the sign/exponent byte carries ~2.5 bits */
+    free(w);
+    w = weights(F32, n / 2, 1.0);
+    r = RT(w, n * 2, 4, 0);
+    printf("  fp32 normal(0, 1): ratio %.3f\n", r);
+    T_TRUE(r < 0.92);
+    free(w);
+    /* fp32 upcast from bf16: two constant zero planes */
+    uint32_t *up = malloc(n * 4);
+    uint16_t *bf = weights(BF16, n, 0.02);
+    for (size_t i = 0; i < n; i++)
+        up[i] = (uint32_t)bf[i] << 16;
+    r = RT(up, n * 4, 4, 0);
+    printf("  fp32 from bf16: ratio %.3f\n", r);
+    T_TRUE(r < 0.40);
+    free(up);
+    free(bf);
+}
+
+static void case_incompressible_and_constant(void)
+{
+    size_t n = (2u << 20) + 12;
+    uint8_t *b = malloc(n);
+    t_fill_random(b, n, 7);
+    for (unsigned e = 1; e <= 8; e *= 2) {
+        double r = RT(b, n - n % e, e, 0);
+        T_TRUE(r <= 1.0 + 64.0 / (1 << 20)); /* raw planes: a few header bytes per block */
+    }
+    memset(b, 0, n);
+    T_TRUE(RT(b, n - n % 4, 4, 0) < 0.001);
+    memset(b, 0x7f, n);
+    T_TRUE(RT(b, n, 1, 4096) < 0.01);
+    free(b);
+}
+
+static void case_special_values(void)
+{
+    const uint32_t f32[] = {0x00000000u, 0x80000000u, 0x7f800000u, 0xff800000u, 0x7fc00000u,
+                            0x7fa12345u, 0xffc00001u, 0x00000001u, 0x807fffffu, 0x00400000u,
+                            0x7f7fffffu, 0xff7fffffu, 0x3f800000u};
+    const uint16_t bf16[] = {0x0000, 0x8000, 0x7f80, 0xff80, 0x7fc0, 0x7fa1, 0xffc1, 0x0001,
+                             0x807f, 0x0040, 0x7f7f, 0x3f80};
+    const uint16_t f16[] = {0x0000, 0x8000, 0x7c00, 0xfc00, 0x7e00, 0x7d23, 0x0001, 0x83ff,
+                            0x7bff, 0x3c00};
+    size_t n = 70000;
+    uint32_t *a = weights(F32, n, 0.1);
+    uint16_t *b = weights(BF16, n, 0.1), *h = weights(F16, n, 0.1);
+    for (size_t i = 0; i < n; i += 1 + next() % 50) {
+        a[i] = f32[next() % (sizeof f32 / 4)];
+        b[i] = bf16[next() % (sizeof bf16 / 2)];
+        h[i] = f16[next() % (sizeof f16 / 2)];
+    }
+    round_trip(a, n * 4, 4, 4096);
+    round_trip(b, n * 2, 2, 0);
+    round_trip(h, n * 2, 2, 65536);
+    free(a);
+    free(b);
+    free(h);
+}
+
+static void case_skewed_symbols(void)
+{
+    /* frequencies 2^-k: Huffman lengths past 12 bits, which the codec limits */
+    size_t n = 1u << 22;
+    uint8_t *b = malloc(n);
+    for (size_t i = 0; i < n; i++) {
+        unsigned k = 0;
+        uint64_t r = next();
+        while (k < 40 && (r & 1)) {
+            k++;
+            r >>= 1;
+            if (!r)
+                r = next();
+        }
+        b[i] = (uint8_t)(k * 5 + (next() % 3 == 0));
+    }
+    T_TRUE(RT(b, n, 1, 0) < 0.5);
+    free(b);
+}
+
+static void case_deterministic_across_threads(void)
+{
+    size_t n = 3u << 20;
+    void *w = weights(BF16, n / 2, 0.05);
+    size_t cap = ft_codec_bound(n, 2, 0);
+    uint8_t *a = malloc(cap), *b = malloc(cap);
+    ft_ctx *one = t_ctx(1);
+    int64_t na = ft_codec_encode(ctx, w, n, 2, 0, a, cap);
+    int64_t nb = ft_codec_encode(one, w, n, 2, 0, b, cap);
+    T_TRUE(na > 0);
+    T_EQ(na, nb);
+    T_MEMEQ(a, b, (size_t)na);
+    ft_ctx_destroy(one);
+    free(a);
+    free(b);
+    free(w);
+}
+
+static void case_bad_arguments(void)
+{
+    uint8_t src[256] = {0}, dst[1024];
+    T_EQ(ft_codec_encode(ctx, src, 256, 3, 0, dst, sizeof dst), -EINVAL);
+    T_TRUE(strstr(ft_last_error(), "element size") != NULL);
+    T_EQ(ft_codec_encode(ctx, src, 255, 2, 0, dst, sizeof dst), -EINVAL);
+    T_EQ(ft_codec_encode(ctx, src, 256, 4, 100, dst, sizeof dst), -EINVAL);
+    T_EQ(ft_codec_encode(ctx, src, 256, 4, 0, dst, 10), -ENOSPC);
+    T_EQ(ft_codec_encode(ctx, NULL, 256, 4, 0, dst, sizeof dst), -EINVAL);
+    int64_t n = ft_codec_encode(ctx, src, 256, 4, 0, dst, sizeof dst);
+    T_TRUE(n > 0);
+    uint8_t out[256];
+    T_EQ(ft_codec_decode(ctx, dst, (size_t)n, out, 255), -ENOSPC);
+    T_EQ(ft_codec_decode(ctx, src, sizeof src, out, sizeof out), -EBADMSG);
+    T_TRUE(strstr(ft_last_error(), "magic") != NULL);
+    T_EQ(ft_codec_size(src, 10), -EBADMSG);
+    for (int64_t cut = 0; cut < n; cut++) /* every truncation is refused */
+        T_EQ(ft_codec_decode(ctx, dst, (size_t)cut, out, sizeof out), -EBADMSG);
+}
+
+static void case_corrupt_streams(void)
+{
+    /* flipped bytes anywhere: -EBADMSG (the structure or the block checksums show it),
+     * never a read or write out of bounds (the sanitizer builds watch) */
+    size_t n = 300000;
+    void *w = weights(BF16, n / 2, 0.02);
+    size_t cap = ft_codec_bound(n, 2, 4096);
+    uint8_t *enc = malloc(cap), *bad = malloc(cap), *out = malloc(n);
+    int64_t len = ft_codec_encode(ctx, w, n, 2, 4096, enc, cap);
+    T_TRUE(len > 0);
+    unsigned refused = 0;
+    for (int trial = 0; trial < 400; trial++) {
+        memcpy(bad, enc, (size_t)len);
+        for (int f = 0; f < 1 + trial % 4; f++)
+            bad[next() % (uint64_t)len] ^= (uint8_t)(1u << (next() % 8));
+        int64_t r = ft_codec_decode(ctx, bad, (size_t)len, out, n);
+        if (r == (int64_t)n) /* a flip the decode does not see must change nothing */
+            T_MEMEQ(out, w, n);
+        else
+            T_EQ(r, -EBADMSG);
+        refused += r < 0;
+    }
+    printf("  %u of 400 corrupted streams refused\n", refused);
+    free(enc);
+    free(bad);
+    free(out);
+    free(w);
+}
+
+int main(void)
+{
+    ctx = t_ctx(4);
+    const t_case cases[] = {
+        {"weights of every width, edge sizes and block sizes", case_weights},
+        {"compression ratio of weights", case_ratio},
+        {"incompressible and constant data", case_incompressible_and_constant},
+        {"NaN payloads, -0, infinities, subnormals", case_special_values},
+        {"skewed symbols: code lengths limited", case_skewed_symbols},
+        {"the same stream from 1 thread and many", case_deterministic_across_threads},
+        {"bad arguments, truncated and foreign streams", case_bad_arguments},
+        {"corrupt streams decode without harm", case_corrupt_streams},
+    };
+    int rc = t_run(cases, sizeof cases / sizeof *cases);
+    ft_ctx_destroy(ctx);
+    return rc;
+}
