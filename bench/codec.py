@@ -2,7 +2,9 @@
 """The tensor codec on real state dicts: compression ratio, encode and decode GB/s (of the
 uncompressed bytes, host memory, all of the context's threads), and the disk's O_DIRECT read
 ceiling in the same run, for the cold-load rate the codec would allow: min(decode, ceiling /
-ratio).
+ratio). With --dir, the first state dict is also saved (durable) as .safetensors and as a
+.fst container and loaded cold (a page-cache drop, a fresh process, host memory), the two
+interleaved per round: GB/s of the state dict's bytes.
 
 State dicts (random init from a config, as the architectures ship it; no download):
   llama-bf16  a Llama-style decoder in bf16 (transformers' LlamaForCausalLM where installed,
@@ -72,7 +74,7 @@ def encode_all(sd):
     for k, t in sd.items():
         n = t.numel() * t.element_size()
         buf = torch.empty(_C.codec_bound(n, t.element_size(), 0), dtype=torch.uint8)
-        m = _C.codec_encode(ctx, t.data_ptr(), n, t.element_size(), 0, buf.data_ptr(),
+        m = _C.codec_encode(ctx, t.data_ptr(), n, t.element_size(), 0, 0, buf.data_ptr(),
                             buf.numel())
         out[k] = buf[:m]
     return out
@@ -108,6 +110,52 @@ def raw_read_ceiling(path, nbytes):
     return nbytes / secs / 1e9
 
 
+LOADER = r"""
+import sys, time, torch
+sys.path.insert(0, sys.argv[2])
+import fastensor.torch as ft
+t0 = time.perf_counter()
+sd = ft.load_file(sys.argv[1])
+s = sum(int(v.reshape(-1).view(torch.uint8)[::4096].sum()) for v in sd.values() if v.numel())
+print(time.perf_counter() - t0)
+"""
+
+
+def drop():
+    os.sync()
+    with open("/proc/sys/vm/drop_caches", "w") as d:
+        d.write("3\n")
+
+
+def save_and_load(sd, directory, rounds):
+    """Durable save and cold load of .safetensors and .fst, interleaved. {kind: [GB/s]}."""
+    import fastensor.torch as ft
+    nbytes = sum(t.numel() * t.element_size() for t in sd.values())
+    paths = {k: os.path.join(directory, f"codec-bench-{os.getpid()}{k}")
+             for k in (".safetensors", ".fst")}
+    out = {f"save{k}": [] for k in paths}
+    out.update({f"cold load{k}": [] for k in paths})
+    pydir = os.path.join(os.path.dirname(HERE), "python")
+    try:
+        for r in range(rounds):
+            order = list(paths) if r % 2 == 0 else list(paths)[::-1]
+            for k in order:
+                t0 = time.perf_counter()
+                ft.save_file(sd, paths[k])
+                out[f"save{k}"].append(nbytes / (time.perf_counter() - t0) / 1e9)
+            for k in order:
+                drop()
+                secs = float(subprocess.run([sys.executable, "-c", LOADER, paths[k], pydir],
+                                            capture_output=True, text=True,
+                                            check=True).stdout.split()[-1])
+                out[f"cold load{k}"].append(nbytes / secs / 1e9)
+    finally:
+        for p in paths.values():
+            if os.path.exists(p):
+                os.unlink(p)
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--size", default="1G", help="bytes of the bf16 Llama-style state dict")
@@ -120,7 +168,7 @@ def main():
     size = int(float(a.size[:-1]) * mult[a.size[-1].upper()]) if a.size[-1].upper() in mult \
         else int(a.size)
     makers = {"llama-bf16": lambda: llama(size), "gpt2-fp32": gpt2, "vit-fp32": vit}
-    rows, skipped = [], {}
+    rows, skipped, workflow, workflow_of = [], {}, {}, []
     for name in a.models.split(","):
         try:
             sd = floats(makers[name]())
@@ -142,7 +190,14 @@ def main():
         ratio = sum(s.numel() for s in streams.values()) / nbytes
         rows.append({"model": name, "bytes": nbytes, "tensors": len(sd), "ratio": ratio,
                      "encode_gbps": enc, "decode_gbps": dec, "bit_exact": exact})
-        del sd, outs, streams
+        del outs, streams
+        if a.dir and not workflow:
+            try:
+                workflow.update(save_and_load(sd, a.dir, a.rounds))
+                workflow_of.append(name)
+            except OSError as e:
+                skipped["save/load"] = f"cannot drop the page cache ({e.strerror})"
+        del sd
     ceiling = None
     if a.dir:
         ceiling = raw_read_ceiling(os.path.join(a.dir, f"codec-ceiling-{os.getpid()}"),
@@ -156,6 +211,14 @@ def main():
                      f"{e:.2f} ({min(r['encode_gbps']):.2f}-{max(r['encode_gbps']):.2f}) | "
                      f"{d:.2f} ({min(r['decode_gbps']):.2f}-{max(r['decode_gbps']):.2f}) | "
                      f"{bound} |")
+    if workflow:
+        lines += ["", f"{workflow_of[0]}, durable save and cold load (host), GB/s of its bytes:",
+                  "", "| | .safetensors | .fst | .fst / .safetensors |", "|---|---|---|---|"]
+        for op in ("save", "cold load"):
+            st, fs = workflow[f"{op}.safetensors"], workflow[f"{op}.fst"]
+            ms, mf = statistics.median(st), statistics.median(fs)
+            lines.append(f"| {op} | {ms:.2f} ({min(st):.2f}-{max(st):.2f}) | {mf:.2f} "
+                         f"({min(fs):.2f}-{max(fs):.2f}) | {mf / ms:.2f}x |")
     table = "\n".join(lines)
     head = (f"{os.cpu_count()} CPUs, {a.rounds} rounds, median (range); raw O_DIRECT read "
             f"ceiling {ceiling:.2f} GB/s" if ceiling else f"{os.cpu_count()} CPUs, no ceiling")
@@ -173,6 +236,7 @@ def main():
             json.dump({"command": " ".join(sys.argv), "commit": commit,
                        "machine": os.uname().nodename, "cpus": os.cpu_count(),
                        "raw_read_gbps": ceiling, "rows": rows, "skipped": skipped,
+                       "save_load_gbps": workflow,
                        "table": table}, f, indent=1)
 
 

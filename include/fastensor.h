@@ -669,19 +669,23 @@ int64_t ft_ckpt_gc(ft_ctx *ctx, const char *dir,
  */
 size_t ft_codec_bound(uint64_t nbytes, unsigned elem_size, uint32_t block_bytes);
 
+/** ft_codec_encode flag: store every plane raw (the stream still has blocks and checksums). */
+#define FT_CODEC_STORE 1u
+
 /**
  * Encode @p nbytes at @p src, little-endian elements of @p elem_size bytes (1, 2, 4 or 8;
  * @p nbytes a multiple of it), into @p dst (@p cap bytes, ft_codec_bound is always enough).
  * The data is cut into independent blocks of @p block_bytes (0: 1 MiB; a multiple of the
  * element size, at least 64 elements); each block is split into its byte planes (byte k of
  * every element) and each plane stored raw, as one repeated byte or Huffman-coded, whichever
- * is smallest; each block's checksum (xxh3-64 of its bytes) goes with it. Blocks are encoded
+ * is smallest (@p flags FT_CODEC_STORE: raw; integers, data that is known not to compress);
+ * each block's checksum (xxh3-64 of its bytes) goes with it. Blocks are encoded
  * in parallel on @p ctx's threads. The stream is self-describing (ft_codec_size,
  * ft_codec_decode). Lossless for any bytes.
  * @return the stream's size, or -errno (-EINVAL bad sizes, -ENOSPC @p cap too small).
  */
 int64_t ft_codec_encode(ft_ctx *ctx, const void *src, uint64_t nbytes, unsigned elem_size,
-                        uint32_t block_bytes, void *dst, size_t cap);
+                        uint32_t block_bytes, unsigned flags, void *dst, size_t cap);
 
 /** The decoded size of the stream @p src of @p len bytes, or -EBADMSG (not a stream). */
 int64_t ft_codec_size(const void *src, size_t len);

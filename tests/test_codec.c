@@ -82,7 +82,7 @@ static void round_trip(const void *src, size_t nbytes, unsigned e, uint32_t bloc
     last_ratio = 9.0;
     size_t cap = ft_codec_bound(nbytes, e, block);
     uint8_t *enc = malloc(cap);
-    int64_t n = ft_codec_encode(ctx, src, nbytes, e, block, enc, cap);
+    int64_t n = ft_codec_encode(ctx, src, nbytes, e, block, 0, enc, cap);
     if (n < 0)
         T_FAIL("encode of %zu bytes (elements of %u, block %u): %s", nbytes, e, block,
                ft_last_error());
@@ -212,8 +212,8 @@ static void case_deterministic_across_threads(void)
     size_t cap = ft_codec_bound(n, 2, 0);
     uint8_t *a = malloc(cap), *b = malloc(cap);
     ft_ctx *one = t_ctx(1);
-    int64_t na = ft_codec_encode(ctx, w, n, 2, 0, a, cap);
-    int64_t nb = ft_codec_encode(one, w, n, 2, 0, b, cap);
+    int64_t na = ft_codec_encode(ctx, w, n, 2, 0, 0, a, cap);
+    int64_t nb = ft_codec_encode(one, w, n, 2, 0, 0, b, cap);
     T_TRUE(na > 0);
     T_EQ(na, nb);
     T_MEMEQ(a, b, (size_t)na);
@@ -223,16 +223,37 @@ static void case_deterministic_across_threads(void)
     free(w);
 }
 
+static void case_store(void)
+{
+    /* FT_CODEC_STORE: raw planes, still blocks and checksums */
+    size_t n = 200000;
+    uint8_t *b = malloc(n), *out = malloc(n);
+    memset(b, 0, n);
+    size_t cap = ft_codec_bound(n, 1, 0);
+    uint8_t *enc = malloc(cap);
+    int64_t len = ft_codec_encode(ctx, b, n, 1, 0, FT_CODEC_STORE, enc, cap);
+    T_TRUE(len > (int64_t)n && len < (int64_t)n + 64);
+    T_EQ(ft_codec_decode(ctx, enc, (size_t)len, out, n), (int64_t)n);
+    T_MEMEQ(out, b, n);
+    enc[len - 5] ^= 1;
+    T_EQ(ft_codec_decode(ctx, enc, (size_t)len, out, n), -EBADMSG);
+    T_TRUE(strstr(ft_last_error(), "checksum") != NULL);
+    T_EQ(ft_codec_encode(ctx, b, n, 1, 0, 0x80, enc, cap), -EINVAL);
+    free(b);
+    free(out);
+    free(enc);
+}
+
 static void case_bad_arguments(void)
 {
     uint8_t src[256] = {0}, dst[1024];
-    T_EQ(ft_codec_encode(ctx, src, 256, 3, 0, dst, sizeof dst), -EINVAL);
+    T_EQ(ft_codec_encode(ctx, src, 256, 3, 0, 0, dst, sizeof dst), -EINVAL);
     T_TRUE(strstr(ft_last_error(), "element size") != NULL);
-    T_EQ(ft_codec_encode(ctx, src, 255, 2, 0, dst, sizeof dst), -EINVAL);
-    T_EQ(ft_codec_encode(ctx, src, 256, 4, 100, dst, sizeof dst), -EINVAL);
-    T_EQ(ft_codec_encode(ctx, src, 256, 4, 0, dst, 10), -ENOSPC);
-    T_EQ(ft_codec_encode(ctx, NULL, 256, 4, 0, dst, sizeof dst), -EINVAL);
-    int64_t n = ft_codec_encode(ctx, src, 256, 4, 0, dst, sizeof dst);
+    T_EQ(ft_codec_encode(ctx, src, 255, 2, 0, 0, dst, sizeof dst), -EINVAL);
+    T_EQ(ft_codec_encode(ctx, src, 256, 4, 100, 0, dst, sizeof dst), -EINVAL);
+    T_EQ(ft_codec_encode(ctx, src, 256, 4, 0, 0, dst, 10), -ENOSPC);
+    T_EQ(ft_codec_encode(ctx, NULL, 256, 4, 0, 0, dst, sizeof dst), -EINVAL);
+    int64_t n = ft_codec_encode(ctx, src, 256, 4, 0, 0, dst, sizeof dst);
     T_TRUE(n > 0);
     uint8_t out[256];
     T_EQ(ft_codec_decode(ctx, dst, (size_t)n, out, 255), -ENOSPC);
@@ -251,7 +272,7 @@ static void case_corrupt_streams(void)
     void *w = weights(BF16, n / 2, 0.02);
     size_t cap = ft_codec_bound(n, 2, 4096);
     uint8_t *enc = malloc(cap), *bad = malloc(cap), *out = malloc(n);
-    int64_t len = ft_codec_encode(ctx, w, n, 2, 4096, enc, cap);
+    int64_t len = ft_codec_encode(ctx, w, n, 2, 4096, 0, enc, cap);
     T_TRUE(len > 0);
     unsigned refused = 0;
     for (int trial = 0; trial < 400; trial++) {
@@ -282,6 +303,7 @@ int main(void)
         {"NaN payloads, -0, infinities, subnormals", case_special_values},
         {"skewed symbols: code lengths limited", case_skewed_symbols},
         {"the same stream from 1 thread and many", case_deterministic_across_threads},
+        {"FT_CODEC_STORE: raw planes, checksummed", case_store},
         {"bad arguments, truncated and foreign streams", case_bad_arguments},
         {"corrupt streams decode without harm", case_corrupt_streams},
     };

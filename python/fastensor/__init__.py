@@ -235,7 +235,11 @@ class File:
 
 
 def inspect(path) -> dict:
-    """Describe a checkpoint: tensors (dtype, shape, bytes), metadata, shards, checksums."""
+    """Describe a checkpoint: tensors (dtype, shape, bytes), metadata, shards, checksums (a
+    container: stored bytes and ratio per tensor and in all)."""
+    from . import _fst
+    if _fst.is_container(path):
+        return _fst.Container(path).describe()
     ck = _C.ckpt_open(context(), os.fspath(path))
     tensors, meta, shards, has_csum = _C.ckpt_describe(ck)
     return {"tensors": {t[0]: {"dtype": t[1], "shape": t[2], "bytes": t[3], "shard": t[4],
@@ -249,12 +253,25 @@ def verify(path, *, engine: str = "auto") -> bool:
     """Check a checkpoint: its structure (header, offsets, sizes: ValueError saying what is
     wrong), then every block checksum (ValueError naming the bad block and tensor). Returns
     True when the checksums were checked, False for a checkpoint without fastensor checksums
-    (written by another tool), whose structure alone could be."""
+    (written by another tool), whose structure alone could be. A ``.fst`` container: every
+    tensor decoded, every block's checksum checked."""
+    from . import _fst
+    if _fst.is_container(path):
+        _fst.Container(path, engine=engine).verify()
+        return True
     ck = _C.ckpt_open(context(), os.fspath(path))
     if not _C.ckpt_describe(ck)[3]:
         return False
     _C.ckpt_verify(ck, engine_id(engine))
     return True
+
+
+def convert(src, dst, *, compression: str = "auto", engine: str = "auto") -> None:
+    """Convert a checkpoint byte-exactly: to a compressed container where ``dst`` ends in
+    ``.fst``, else to a safetensors file; ``src`` is either (a file, index or directory).
+    Metadata is kept. Holds the tensors in host memory."""
+    from . import _fst
+    _fst.convert(src, dst, compression=compression, engine=engine)
 
 
 def safe_open(filename, framework: str, device="cpu", **kwargs):
@@ -273,5 +290,6 @@ def safe_open(filename, framework: str, device="cpu", **kwargs):
 from .store import SpillStore  # noqa: E402  (needs the helpers above)
 from ._ckpt import SaveWarning, gc  # noqa: E402
 
-__all__ = ["File", "Request", "SaveWarning", "SpillStore", "configure", "context", "gc", "safe_open",
+__all__ = ["File", "Request", "SaveWarning", "SpillStore", "configure", "context", "convert",
+           "gc", "safe_open",
            "inspect", "verify", "ENGINES"]

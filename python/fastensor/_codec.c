@@ -20,21 +20,22 @@ static PyObject *py_codec_bound(PyObject *self, PyObject *args)
     return PyLong_FromSize_t(ft_codec_bound(nbytes, esize, block));
 }
 
-/* codec_encode(ctx, address, nbytes, elem_size, block_bytes, dst, capacity) -> size */
+/* codec_encode(ctx, address, nbytes, elem_size, block_bytes, flags, dst, capacity) -> size */
 static PyObject *py_codec_encode(PyObject *self, PyObject *args)
 {
     (void)self;
     PyObject *cap;
     unsigned long long addr, nbytes, dst, room;
-    unsigned esize, block;
-    if (!PyArg_ParseTuple(args, "OKKIIKK", &cap, &addr, &nbytes, &esize, &block, &dst, &room))
+    unsigned esize, block, flags;
+    if (!PyArg_ParseTuple(args, "OKKIIIKK", &cap, &addr, &nbytes, &esize, &block, &flags, &dst,
+                          &room))
         return NULL;
     ft_ctx *ctx = cap_get(cap, CAP_CTX);
     if (!ctx)
         return NULL;
     int64_t n;
     Py_BEGIN_ALLOW_THREADS
-    n = ft_codec_encode(ctx, (const void *)(uintptr_t)addr, nbytes, esize, block,
+    n = ft_codec_encode(ctx, (const void *)(uintptr_t)addr, nbytes, esize, block, flags,
                         (void *)(uintptr_t)dst, (size_t)room);
     Py_END_ALLOW_THREADS
     return n < 0 ? raise_ft((int)n, "codec") : PyLong_FromLongLong(n);
@@ -78,7 +79,7 @@ static PyMethodDef codec_methods[] = {
     {"codec_bound", py_codec_bound, METH_VARARGS,
      "codec_bound(nbytes, elem_size, block_bytes) -> the most bytes an encoding takes"},
     {"codec_encode", py_codec_encode, METH_VARARGS,
-     "codec_encode(ctx, address, nbytes, elem_size, block_bytes, dst, capacity) -> size"},
+     "codec_encode(ctx, address, nbytes, elem_size, block_bytes, flags, dst, capacity) -> size"},
     {"codec_size", py_codec_size, METH_VARARGS, "codec_size(data) -> decoded bytes"},
     {"codec_decode", py_codec_decode, METH_VARARGS,
      "codec_decode(ctx, data, address, capacity) -> decoded bytes"},

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _ckpt
+from . import _ckpt, _fst
 
 _TO_ST = {np.dtype(np.bool_): "BOOL", np.dtype(np.uint8): "U8", np.dtype(np.int8): "I8",
           np.dtype(np.uint16): "U16", np.dtype(np.int16): "I16", np.dtype(np.float16): "F16",
@@ -36,11 +36,23 @@ def _prepare(tensors):
 
 
 def save_file(tensors: dict, filename, metadata: dict | None = None, *, engine: str = "auto",
-              shard_size: int | None = None, cache: str = "auto") -> None:
+              shard_size: int | None = None, cache: str = "auto",
+              compression: str = "auto") -> None:
     """Save arrays as a safetensors file (atomic, durable, checksummed; sharded above
-    ``shard_size`` bytes; ``cache`` as in :func:`fastensor.torch.save_file`)."""
+    ``shard_size`` bytes; ``cache`` as in :func:`fastensor.torch.save_file`), or as a
+    compressed container for a name ending in ``.fst`` (``compression`` "auto" or "none",
+    as in :func:`fastensor.torch.save_file`)."""
+    if compression not in ("auto", "none"):
+        raise ValueError(f"compression must be \"auto\" or \"none\", not {compression!r}")
     items, keep = _prepare(tensors)
-    _ckpt.save(filename, items, metadata, engine=engine, shard_size=shard_size, cache=cache)
+    if str(filename).endswith(_fst.SUFFIX):
+        if shard_size is not None:
+            raise ValueError("a .fst container is one file: shard_size does not apply")
+        _fst.save(filename, items, metadata, compression=compression, engine=engine,
+                  cache=cache)
+    else:
+        _ckpt.save(filename, items, metadata, engine=engine, shard_size=shard_size,
+                   cache=cache)
     del keep
 
 
@@ -49,6 +61,16 @@ def load_file(filename, *, engine: str = "auto", verify: bool = False, mmap=None
     """Load a safetensors file, index or directory into numpy arrays (views into one buffer
     per shard; a shard in the page cache is mapped instead of read, as in
     :func:`fastensor.torch.load_file`, whose ``mmap`` and ``cache`` these are)."""
+    if _fst.is_container(filename):
+        c = _fst.Container(filename, engine=engine, cache=cache)
+        arrays = {}
+        for x in c.entries:
+            dt = _FROM_ST.get(x.dtype)
+            if dt is None:
+                raise ValueError(f"{x.name!r}: dtype {x.dtype} has no numpy equivalent")
+            arrays[x.name] = np.empty(x.shape, dtype=dt.newbyteorder("<"))
+        c.decode_into({k: a.ctypes.data for k, a in arrays.items()})
+        return arrays
     ck, tensors, _, shards = _ckpt.open_checkpoint(filename)
     bufs = []
     for k, info in enumerate(shards):
@@ -133,6 +155,9 @@ def safe_open(filename, framework: str = "np", device="cpu", *, engine: str = "a
     """``safe_open`` for numpy arrays (see :func:`fastensor.torch.safe_open`)."""
     if framework not in ("np", "numpy"):
         raise ValueError(f"framework {framework!r}: fastensor.numpy.safe_open serves \"np\"")
+    if _fst.is_container(filename):
+        return _fst.FstOpen(filename, _Arrays, device, engine=engine, verify=verify,
+                            cache=cache)
     from ._safe import SafeOpen
     return SafeOpen(filename, _Arrays, device, engine=engine, verify=verify, cache=cache)
 

@@ -199,8 +199,13 @@ static void split4(size_t n, size_t seg[5])
 
 /* Encode plane @p s (@p n bytes) into @p out (room for n bytes: it is kept only when smaller
  * than raw). @return the bytes written. */
-static size_t encode_plane(const uint8_t *s, size_t n, uint8_t *out)
+static size_t encode_plane(const uint8_t *s, size_t n, uint8_t *out, bool store)
 {
+    if (store) {
+        out[0] = MODE_RAW;
+        memcpy(out + 1, s, n);
+        return 1 + n;
+    }
     uint32_t part[4][256] = {{0}}; /* four histograms: no store-to-load chain on one counter */
     size_t i4 = n & ~(size_t)3;
     for (size_t i = 0; i < i4; i += 4) {
@@ -267,6 +272,7 @@ typedef struct {
     unsigned esize;
     uint32_t block;
     uint32_t nblocks;
+    bool store;      /* FT_CODEC_STORE: every plane raw */
     uint8_t *room;   /* the caller's buffer after the table, when it has ft_codec_bound's
                         room: block b is encoded in place at its worst-case offset */
     uint8_t **bufs;  /* else per block, its encoding */
@@ -312,7 +318,7 @@ static int64_t encode_block(void *arg, unsigned b)
             for (size_t i = 0; i < n; i++)
                 plane[i] = src[8 * i + k];
         }
-        at += encode_plane(plane, n, out + at);
+        at += encode_plane(plane, n, out + at, j->store);
     }
     free(plane);
     if (!j->room)
@@ -349,7 +355,7 @@ static int check_args(uint64_t nbytes, unsigned esize, uint32_t *block)
 }
 
 int64_t ft_codec_encode(ft_ctx *ctx, const void *src, uint64_t nbytes, unsigned elem_size,
-                        uint32_t block_bytes, void *dst, size_t cap)
+                        uint32_t block_bytes, unsigned flags, void *dst, size_t cap)
 {
     if (!ctx || (!src && nbytes) || !dst)
         return ft__err(-EINVAL, "codec: NULL argument");
@@ -363,7 +369,9 @@ int64_t ft_codec_encode(ft_ctx *ctx, const void *src, uint64_t nbytes, unsigned 
         return ft__err(-ENOSPC, "codec: %zu bytes of room, the header alone needs %zu", cap,
                        table);
     bool in_place = cap >= ft_codec_bound(nbytes, elem_size, block_bytes);
-    enc_job j = {src, nbytes, elem_size, block_bytes, nblocks,
+    if (flags & ~(unsigned)FT_CODEC_STORE)
+        return ft__err(-EINVAL, "codec: unknown flags 0x%x", flags);
+    enc_job j = {src, nbytes, elem_size, block_bytes, nblocks, (flags & FT_CODEC_STORE) != 0,
                  in_place ? (uint8_t *)dst + table : NULL,
                  calloc(nblocks ? nblocks : 1, sizeof(uint8_t *)),
                  calloc(nblocks ? nblocks : 1, sizeof(size_t)),

@@ -10,7 +10,7 @@ from fastensor import _C, context  # noqa: E402
 def encode(t, block=0):
     n = t.numel() * t.element_size()
     buf = torch.empty(max(1, _C.codec_bound(n, t.element_size(), block)), dtype=torch.uint8)
-    m = _C.codec_encode(context(), t.data_ptr(), n, t.element_size(), block, buf.data_ptr(),
+    m = _C.codec_encode(context(), t.data_ptr(), n, t.element_size(), block, 0, buf.data_ptr(),
                         buf.numel())
     return buf[:m]
 
@@ -50,6 +50,6 @@ def test_errors():
     with pytest.raises(ValueError, match="checksum|corrupt"):
         decode_into(bad, t)
     with pytest.raises(ValueError, match="element size"):
-        _C.codec_encode(context(), t.data_ptr(), 16384, 3, 0, s.data_ptr(), s.numel())
+        _C.codec_encode(context(), t.data_ptr(), 16384, 3, 0, 0, s.data_ptr(), s.numel())
     with pytest.raises(OSError):
         _C.codec_decode(context(), s.numpy(), t.data_ptr(), 100)  # room too small: ENOSPC

@@ -1,0 +1,392 @@
+"""The compressed checkpoint container (``.fst``, docs/FORMAT.md): a safetensors-style JSON
+header over tensors stored as codec streams (``ft_codec_*``: byte planes, Huffman-coded
+where that pays, independent checksummed blocks). Not a safetensors file, and it does not
+pretend to be one: its own magic, its own extension. Framework-free: the torch and numpy
+layers allocate, this module reads, decodes and writes through the library.
+
+    "FASTENSZ", u64 header offset H, u64 header length L (little-endian), zeros to 4096;
+    the data section [4096, H): the tensors' streams; the header JSON at H (after the data,
+    so that a save writes each stream as soon as it is encoded).
+
+Header: ``__metadata__`` (str -> str), ``fastensor.container`` ({"version": 1, "codec":
+"ftz1"}), and per tensor ``{"dtype", "shape", "data_offsets": [b, e]`` (where its bytes
+would be in a safetensors data section: the uncompressed layout), ``"stored": [b, e]`` (its
+stream in this file's data section), ``"compressed": bool}``.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import stat
+import struct
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from . import File, _C, context
+from ._safe import _BYTES, _PACKED_BITS
+
+MAGIC = b"FASTENSZ"
+SUFFIX = ".fst"
+VERSION = 1
+_DATA = 4096  # where the data section starts
+_HEADER_MAX = 100_000_000
+# float types whose byte planes carry structure; the rest (integers, packed types) is stored
+_FLOATS = {"F16", "BF16", "F32", "F64", "F8_E4M3", "F8_E5M2", "F8_E8M0", "F8_E4M3FNUZ",
+           "F8_E5M2FNUZ", "C64"}
+# a stream kept compressed must save at least this share of the tensor's bytes
+_MIN_SAVING = 0.05
+# reads are grouped into about this many stored bytes, the next group read while one decodes
+_GROUP = 64 << 20
+_tmp_count = iter(range(1 << 62))
+
+
+def is_container(path) -> bool:
+    """Whether ``path`` is a regular file that starts with the container's magic (anything
+    else, a FIFO included, is left to the safetensors reader and its messages)."""
+    try:
+        fd = os.open(os.fspath(path), os.O_RDONLY | os.O_NONBLOCK)
+    except (OSError, TypeError, ValueError):
+        return False
+    try:
+        return stat.S_ISREG(os.fstat(fd).st_mode) and os.pread(fd, len(MAGIC), 0) == MAGIC
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def _elem(dtype):
+    return 1 if dtype in _PACKED_BITS else _BYTES[dtype]
+
+
+class Entry:
+    __slots__ = ("name", "dtype", "shape", "nbytes", "begin", "stored", "compressed")
+
+    def __init__(self, name, dtype, shape, begin, end, stored, compressed):
+        self.name, self.dtype, self.shape = name, dtype, tuple(shape)
+        self.begin, self.nbytes = begin, end - begin
+        self.stored, self.compressed = stored, compressed
+
+
+class Container:
+    """An open container: its tensors (``entries``, in file order), metadata, and reads that
+    decode into memory at addresses the caller provides."""
+
+    def __init__(self, path, *, engine="auto", cache="auto"):
+        self.path = os.fspath(path)
+        self.engine, self.cache = engine, cache
+        with open(self.path, "rb") as f:
+            head = f.read(24)
+            if len(head) < 8 or head[:8] != MAGIC:
+                raise ValueError(f"{self.path}: not a fastensor container (no FASTENSZ magic)")
+            size = os.fstat(f.fileno()).st_size
+            if len(head) < 24:
+                raise ValueError(f"{self.path}: truncated ({size} bytes)")
+            hoff, hlen = struct.unpack("<QQ", head[8:])
+            if hlen > _HEADER_MAX:
+                raise ValueError(f"{self.path}: header length {hlen} is over the limit")
+            if hoff < _DATA or hoff + hlen != size:
+                raise ValueError(f"{self.path}: the header should be at [{hoff}, "
+                                 f"{hoff + hlen}) but the file has {size} bytes (truncated?)")
+            f.seek(hoff)
+            raw = f.read(hlen)
+        try:
+            header = json.loads(raw)
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise ValueError(f"{self.path}: the header is not JSON ({e})") from None
+        if not isinstance(header, dict):
+            raise ValueError(f"{self.path}: the header is not a JSON object")
+        info = header.pop("fastensor.container", None)
+        if not isinstance(info, dict) or info.get("version") != VERSION:
+            raise ValueError(f"{self.path}: container version {info and info.get('version')}"
+                             f" (this fastensor reads {VERSION})")
+        meta = header.pop("__metadata__", None) or {}
+        if not isinstance(meta, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                                 for k, v in meta.items()):
+            raise ValueError(f"{self.path}: __metadata__ must map str to str")
+        self.metadata = meta
+        self.data_start = _DATA
+        self.data_size = hoff - _DATA
+        entries = []
+        for name, e in header.items():
+            try:
+                dtype, shape = e["dtype"], [int(s) for s in e["shape"]]
+                b, end = (int(x) for x in e["data_offsets"])
+                sb, se = (int(x) for x in e["stored"])
+                compressed = bool(e.get("compressed", True))
+            except (KeyError, TypeError, ValueError):
+                raise ValueError(f"{self.path}: tensor {name!r}: a malformed entry") from None
+            if dtype not in _BYTES and dtype not in _PACKED_BITS:
+                raise ValueError(f"{self.path}: tensor {name!r}: unknown dtype {dtype}")
+            count = math.prod(shape)
+            want = count * _BYTES[dtype] if dtype in _BYTES else \
+                (count * _PACKED_BITS[dtype] + 7) // 8
+            if end - b != want or b < 0 or any(s < 0 for s in shape):
+                raise ValueError(f"{self.path}: tensor {name!r}: offsets [{b}, {end}) do not "
+                                 f"hold {dtype} {shape}")
+            if not 0 <= sb <= se <= self.data_size:
+                raise ValueError(f"{self.path}: tensor {name!r}: its stream [{sb}, {se}) is "
+                                 f"outside the data section ({self.data_size} bytes: "
+                                 "truncated?)")
+            entries.append(Entry(name, dtype, shape, b, end, (sb, se), compressed))
+        entries.sort(key=lambda x: x.stored[0])
+        self.entries = entries
+        self.by_name = {x.name: x for x in entries}
+
+    def entry(self, name):
+        try:
+            return self.by_name[name]
+        except KeyError:
+            raise KeyError(f"{self.path}: no tensor named {name!r}") from None
+
+    def decode_into(self, targets):
+        """Decode tensors into memory: ``targets`` maps a name to the address of room for its
+        bytes. Stored bytes are read in groups (the next group's read in flight while one
+        decodes); each block's checksum is checked (ValueError naming the tensor)."""
+        todo = [x for x in self.entries if x.name in targets]
+        groups, cur, size = [], [], 0
+        for x in todo:
+            n = x.stored[1] - x.stored[0]
+            if cur and size + n > _GROUP:
+                groups.append(cur)
+                cur, size = [], 0
+            cur.append(x)
+            size += n
+        if cur:
+            groups.append(cur)
+        if not groups:
+            return
+        ctx = context()
+        with File(self.path, "r", engine=self.engine, cache=self.cache) as f, \
+                ThreadPoolExecutor(max_workers=1) as reader:
+            def read(group):
+                lo, hi = group[0].stored[0], group[-1].stored[1]
+                buf = np.empty(max(hi - lo, 1), dtype=np.uint8)
+                got = f.read_into(buf[:hi - lo], self.data_start + lo) if hi > lo else 0
+                if got != hi - lo:
+                    raise ValueError(f"{self.path}: the file ends early ({got} of {hi - lo} "
+                                     f"bytes at {self.data_start + lo}: truncated?)")
+                return buf, lo
+            pending = reader.submit(read, groups[0])
+            for k, group in enumerate(groups):
+                buf, lo = pending.result()
+                if k + 1 < len(groups):
+                    pending = reader.submit(read, groups[k + 1])
+                for x in group:
+                    stream = buf[x.stored[0] - lo:x.stored[1] - lo]
+                    try:
+                        _C.codec_decode(ctx, stream, targets[x.name], x.nbytes)
+                    except ValueError as e:
+                        raise ValueError(f"{self.path}: tensor {x.name!r}: {e}") from None
+
+    def describe(self):
+        """What fastensor.inspect says of a container."""
+        stored = sum(x.stored[1] - x.stored[0] for x in self.entries)
+        raw = sum(x.nbytes for x in self.entries)
+        return {"tensors": {x.name: {"dtype": x.dtype, "shape": list(x.shape), "bytes": x.nbytes,
+                                     "stored_bytes": x.stored[1] - x.stored[0],
+                                     "compressed": x.compressed} for x in self.entries},
+                "metadata": dict(self.metadata), "container": "fst", "bytes": raw,
+                "stored_bytes": stored, "ratio": stored / raw if raw else 1.0,
+                "checksums": True}
+
+    def verify(self):
+        """Decode every tensor (checksums checked); ValueError at the first bad block."""
+        for x in self.entries:
+            scratch = np.empty(max(x.nbytes, 1), dtype=np.uint8)
+            self.decode_into({x.name: scratch.ctypes.data})
+
+
+def save(path, items, metadata, *, compression="auto", engine="auto", cache="auto"):
+    """Write a container. ``items``: [(name, dtype_name, shape, address, nbytes)] of host
+    memory the caller keeps alive. ``compression``: "auto" keeps a float tensor's coded
+    stream where it saves at least 5% of its bytes (else the tensor is stored, as integers
+    and packed types always are); "none" stores every tensor. Atomic and durable: a
+    temporary, fdatasync, rename, directory fsync."""
+    if compression not in ("auto", "none"):
+        raise ValueError(f"compression must be \"auto\" or \"none\", not {compression!r}")
+    meta = {} if metadata is None else dict(metadata)
+    for k, v in meta.items():
+        if not isinstance(k, str) or not isinstance(v, str):
+            raise TypeError("metadata must map str to str")
+    names = [it[0] for it in items]
+    if len(set(names)) != len(names):
+        raise ValueError("tensor names must be unique")
+    for n in names:
+        if n in ("__metadata__", "fastensor.container"):
+            raise ValueError(f"{n!r} is reserved in a container's header")
+    path = os.fspath(path)
+    ctx = context()
+
+    def encode(item):
+        name, dtype, shape, addr, nbytes = item
+        compress = compression == "auto" and dtype in _FLOATS
+        e = _elem(dtype) if compress else 1
+        if dtype == "C64":
+            e = 4
+        flags = 0 if compress else _C.CODEC_STORE
+        buf = np.empty(max(1, _C.codec_bound(nbytes, e, 0)), dtype=np.uint8)
+        n = _C.codec_encode(ctx, addr, nbytes, e, 0, flags, buf.ctypes.data, buf.size)
+        if compress and n > (1 - _MIN_SAVING) * nbytes + 64:
+            n = _C.codec_encode(ctx, addr, nbytes, 1, 0, _C.CODEC_STORE, buf.ctypes.data,
+                                buf.size)
+            compress = False
+        return buf[:n], compress and n < nbytes
+
+    tmp = f"{path}.fastensor-tmp-{os.getpid()}-{next(_tmp_count)}"
+    header, at, virt = {}, 0, 0
+    try:
+        # each stream is written (on a thread) while the next one is encoded
+        with File(tmp, "x", engine=engine, cache=cache) as f, \
+                ThreadPoolExecutor(max_workers=1) as writer:
+            pending = None
+            for name, dtype, shape, addr, nbytes in items:
+                s, compressed = encode((name, dtype, shape, addr, nbytes))
+                header[name] = {"dtype": dtype, "shape": list(shape),
+                                "data_offsets": [virt, virt + nbytes],
+                                "stored": [at, at + s.size], "compressed": compressed}
+                if pending is not None:
+                    pending.result()
+                pending = writer.submit(f.write, s, _DATA + at) if s.size else None
+                virt += nbytes
+                at += s.size
+            if pending is not None:
+                pending.result()
+            body = {"__metadata__": meta, "fastensor.container": {"version": VERSION,
+                                                                  "codec": "ftz1"}}
+            body.update(header)
+            raw = json.dumps(body, separators=(",", ":")).encode()
+            hoff = _DATA + at
+            head = np.frombuffer(MAGIC + struct.pack("<QQ", hoff, len(raw)) +
+                                 bytes(_DATA - 24), dtype=np.uint8)
+            f.write(head, 0)
+            f.write(np.frombuffer(raw, dtype=np.uint8), hoff)
+            f.sync()
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    d = os.open(os.path.dirname(os.path.abspath(path)) or ".", os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(d)
+    finally:
+        os.close(d)
+
+
+def convert(src, dst, *, compression="auto", engine="auto"):
+    """``src`` (a safetensors file, index or directory, or a container) to ``dst``: a
+    container where ``dst`` ends in ``.fst``, else a safetensors file. Byte-exact; metadata
+    kept. Holds the tensors in host memory."""
+    src, dst = os.fspath(src), os.fspath(dst)
+    if is_container(src):
+        c = Container(src, engine=engine)
+        total = sum(x.nbytes for x in c.entries)
+        buf = np.empty(max(total, 1), dtype=np.uint8)
+        base, items, at = buf.ctypes.data, [], 0
+        targets = {}
+        for x in c.entries:
+            targets[x.name] = base + at
+            items.append((x.name, x.dtype, x.shape, base + at, x.nbytes))
+            at += x.nbytes
+        c.decode_into(targets)
+        meta = c.metadata
+    else:
+        from . import _ckpt
+        ck, tensors, meta, shards = _ckpt.open_checkpoint(src)
+        bufs = []
+        for k, info in enumerate(shards):
+            b = np.empty(max(info[1], 1), dtype=np.uint8)
+            _ckpt.load_shard(ck, k, b.ctypes.data, info[1], engine=engine)
+            bufs.append(b)
+        items = [(name, dtype, tuple(shape), bufs[shard].ctypes.data + off, nbytes)
+                 for name, dtype, shape, nbytes, shard, off in tensors]
+        buf = bufs
+        meta = dict(meta or {})
+    if dst.endswith(SUFFIX):
+        save(dst, items, meta, compression=compression, engine=engine)
+    else:
+        from . import _ckpt
+        _ckpt.save(dst, items, meta, engine=engine)
+    del buf
+
+
+class FstOpen:
+    """``safe_open`` on a container: ``keys()``, ``metadata()``, ``get_tensor(name)`` (reads
+    and decodes that tensor's stream only), ``get_slice(name)[...]`` (decodes the tensor, then
+    slices it: a coded stream is read whole). ``adapter`` makes the framework's arrays."""
+
+    def __init__(self, filename, adapter, device, *, engine="auto", verify=False,
+                 cache="auto"):
+        self._adapter = adapter
+        self._device = adapter.device(device)
+        self._c = Container(filename, engine=engine, cache=cache)
+        self._filename = self._c.path
+        self._open_ = True
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def close(self):
+        self._open_ = False
+
+    def _open(self):
+        if not self._open_:
+            raise ValueError(f"{self._filename}: the checkpoint is closed")
+        return self._c
+
+    def keys(self) -> list:
+        return sorted(self._open().by_name)
+
+    def offset_keys(self) -> list:
+        return [x.name for x in self._open().entries]
+
+    def metadata(self):
+        m = self._open().metadata
+        return dict(m) if m else None
+
+    @property
+    def checksums(self) -> bool:
+        return True
+
+    def _entry(self, name):
+        x = self._open().entry(name)
+        return (0, x.dtype, x.shape, x.nbytes, 0, 0)
+
+    def _decoded(self, name):
+        x = self._open().entry(name)
+        buf, address, _, _ = self._adapter.empty("U8", (x.nbytes,), x.nbytes, None)
+        self._c.decode_into({name: address})
+        return self._adapter.view(buf, x.dtype, x.shape, x.nbytes, 0) if x.nbytes else \
+            self._adapter.finish(buf, x.dtype, x.shape)
+
+    def get_tensor(self, name):
+        t = self._decoded(name)
+        return self._adapter.select(t, (), self._device) if not \
+            self._adapter.is_host(self._device) else t
+
+    def get_tensors(self, names=None, threads: int = 8) -> dict:
+        names = self.offset_keys() if names is None else list(names)
+        return {n: self.get_tensor(n) for n in names}
+
+    def get_slice(self, name):
+        from ._safe import _Slice
+        self._entry(name)
+        return _Slice(self, name)
+
+    def read_box(self, name, box):
+        x = self._open().entry(name)
+        if x.dtype in _PACKED_BITS and any(b != (0, n) for b, n in zip(box, x.shape)):
+            raise ValueError(f"{name!r}: {x.dtype} elements are packed below a byte; "
+                             "slice it after get_tensor")
+        t = self._decoded(name)
+        if x.dtype in _PACKED_BITS:
+            return t
+        return t[tuple(slice(lo, hi) for lo, hi in box)]

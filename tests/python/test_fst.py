@@ -1,0 +1,212 @@
+"""The compressed container (.fst): byte-exact round trips through every entry point,
+special values, edge sizes, corruption and truncation caught, conversions both ways, the
+safetensors names never compressed."""
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import fastensor  # noqa: E402
+import fastensor.numpy as fnp  # noqa: E402
+import fastensor.torch as ft  # noqa: E402
+from fastensor import _fst  # noqa: E402
+
+PYDIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))), "python")
+
+
+def state(seed=0):
+    g = torch.Generator().manual_seed(seed)
+    sd = {"bf16": (torch.randn(512, 300, generator=g) * 0.02).to(torch.bfloat16),
+          "f16": (torch.randn(4097, generator=g) * 0.1).half(),
+          "f32": torch.randn(100, 33, generator=g),
+          "f64": torch.randn(1000, generator=g, dtype=torch.float64),
+          "f8": torch.randn(3000, generator=g).to(torch.float8_e4m3fn),
+          "i64": torch.randint(-5, 5, (999,), generator=g),
+          "u8": torch.randint(0, 255, (17,), generator=g, dtype=torch.uint8),
+          "bool": torch.rand(31, generator=g) > 0.5,
+          "empty": torch.empty(0, 7), "scalar": torch.tensor(-0.0),
+          "one": torch.tensor([3.5], dtype=torch.bfloat16)}
+    special = torch.tensor([float("nan"), float("inf"), -float("inf"), -0.0, 1e-45, 1e-40,
+                            3.4e38], dtype=torch.float32)
+    sd["special"] = special.repeat(1000)
+    sd["special"].view(torch.int32)[::7] = 0x7fa12345  # a NaN payload
+    return sd
+
+
+def same(a, b):
+    assert sorted(a) == sorted(b)
+    for k in a:
+        assert a[k].dtype == b[k].dtype and a[k].shape == b[k].shape, k
+        assert torch.equal(a[k].reshape(-1).view(torch.uint8) if a[k].numel() else a[k],
+                           b[k].reshape(-1).view(torch.uint8) if b[k].numel() else b[k]), k
+
+
+def test_round_trip_every_dtype(tmp):
+    sd = state()
+    p = os.path.join(tmp, "m.fst")
+    ft.save_file(sd, p, {"step": "7"})
+    assert open(p, "rb").read(8) == b"FASTENSZ"
+    same(ft.load_file(p), sd)
+    d = fastensor.inspect(p)
+    assert d["container"] == "fst" and d["metadata"] == {"format": "pt", "step": "7"}
+    assert d["tensors"]["bf16"]["compressed"] and not d["tensors"]["i64"]["compressed"]
+    assert d["tensors"]["bf16"]["stored_bytes"] < 0.75 * d["tensors"]["bf16"]["bytes"]
+    assert fastensor.verify(p) is True
+    part = ft.load_file(p, names=["f32", "empty"])
+    same(part, {"f32": sd["f32"], "empty": sd["empty"]})
+    with pytest.raises(KeyError, match="nope"):
+        ft.load_file(p, names=["nope"])
+
+
+def test_compression_none_and_incompressible(tmp):
+    g = torch.Generator().manual_seed(1)
+    sd = {"noise": torch.randint(-2**31, 2**31 - 1, (1 << 18,), generator=g,
+                                 dtype=torch.int32).view(torch.float32)}
+    p = os.path.join(tmp, "n.fst")
+    ft.save_file(sd, p)
+    d = fastensor.inspect(p)
+    assert not d["tensors"]["noise"]["compressed"]  # saves < 5%: stored
+    assert d["stored_bytes"] < d["bytes"] * 1.001
+    same(ft.load_file(p), sd)
+    ft.save_file(state(), p, compression="none")
+    assert not any(t["compressed"] for t in fastensor.inspect(p)["tensors"].values())
+    same(ft.load_file(p), state())
+
+
+def test_safe_open_slices_and_numpy(tmp):
+    sd = state(2)
+    p = os.path.join(tmp, "s.fst")
+    ft.save_file(sd, p)
+    with fastensor.safe_open(p, framework="pt") as f:
+        assert f.keys() == sorted(sd)
+        assert f.metadata() == {"format": "pt"}
+        assert torch.equal(f.get_slice("f32")[5:9, 1:30:3], sd["f32"][5:9, 1:30:3])
+        assert f.get_slice("bf16").get_shape() == [512, 300]
+        assert f.get_slice("bf16").get_dtype() == "BF16"
+        assert torch.equal(f.get_tensor("i64"), sd["i64"])
+    arrays = {"a": np.arange(1000, dtype=np.float32) / 7, "b": np.zeros((3, 4), np.int16)}
+    q = os.path.join(tmp, "np.fst")
+    fnp.save_file(arrays, q)
+    got = fnp.load_file(q)
+    assert all(np.array_equal(got[k], arrays[k]) for k in arrays)
+    with fastensor.safe_open(q, framework="np") as f:
+        assert np.array_equal(f.get_slice("a")[10:20], arrays["a"][10:20])
+
+
+def test_convert_both_ways_and_cli(tmp):
+    sd = state(3)
+    st = os.path.join(tmp, "m.safetensors")
+    ft.save_file(sd, st, {"x": "y"})
+    fst = os.path.join(tmp, "m.fst")
+    fastensor.convert(st, fst)
+    same(ft.load_file(fst), sd)
+    assert fastensor.inspect(fst)["metadata"]["x"] == "y"
+    back = os.path.join(tmp, "back.safetensors")
+    fastensor.convert(fst, back)
+    same(ft.load_file(back), sd)
+    pytest.importorskip("safetensors")
+    from safetensors.torch import load_file as st_load
+    same(st_load(back), sd)
+    env = dict(os.environ, PYTHONPATH=PYDIR)
+    cli = os.path.join(tmp, "cli.fst")
+    r = subprocess.run([sys.executable, "-m", "fastensor", "convert", back, cli], env=env,
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    same(ft.load_file(cli), sd)
+    for cmd in ("inspect", "verify"):
+        r = subprocess.run([sys.executable, "-m", "fastensor", cmd, cli], env=env,
+                           capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+    assert "fastensor container" in subprocess.run(
+        [sys.executable, "-m", "fastensor", "inspect", cli], env=env, capture_output=True,
+        text=True).stdout
+    r = subprocess.run([sys.executable, "-m", "fastensor", "convert", os.path.join(tmp, "no"),
+                        cli], env=env, capture_output=True, text=True)
+    assert r.returncode == 1 and "fastensor convert:" in r.stderr
+    same(ft.load_file(cli), sd)  # a failed convert leaves the file there
+
+
+def test_safetensors_names_are_never_compressed(tmp):
+    p = os.path.join(tmp, "plain.safetensors")
+    ft.save_file(state(), p, compression="auto")
+    assert open(p, "rb").read(8) != b"FASTENSZ"
+    pytest.importorskip("safetensors")
+    from safetensors.torch import load_file as st_load
+    same(st_load(p), state())
+    with pytest.raises(ValueError, match="compression"):
+        ft.save_file(state(), p, compression="zstd")
+    with pytest.raises(ValueError, match="shard_size"):
+        ft.save_file(state(), os.path.join(tmp, "x.fst"), shard_size=1 << 20)
+
+
+def test_corruption_and_truncation(tmp):
+    sd = state(4)
+    p = os.path.join(tmp, "c.fst")
+    ft.save_file(sd, p)
+    c = _fst.Container(p)
+    x = c.entry("bf16")
+    good = open(p, "rb").read()
+    bad = bytearray(good)
+    bad[c.data_start + x.stored[0] + (x.stored[1] - x.stored[0]) // 2] ^= 0x04
+    open(p, "wb").write(bad)
+    with pytest.raises(ValueError, match="'bf16'.*(checksum|corrupt)"):
+        ft.load_file(p)
+    with pytest.raises(ValueError, match="bf16"):
+        fastensor.verify(p)
+    same(ft.load_file(p, names=["f32"]), {"f32": sd["f32"]})  # the others still read
+    open(p, "wb").write(good[:len(good) - 10])
+    with pytest.raises(ValueError, match="truncated"):
+        ft.load_file(p)
+    open(p, "wb").write(good[:20])
+    with pytest.raises(ValueError, match="truncated"):
+        ft.load_file(p)
+    open(p, "wb").write(b"FASTENSZ" + (4096).to_bytes(8, "little") + (5).to_bytes(8, "little")
+                        + bytes(4072) + b"{oops")
+    with pytest.raises(ValueError, match="not JSON"):
+        ft.load_file(p)
+
+
+def test_failed_save_keeps_the_previous_file(tmp):
+    p = os.path.join(tmp, "keep.fst")
+    ft.save_file(state(), p)
+    before = open(p, "rb").read()
+    shared = torch.zeros(4)
+    with pytest.raises(RuntimeError, match="share memory"):
+        ft.save_file({"a": shared, "b": shared[:2]}, p)
+    with pytest.raises((ValueError, TypeError)):
+        ft.save_file({"a": torch.zeros(4)[::2]}, p)  # non-contiguous: refused
+    with pytest.raises(TypeError):
+        ft.save_file({"a": torch.zeros(2)}, p, metadata={"k": 3})
+    assert open(p, "rb").read() == before
+    assert [n for n in os.listdir(tmp) if "tmp" in n] == []
+
+
+def test_async_and_models(tmp):
+    sd = state(5)
+    p = os.path.join(tmp, "a.fst")
+    ft.save_file_async(sd, p).result()
+    same(ft.load_file(p), sd)
+    m = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.Linear(16, 4))
+    q = os.path.join(tmp, "model.fst")
+    ft.save_model(m, q)
+    m2 = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.Linear(16, 4))
+    ft.load_model(m2, q)
+    assert all(torch.equal(a, b) for a, b in zip(m.state_dict().values(),
+                                                 m2.state_dict().values()))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device (torch.cuda)")
+def test_cuda(tmp):
+    sd = {k: v.cuda() for k, v in state(6).items()}
+    p = os.path.join(tmp, "g.fst")
+    ft.save_file(sd, p)
+    got = ft.load_file(p, device="cuda")
+    assert all(v.is_cuda for v in got.values())
+    same({k: v.cpu() for k, v in got.items()}, {k: v.cpu() for k, v in sd.items()})
+    with fastensor.safe_open(p, framework="pt", device="cuda") as f:
+        assert f.get_tensor("bf16").is_cuda
