@@ -38,7 +38,7 @@ _FLOATS = {"F16", "BF16", "F32", "F64", "F8_E4M3", "F8_E5M2", "F8_E8M0", "F8_E4M
 # a stream kept compressed must save at least this share of the tensor's bytes
 _MIN_SAVING = 0.05
 # reads are grouped into about this many stored bytes, the next group read while one decodes
-_GROUP = 64 << 20
+_GROUP = 256 << 20
 _tmp_count = iter(range(1 << 62))
 
 
@@ -159,21 +159,24 @@ class Container:
         if not groups:
             return
         ctx = context()
+        most = max(g[-1].stored[1] - g[0].stored[0] for g in groups)
+        # two buffers, reused: one being read while the other's streams decode
+        bufs = [np.empty(max(most, 1), dtype=np.uint8) for _ in range(min(2, len(groups)))]
         with File(self.path, "r", engine=self.engine, cache=self.cache) as f, \
                 ThreadPoolExecutor(max_workers=1) as reader:
-            def read(group):
+            def read(k):
+                group, buf = groups[k], bufs[k % len(bufs)]
                 lo, hi = group[0].stored[0], group[-1].stored[1]
-                buf = np.empty(max(hi - lo, 1), dtype=np.uint8)
                 got = f.read_into(buf[:hi - lo], self.data_start + lo) if hi > lo else 0
                 if got != hi - lo:
                     raise ValueError(f"{self.path}: the file ends early ({got} of {hi - lo} "
                                      f"bytes at {self.data_start + lo}: truncated?)")
                 return buf, lo
-            pending = reader.submit(read, groups[0])
+            pending = reader.submit(read, 0)
             for k, group in enumerate(groups):
                 buf, lo = pending.result()
                 if k + 1 < len(groups):
-                    pending = reader.submit(read, groups[k + 1])
+                    pending = reader.submit(read, k + 1)
                 for x in group:
                     stream = buf[x.stored[0] - lo:x.stored[1] - lo]
                     try:
