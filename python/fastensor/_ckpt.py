@@ -2,7 +2,9 @@
 shard-at-a-time load (one allocation and one large read per shard)."""
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import itertools
 import mmap as _mmap
 import os
 import warnings
@@ -14,6 +16,36 @@ class SaveWarning(UserWarning):
     """A save installed the new checkpoint, but a step after its commit failed (the directory
     fsync that makes it durable, or removing the previous checkpoint's files)."""
 
+
+
+_tmp_count = itertools.count()
+
+
+@contextlib.contextmanager
+def installing(path):
+    """Write a file under a temporary name (the library's, so that :func:`gc` removes it after
+    a crash), yielded; installed at ``path`` by one rename when the block succeeds, removed
+    when it fails. Make it durable inside the block; :func:`fsync_dir` after."""
+    tmp = f"{os.fspath(path)}.fastensor-tmp-{os.getpid()}-{next(_tmp_count)}"
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def fsync_dir(path):
+    """fsync the directory holding ``path`` (or ``path`` itself, a directory)."""
+    d = path if os.path.isdir(path) else (os.path.dirname(os.path.abspath(path)) or ".")
+    fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def save(path, items, metadata, *, engine="auto", shard_size=None, checksums=True,

@@ -24,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from . import File, _C, context
+from . import File, _C, _ckpt, context
 from ._safe import _BYTES, _PACKED_BITS
 
 MAGIC = b"FASTENSZ"
@@ -39,7 +39,6 @@ _FLOATS = {"F16", "BF16", "F32", "F64", "F8_E4M3", "F8_E5M2", "F8_E8M0", "F8_E4M
 _MIN_SAVING = 0.05
 # reads are grouped into about this many stored bytes, the next group read while one decodes
 _GROUP = 256 << 20
-_tmp_count = iter(range(1 << 62))
 
 
 def is_container(path) -> bool:
@@ -238,47 +237,34 @@ def save(path, items, metadata, *, compression="auto", engine="auto", cache="aut
             compress = False
         return buf[:n], compress and n < nbytes
 
-    tmp = f"{path}.fastensor-tmp-{os.getpid()}-{next(_tmp_count)}"
     header, at, virt = {}, 0, 0
-    try:
-        # each stream is written (on a thread) while the next one is encoded
-        with File(tmp, "x", engine=engine, cache=cache) as f, \
-                ThreadPoolExecutor(max_workers=1) as writer:
-            pending = None
-            for name, dtype, shape, addr, nbytes in items:
-                s, compressed = encode((name, dtype, shape, addr, nbytes))
-                header[name] = {"dtype": dtype, "shape": list(shape),
-                                "data_offsets": [virt, virt + nbytes],
-                                "stored": [at, at + s.size], "compressed": compressed}
-                if pending is not None:
-                    pending.result()
-                pending = writer.submit(f.write, s, _DATA + at) if s.size else None
-                virt += nbytes
-                at += s.size
+    # each stream is written (on a thread) while the next one is encoded
+    with _ckpt.installing(path) as tmp, File(tmp, "x", engine=engine, cache=cache) as f, \
+            ThreadPoolExecutor(max_workers=1) as writer:
+        pending = None
+        for name, dtype, shape, addr, nbytes in items:
+            s, compressed = encode((name, dtype, shape, addr, nbytes))
+            header[name] = {"dtype": dtype, "shape": list(shape),
+                            "data_offsets": [virt, virt + nbytes],
+                            "stored": [at, at + s.size], "compressed": compressed}
             if pending is not None:
                 pending.result()
-            body = {"__metadata__": meta, "fastensor.container": {"version": VERSION,
-                                                                  "codec": "ftz1"}}
-            body.update(header)
-            raw = json.dumps(body, separators=(",", ":")).encode()
-            hoff = _DATA + at
-            head = np.frombuffer(MAGIC + struct.pack("<QQ", hoff, len(raw)) +
-                                 bytes(_DATA - 24), dtype=np.uint8)
-            f.write(head, 0)
-            f.write(np.frombuffer(raw, dtype=np.uint8), hoff)
-            f.sync()
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    d = os.open(os.path.dirname(os.path.abspath(path)) or ".", os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(d)
-    finally:
-        os.close(d)
+            pending = writer.submit(f.write, s, _DATA + at) if s.size else None
+            virt += nbytes
+            at += s.size
+        if pending is not None:
+            pending.result()
+        body = {"__metadata__": meta, "fastensor.container": {"version": VERSION,
+                                                              "codec": "ftz1"}}
+        body.update(header)
+        raw = json.dumps(body, separators=(",", ":")).encode()
+        hoff = _DATA + at
+        head = np.frombuffer(MAGIC + struct.pack("<QQ", hoff, len(raw)) + bytes(_DATA - 24),
+                             dtype=np.uint8)
+        f.write(head, 0)
+        f.write(np.frombuffer(raw, dtype=np.uint8), hoff)
+        f.sync()
+    _ckpt.fsync_dir(path)
 
 
 def convert(src, dst, *, compression="auto", engine="auto"):

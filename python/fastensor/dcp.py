@@ -79,35 +79,26 @@ class _Plan:
     tag: str
 
 
-def _fsync_dir(path):
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-_tmp_count = iter(range(1 << 62))
-
-
 def _write_durable(path, chunks, sync):
-    """Write the byte strings ``chunks`` to ``path`` through a temporary (named as the
-    library's, so that :func:`fastensor.gc` removes it after a crash) and a rename."""
-    tmp = f"{path}.fastensor-tmp-{os.getpid()}-{next(_tmp_count)}"
-    try:
-        with open(tmp, "wb") as f:
-            for c in chunks:
-                f.write(c)
-            if sync:
-                f.flush()
-                os.fdatasync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    """Write the byte strings ``chunks`` to ``path`` through a temporary and a rename."""
+    with _ckpt.installing(path) as tmp, open(tmp, "wb") as f:
+        for c in chunks:
+            f.write(c)
+        if sync:
+            f.flush()
+            os.fdatasync(f.fileno())
+
+
+class _Directory:
+    """What DCP asks of a storage layer about its checkpoint id: a directory path."""
+
+    @property
+    def checkpoint_id(self):
+        return self.path
+
+    @classmethod
+    def validate_checkpoint_id(cls, checkpoint_id) -> bool:
+        return isinstance(checkpoint_id, (str, os.PathLike))
 
 
 # ---- staging for dcp.async_save ----
@@ -158,7 +149,7 @@ def release_staging_memory() -> None:
 
 # ---- the writer ----
 
-class FastensorWriter(StorageWriter, AsyncStager):
+class FastensorWriter(_Directory, StorageWriter, AsyncStager):
     """A DCP ``StorageWriter`` that writes each rank's items with fastensor.
 
     ``path``: the checkpoint directory (created); ``engine`` and ``cache``: fastensor's
@@ -309,7 +300,7 @@ class FastensorWriter(StorageWriter, AsyncStager):
         final = self._metadata_path(rank)
         _write_durable(final, [pickle.dumps(metadata)], self.sync_files)
         if self.sync_files:
-            _fsync_dir(self.path)
+            _ckpt.fsync_dir(self.path)
         self._remove_replaced(metadata, rank)
         try:  # what saves killed in this directory left (temporaries of dead processes)
             _ckpt.gc(self.path)
@@ -335,14 +326,6 @@ class FastensorWriter(StorageWriter, AsyncStager):
     def storage_meta(self) -> StorageMeta:
         return StorageMeta(checkpoint_id=self.path, save_id=self.save_id,
                            modules=["fastensor.dcp"])
-
-    @property
-    def checkpoint_id(self):
-        return self.path
-
-    @classmethod
-    def validate_checkpoint_id(cls, checkpoint_id) -> bool:
-        return isinstance(checkpoint_id, (str, os.PathLike))
 
     # -- AsyncStager --
     def stage(self, state_dict):
@@ -380,7 +363,7 @@ def _esize(dtype):
     return torch.empty((), dtype=dtype).element_size()
 
 
-class FastensorReader(StorageReader):
+class FastensorReader(_Directory, StorageReader):
     """A DCP ``StorageReader`` for checkpoints of :class:`FastensorWriter` (and of DCP's
     default writer).
 
@@ -447,14 +430,6 @@ class FastensorReader(StorageReader):
 
     def prepare_global_plan(self, plans: list) -> list:
         return plans
-
-    @property
-    def checkpoint_id(self):
-        return self.path
-
-    @classmethod
-    def validate_checkpoint_id(cls, checkpoint_id) -> bool:
-        return isinstance(checkpoint_id, (str, os.PathLike))
 
     def _where(self, relative, items):
         names = ", ".join(sorted({repr(r.storage_index.fqn) for r in items})[:4])
