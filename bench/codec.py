@@ -3,8 +3,9 @@
 uncompressed bytes, host memory, all of the context's threads), and the disk's O_DIRECT read
 ceiling in the same run, for the cold-load rate the codec would allow: min(decode, ceiling /
 ratio). With --dir, the first state dict is also saved (durable) as .safetensors and as a
-.fst container and loaded cold (a page-cache drop, a fresh process, host memory), the two
-interleaved per round: GB/s of the state dict's bytes.
+.fst container (compression="always") and loaded cold (a page-cache drop, a fresh process,
+host memory), the two interleaved per round: GB/s of the state dict's bytes; and what
+compression="auto" decides there (fastensor._fst.coding_pays, from its measured rates).
 
 State dicts (random init from a config, as the architectures ship it; no download):
   llama-bf16  a Llama-style decoder in bf16 (transformers' LlamaForCausalLM where installed,
@@ -141,7 +142,8 @@ def save_and_load(sd, directory, rounds):
             order = list(paths) if r % 2 == 0 else list(paths)[::-1]
             for k in order:
                 t0 = time.perf_counter()
-                ft.save_file(sd, paths[k])
+                ft.save_file(sd, paths[k], compression="always") if k == ".fst" else \
+                    ft.save_file(sd, paths[k])
                 out[f"save{k}"].append(nbytes / (time.perf_counter() - t0) / 1e9)
             for k in order:
                 drop()
@@ -199,7 +201,12 @@ def main():
                 skipped["save/load"] = f"cannot drop the page cache ({e.strerror})"
         del sd
     ceiling = None
+    auto = None
     if a.dir:
+        from fastensor import _fst
+        rates = _fst._measure(a.dir)
+        auto = {"encode_gbps": rates[0], "decode_gbps": rates[1], "write_gbps": rates[2],
+                "read_gbps": rates[3], "codes": _fst.coding_pays(a.dir)}
         ceiling = raw_read_ceiling(os.path.join(a.dir, f"codec-ceiling-{os.getpid()}"),
                                    min(size, 2 << 30))
     lines = ["| state dict | GiB | ratio | encode GB/s | decode GB/s | cold-load bound GB/s |",
@@ -219,6 +226,10 @@ def main():
             ms, mf = statistics.median(st), statistics.median(fs)
             lines.append(f"| {op} | {ms:.2f} ({min(st):.2f}-{max(st):.2f}) | {mf:.2f} "
                          f"({min(fs):.2f}-{max(fs):.2f}) | {mf / ms:.2f}x |")
+    if auto:
+        lines += ["", f"compression=\"auto\" here: {'codes' if auto['codes'] else 'stores'} "
+                  f"(codec {auto['encode_gbps']:.2f} / {auto['decode_gbps']:.2f} GB/s encode / "
+                  f"decode, disk {auto['write_gbps']:.2f} / {auto['read_gbps']:.2f} write / read)"]
     table = "\n".join(lines)
     head = (f"{os.cpu_count()} CPUs, {a.rounds} rounds, median (range); raw O_DIRECT read "
             f"ceiling {ceiling:.2f} GB/s" if ceiling else f"{os.cpu_count()} CPUs, no ceiling")
@@ -236,7 +247,7 @@ def main():
             json.dump({"command": " ".join(sys.argv), "commit": commit,
                        "machine": os.uname().nodename, "cpus": os.cpu_count(),
                        "raw_read_gbps": ceiling, "rows": rows, "skipped": skipped,
-                       "save_load_gbps": workflow,
+                       "save_load_gbps": workflow, "auto": auto,
                        "table": table}, f, indent=1)
 
 

@@ -22,7 +22,7 @@ def _python_command(args):
                                     "or from one to safetensors (by DST's extension).")
         p.add_argument("src")
         p.add_argument("dst")
-        p.add_argument("--compression", choices=["auto", "none"], default="auto")
+        p.add_argument("--compression", choices=["auto", "always", "none"], default="auto")
         a = p.parse_args(args[1:])
         from . import convert
         try:

@@ -40,10 +40,11 @@ def save_file(tensors: dict, filename, metadata: dict | None = None, *, engine: 
               compression: str = "auto") -> None:
     """Save arrays as a safetensors file (atomic, durable, checksummed; sharded above
     ``shard_size`` bytes; ``cache`` as in :func:`fastensor.torch.save_file`), or as a
-    compressed container for a name ending in ``.fst`` (``compression`` "auto" or "none",
-    as in :func:`fastensor.torch.save_file`)."""
-    if compression not in ("auto", "none"):
-        raise ValueError(f"compression must be \"auto\" or \"none\", not {compression!r}")
+    compressed container for a name ending in ``.fst`` (``compression`` "auto", "always" or
+    "none", as in :func:`fastensor.torch.save_file`)."""
+    if compression not in _fst.COMPRESSION:
+        raise ValueError(f"compression must be one of {', '.join(map(repr, _fst.COMPRESSION))}"
+                         f", not {compression!r}")
     items, keep = _prepare(tensors)
     if str(filename).endswith(_fst.SUFFIX):
         if shard_size is not None:

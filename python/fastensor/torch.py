@@ -157,8 +157,9 @@ def _with_format(metadata):
 
 def _save(tensors, filename, metadata, engine, shard_size, cache, compression):
     """Write checked tensors: a container (compressed) for a ``.fst`` name, else safetensors."""
-    if compression not in ("auto", "none"):
-        raise ValueError(f"compression must be \"auto\" or \"none\", not {compression!r}")
+    if compression not in _fst.COMPRESSION:
+        raise ValueError(f"compression must be one of {', '.join(map(repr, _fst.COMPRESSION))}"
+                         f", not {compression!r}")
     if not str(filename).endswith(_fst.SUFFIX):
         items, keep = _items(tensors)
         _ckpt.save(filename, items, _with_format(metadata), engine=engine,
@@ -179,11 +180,13 @@ def save_file(tensors: dict, filename, metadata: dict | None = None, *, engine: 
     """Save tensors as a safetensors checkpoint, or as a compressed container for a name
     ending in ``.fst``.
 
-    ``.fst`` (``compression="auto"``): each float tensor's bytes are coded by byte planes
-    (about 0.67 of bf16 weights, 0.83 of fp32) where that saves at least 5%, integers stored;
-    not a safetensors file (``load_file``, ``safe_open``, ``fastensor.inspect``/``verify``
-    and ``fastensor convert`` read it). ``compression="none"`` stores every tensor. A
-    ``.safetensors`` name is never compressed.
+    ``.fst``: not a safetensors file (``load_file``, ``safe_open``, ``fastensor.inspect`` /
+    ``verify`` and ``fastensor convert`` read it). ``compression="always"`` codes each float
+    tensor by byte planes (about 0.67 of bf16 weights, 0.83 of fp32) where that saves at
+    least 5%, integers stored; ``"auto"`` (default) does so where the codec, measured once
+    per process, encodes at least as fast as the disk writes and decodes at least as fast as
+    it reads (``fastensor._fst.coding_pays``), else stores; ``"none"`` stores every tensor.
+    A ``.safetensors`` name is never compressed.
 
     Atomic (temporary file, fdatasync, rename, directory fsync) and checksummed. Above
     ``shard_size`` bytes the data is split into ``NAME-0000i-of-0000N.safetensors`` shards
@@ -597,8 +600,9 @@ def save_file_async(tensors: dict, filename, metadata: dict | None = None, *,
     stderr says so); a failed save leaves the previous checkpoint and no temporary file."""
     if snapshot not in ("auto", "host", "device"):
         raise ValueError(f"snapshot must be 'auto', 'host' or 'device', not {snapshot!r}")
-    if compression not in ("auto", "none"):
-        raise ValueError(f"compression must be \"auto\" or \"none\", not {compression!r}")
+    if compression not in _fst.COMPRESSION:
+        raise ValueError(f"compression must be one of {', '.join(map(repr, _fst.COMPRESSION))}"
+                         f", not {compression!r}")
     _check_for_save(tensors)  # the caller's tensors: sharing is lost in the snapshot
     t0 = time.perf_counter()
     snap, buf, on_device = _snapshot(tensors, snapshot)
