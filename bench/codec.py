@@ -28,8 +28,10 @@ import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "python"))
+sys.path.insert(0, HERE)
 
-from fastensor import File, _C, context  # noqa: E402
+from fastensor import _C, context  # noqa: E402
+from scenarios import drop_caches, raw_io  # noqa: E402  (bench/scenarios.py)
 
 
 def llama(size):
@@ -89,26 +91,15 @@ def decode_all(streams, outs):
 
 
 def raw_read_ceiling(path, nbytes):
-    """O_DIRECT read GB/s of a fresh file of @p nbytes, after a page-cache drop (root)."""
-    block = torch.randint(0, 255, (64 << 20,), dtype=torch.uint8)
-    with File(path, "w", engine="direct") as f:
-        for off in range(0, nbytes, block.numel()):
-            f.write(block, off)
-        f.sync()
-    try:
-        os.sync()
-        with open("/proc/sys/vm/drop_caches", "w") as d:
-            d.write("3\n")
-    except OSError:
+    """O_DIRECT read GB/s of a fresh file of @p nbytes after a page-cache drop (root; else
+    None), as the scenario benchmark measures its raw ceiling."""
+    raw_io(path, nbytes, True)
+    if not drop_caches():
+        os.unlink(path)
         return None
-    buf = torch.empty(64 << 20, dtype=torch.uint8)
-    t0 = time.perf_counter()
-    with File(path, "r", engine="direct") as f:
-        for off in range(0, nbytes, buf.numel()):
-            f.read_into(buf, off)
-    secs = time.perf_counter() - t0
+    done, secs = raw_io(path, nbytes, False)
     os.unlink(path)
-    return nbytes / secs / 1e9
+    return done / secs / 1e9
 
 
 LOADER = r"""
@@ -120,12 +111,6 @@ sd = ft.load_file(sys.argv[1])
 s = sum(int(v.reshape(-1).view(torch.uint8)[::4096].sum()) for v in sd.values() if v.numel())
 print(time.perf_counter() - t0)
 """
-
-
-def drop():
-    os.sync()
-    with open("/proc/sys/vm/drop_caches", "w") as d:
-        d.write("3\n")
 
 
 def save_and_load(sd, directory, rounds):
@@ -146,7 +131,8 @@ def save_and_load(sd, directory, rounds):
                     ft.save_file(sd, paths[k])
                 out[f"save{k}"].append(nbytes / (time.perf_counter() - t0) / 1e9)
             for k in order:
-                drop()
+                if not drop_caches():
+                    raise PermissionError(1, "cannot drop the page cache (not root)")
                 secs = float(subprocess.run([sys.executable, "-c", LOADER, paths[k], pydir],
                                             capture_output=True, text=True,
                                             check=True).stdout.split()[-1])

@@ -26,7 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from . import File, _C, _ckpt, context
-from ._safe import _BYTES, _PACKED_BITS
+from ._safe import _BYTES, _PACKED_BITS, Opened
 
 MAGIC = b"FASTENSZ"
 SUFFIX = ".fst"
@@ -367,7 +367,7 @@ def convert(src, dst, *, compression="auto", engine="auto"):
     del buf
 
 
-class FstOpen:
+class FstOpen(Opened):
     """``safe_open`` on a container: ``keys()``, ``metadata()``, ``get_tensor(name)`` (reads
     and decodes that tensor's stream only), ``get_slice(name)[...]`` (decodes the tensor, then
     slices it: a coded stream is read whole). ``adapter`` makes the framework's arrays."""
@@ -379,12 +379,6 @@ class FstOpen:
         self._c = Container(filename, engine=engine, cache=cache)
         self._filename = self._c.path
         self._open_ = True
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
 
     def close(self):
         self._open_ = False
@@ -427,11 +421,6 @@ class FstOpen:
     def get_tensors(self, names=None, threads: int = 8) -> dict:
         names = self.offset_keys() if names is None else list(names)
         return {n: self.get_tensor(n) for n in names}
-
-    def get_slice(self, name):
-        from ._safe import _Slice
-        self._entry(name)
-        return _Slice(self, name)
 
     def read_box(self, name, box):
         x = self._open().entry(name)

@@ -89,7 +89,24 @@ def runs_of(shape, box, esize):
     return runs
 
 
-class SafeOpen:
+class Opened:
+    """What every ``safe_open`` handle shares: the context manager and lazy slices (the
+    handle gives ``_entry(name)``, ``read_box(name, box)``, ``_adapter``, ``_device``)."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def get_slice(self, name):
+        """A lazy view of tensor ``name``: ``get_shape()``, ``get_dtype()``, and ``[...]``
+        (basic indexing)."""
+        self._entry(name)
+        return _Slice(self, name)
+
+
+class SafeOpen(Opened):
     """A checkpoint held open: ``keys()``, ``metadata()``, ``get_tensor(name)``,
     ``get_slice(name)[...]``. ``adapter`` makes arrays for the framework."""
 
@@ -116,13 +133,6 @@ class SafeOpen:
         self._maps = {} if adapter.is_host(self._device) and engine == "auto" and not verify \
             else None
         self._engine_name, self._cache_name = engine, cache
-
-    # ---- the context manager ----
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
 
     def close(self):
         self._ck = None
@@ -236,12 +246,6 @@ class SafeOpen:
             return {n: self.get_tensor(n) for n in names}
         with ThreadPoolExecutor(max_workers=max(1, min(threads, len(names)))) as ex:
             return dict(zip(names, ex.map(self.get_tensor, names)))
-
-    def get_slice(self, name):
-        """A lazy view of tensor ``name``: ``get_shape()``, ``get_dtype()``, and ``[...]``
-        (basic indexing), which reads only the bytes the selection needs."""
-        self._entry(name)
-        return _Slice(self, name)
 
     def read_box(self, name, box):
         """The bytes of the box [(lo, hi)] of tensor ``name``, dense, in host memory (an

@@ -55,7 +55,7 @@ from torch.futures import Future
 
 from . import File, _C, _ckpt, cache_id, engine_id
 from ._safe import runs_of
-from .torch import _TO_ST, _st_shape
+from .torch import _TO_ST, _items
 
 __all__ = ["FastensorWriter", "FastensorReader", "consolidate"]
 
@@ -255,27 +255,19 @@ class FastensorWriter(_Directory, StorageWriter, AsyncStager):
         if len(set(names)) != len(names):  # one rank with two chunks of one tensor
             names = [f"{it.index.fqn}@{','.join(map(str, it.index.offset or ()))}"
                      for it in items]
-        entries, keep, sharding, devices = [], [], {}, set()
+        tensors, sharding = {}, {}
         for n, it in zip(names, items):
             t = planner.resolve_data(it).detach()
             if t.device.type not in ("cpu", "cuda"):
                 t = t.to("cpu")
-            if not t.is_contiguous():
-                t = t.contiguous()
             if t.dtype not in _TO_ST:
                 raise ValueError(f"{where}: item {it.index.fqn!r}: dtype {t.dtype} has no "
                                  "safetensors equivalent")
-            keep.append(t)
-            cuda = t.device.type == "cuda"
-            if cuda:
-                devices.add(t.device)
-            entries.append((n, _TO_ST[t.dtype], _st_shape(t), t.data_ptr(),
-                            t.numel() * t.element_size(), int(cuda),
-                            (t.device.index or 0) if cuda else 0))
+            tensors[n] = t.contiguous()
             offsets = it.tensor_data.chunk.offsets if it.tensor_data is not None else ()
             sharding[n] = {"saved_offsets": [int(o) for o in offsets]}
-        for d in devices:  # the bytes written are those after the stream's queued work
-            torch.cuda.current_stream(d).synchronize()
+        # DCP's items may share memory (tied weights): each is written, no safetensors check
+        entries, keep = _items(tensors, check=False)
         meta = {"format": "pt", _SHARDING_KEY: json.dumps(sharding), _VERSION_KEY: "1.0"}
         try:
             _ckpt.save(path, entries, meta, engine=self.engine, durable=self.sync_files,
@@ -358,10 +350,6 @@ class FastensorWriter(_Directory, StorageWriter, AsyncStager):
 
 
 # ---- the reader ----
-
-def _esize(dtype):
-    return torch.empty((), dtype=dtype).element_size()
-
 
 class FastensorReader(_Directory, StorageReader):
     """A DCP ``StorageReader`` for checkpoints of :class:`FastensorWriter` (and of DCP's
@@ -517,7 +505,7 @@ class _FileRead:
             if sizes is None:
                 raise ValueError(f"item {key[0]!r} at {list(key[1])}: no such chunk in the "
                                  "metadata")
-            esize = _esize(dtype)
+            esize = dtype.itemsize
             if math.prod(sizes) * esize != info.length:
                 raise ValueError(f"item {key[0]!r}: the metadata gives {info.length} bytes "
                                  f"for a chunk of {list(sizes)} {dtype}")

@@ -129,8 +129,12 @@ def _st_shape(t):
     return shape
 
 
-def _items(tensors):
-    _check_for_save(tensors)
+def _items(tensors, check=True):
+    """(items for the library's save, tensors to keep alive) of ``tensors``, checked by
+    safetensors' rules unless the caller has (``check`` False), after the queued work of
+    each CUDA tensor's stream."""
+    if check:
+        _check_for_save(tensors)
     items, keep, devices = [], [], set()
     for name, t in tensors.items():
         h = t.detach()
@@ -167,9 +171,9 @@ def _save(tensors, filename, metadata, engine, shard_size, cache, compression):
         return
     if shard_size is not None:
         raise ValueError("a .fst container is one file: shard_size does not apply")
-    _check_for_save(tensors)
+    _check_for_save(tensors)  # (on the caller's tensors: host copies share nothing)
     host = {k: v.detach().cpu() for k, v in tensors.items()}  # (the codec runs on the host)
-    items, keep = _items(host)
+    items, keep = _items(host, check=False)
     _fst.save(filename, [it[:5] for it in items], _with_format(metadata),
               compression=compression, engine=engine, cache=cache)
 
