@@ -36,7 +36,12 @@ OLD_GLIBC_LIBS := -Wl,--push-state,--no-as-needed -l:libpthread.so.0 -l:libdl.so
 LIBS := $(URING_LIBS) -ljansson -ldl -lpthread $(OLD_GLIBC_LIBS) -lm
 
 LIB_SRC := $(wildcard src/base/*.c src/core/*.c src/engine/*.c src/ckpt/*.c src/select/*.c src/gpu/*.c src/store/*.c)
-LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
+LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o) $(BUILD)/src/ckpt/codec_fatbin.o
+# The codec's GPU decoder, built where nvcc exists (SASS for sm_80 and sm_90, PTX for newer
+# GPUs), embedded in the library; without nvcc it is empty and GPU decodes say so.
+NVCC ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
+NVCC_ARCH := -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
+	-gencode arch=compute_80,code=compute_80
 CLI_SRC := $(wildcard tools/*.c)
 CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/%.o)
 TEST_SRC := $(wildcard tests/test_*.c)
@@ -54,6 +59,14 @@ cli: $(BUILD)/fastensor
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	@echo "  CC $<"; $(CC) $(ALL_CFLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/src/ckpt/codec_kernel.fatbin: src/ckpt/codec_kernel.cu src/ckpt/codec_dev.h
+	@mkdir -p $(dir $@)
+	@if [ -n "$(NVCC)" ]; then echo "  NVCC $<"; $(NVCC) -fatbin $(NVCC_ARCH) -O3 -o $@ $<; \
+	else echo "  (no nvcc: no GPU decoder)"; : > $@; fi
+
+$(BUILD)/src/ckpt/codec_fatbin.o: src/ckpt/codec_fatbin.S $(BUILD)/src/ckpt/codec_kernel.fatbin
+	@echo "  AS $<"; $(CC) -c -DFATBIN='"$(BUILD)/src/ckpt/codec_kernel.fatbin"' $< -o $@
 
 -include $(wildcard $(BUILD)/src/*/*.d $(BUILD)/tools/*.d $(BUILD)/tests/*.d)
 

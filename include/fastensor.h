@@ -699,6 +699,30 @@ int64_t ft_codec_size(const void *src, size_t len);
  */
 int64_t ft_codec_decode(ft_ctx *ctx, const void *src, size_t len, void *dst, size_t cap);
 
+/** One stream for ft_codec_decode_cuda. */
+typedef struct ft_codec_job {
+    const void *src;     /**< the stream in host memory (its headers are checked there) */
+    size_t len;          /**< its bytes */
+    const void *src_dev; /**< the same bytes already in the device's memory, or NULL: they
+                              are copied there from @p src (pinned memory copies fastest) */
+    void *dst;           /**< device memory for the decoded bytes */
+    size_t cap;          /**< room at @p dst (at least the decoded size) */
+} ft_codec_job;
+
+/**
+ * Decode @p n streams into memory of CUDA device @p device on its GPU: the host checks each
+ * stream's structure (-EBADMSG naming the stream and block, nothing written), the streams'
+ * bytes go to device memory in one pass, and one kernel decodes every block of every stream
+ * (a warp per block). Ordered after the work queued on @p stream (a CUstream of that device;
+ * NULL: the legacy default stream), and done when this returns. Block checksums are not
+ * checked on the GPU (ft_codec_decode checks them on the host).
+ * @return the decoded bytes of all streams, or -errno: -ENOSYS where the library was built
+ * without nvcc or the driver cannot load its kernel, -ENODEV without CUDA, -EINVAL where a
+ * @p dst is not memory of @p device, -EBADMSG, -ENOSPC, -ENOMEM.
+ */
+int64_t ft_codec_decode_cuda(ft_ctx *ctx, const ft_codec_job *jobs, size_t n, int device,
+                             void *stream);
+
 /* ------------------------------------------------------------------------------------------
  * Spill store: tensors parked on local storage and brought back (activation offload)
  * ---------------------------------------------------------------------------------------- */

@@ -1,9 +1,12 @@
 /*
  * The tensor codec (ft_codec_*): byte-exact round trips of every float width with realistic
  * (normal) values, special values, incompressible and constant data, edge sizes and block
- * sizes; its ratio on weights; bad arguments; corrupt streams decoded without harm.
+ * sizes; its ratio on weights; bad arguments; corrupt streams decoded without harm. Every
+ * round trip is also decoded by the GPU decoder's lane code run on the CPU
+ * (ft__codec_decode_lanes: the kernel's logic), at aligned and unaligned destinations.
  */
 #include "testlib.h"
+#include "../src/ckpt/ckpt.h"
 
 #include <errno.h>
 #include <math.h>
@@ -93,6 +96,17 @@ static void round_trip(const void *src, size_t nbytes, unsigned e, uint32_t bloc
     T_EQ(ft_codec_decode(ctx, enc, (size_t)n, dec, nbytes), (int64_t)nbytes);
     T_MEMEQ(dec, src, nbytes);
     T_EQ(dec[nbytes], 0xa5); /* nothing past the end */
+    /* the GPU decoder's lanes: 16-byte aligned (whole elements stored at once) and not */
+    uint8_t *lanes = aligned_alloc(64, ((nbytes + 4 + 63) / 64) * 64);
+    for (size_t shift = 0; shift < 4; shift += 3) {
+        memset(lanes, 0x5a, nbytes + 4);
+        T_EQ(ft__codec_decode_lanes(enc, (size_t)n, lanes + shift, nbytes), (int64_t)nbytes);
+        T_MEMEQ(lanes + shift, src, nbytes);
+        T_EQ(lanes[shift + nbytes], 0x5a);
+        if (shift)
+            T_EQ(lanes[0], 0x5a);
+    }
+    free(lanes);
     free(enc);
     free(dec);
     last_ratio = nbytes ? (double)n / (double)nbytes : 1.0;
@@ -285,12 +299,32 @@ static void case_corrupt_streams(void)
         else
             T_EQ(r, -EBADMSG);
         refused += r < 0;
+        /* the GPU decoder's host checks and lanes: refused, or decoded (its checksums are
+         * not checked on the GPU), never out of bounds */
+        r = ft__codec_decode_lanes(bad, (size_t)len, out, n);
+        T_TRUE(r == (int64_t)n || r == -EBADMSG);
     }
     printf("  %u of 400 corrupted streams refused\n", refused);
     free(enc);
     free(bad);
     free(out);
     free(w);
+}
+
+/* Without a CUDA driver, ft_codec_decode_cuda says why (test_gpu.c decodes on the GPU). */
+static void case_gpu_decode_without_cuda(void)
+{
+    const char *why;
+    if (ft_cuda_available(&why)) {
+        printf("  CUDA is here: test_gpu decodes on the GPU\n");
+        return;
+    }
+    uint8_t src[256] = {0}, enc[1024], out[256];
+    int64_t n = ft_codec_encode(ctx, src, sizeof src, 2, 0, 0, enc, sizeof enc);
+    T_TRUE(n > 0);
+    ft_codec_job job = {enc, (size_t)n, NULL, out, sizeof out};
+    T_EQ(ft_codec_decode_cuda(ctx, &job, 1, 0, NULL), -ENODEV);
+    T_TRUE(strstr(ft_last_error(), "GPU") != NULL);
 }
 
 int main(void)
@@ -306,6 +340,7 @@ int main(void)
         {"FT_CODEC_STORE: raw planes, checksummed", case_store},
         {"bad arguments, truncated and foreign streams", case_bad_arguments},
         {"corrupt streams decode without harm", case_corrupt_streams},
+        {"GPU decoding without CUDA", case_gpu_decode_without_cuda},
     };
     int rc = t_run(cases, sizeof cases / sizeof *cases);
     ft_ctx_destroy(ctx);

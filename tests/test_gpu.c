@@ -695,6 +695,114 @@ static void host_only_work(void)
     free(b);
 }
 
+/* @p n bytes of weight-like elements of @p e bytes: normal values, their top bytes skewed */
+static void *codec_weights(size_t n, unsigned e, uint64_t seed)
+{
+    uint8_t *b = malloc(n + 1);
+    uint64_t x = seed * 0x9e3779b97f4a7c15ull + 1;
+    for (size_t i = 0; i < n; i += e) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        float f = (float)((double)(int64_t)(x >> 1) / 9.2e18 * 0.05);
+        double d = f;
+        uint32_t u;
+        memcpy(&u, &f, 4);
+        uint8_t el[8];
+        if (e == 8)
+            memcpy(el, &d, 8);
+        else if (e == 4)
+            memcpy(el, &u, 4);
+        else if (e == 2)
+            el[0] = (uint8_t)(u >> 16), el[1] = (uint8_t)(u >> 24);
+        else
+            el[0] = (uint8_t)(u >> 24 | ((u >> 20) & 7));
+        memcpy(b + i, el, FT__MIN((size_t)e, n - i));
+    }
+    return b;
+}
+
+/* ft_codec_decode_cuda byte for byte against the source (and so against the host decoder):
+ * element widths, sizes around the block and lane edges, stored and constant planes, several
+ * streams in one call, destinations unaligned, streams already on the device; bad input. */
+static void case_codec_decode(void)
+{
+    const size_t sizes[] = {0, 2, 64, 1000, 4096 * 8 + 8, (1u << 20) + 24, (5u << 20) / 2};
+    const unsigned widths[] = {1, 2, 4, 8};
+    enum { JOBS = 4 * 7 };
+    ft_codec_job jobs[JOBS];
+    void *srcs[JOBS], *encs[JOBS];
+    size_t total = 0, nj = 0;
+    for (unsigned w = 0; w < 4; w++)
+        for (unsigned s = 0; s < 7; s++)
+            total += sizes[s] + 64;
+    uint8_t *dev;
+    T_EQ(ft_cuda_alloc(0, total, (void **)&dev), 0);
+    size_t at = 0;
+    for (unsigned w = 0; w < 4; w++)
+        for (unsigned s = 0; s < 7; s++, nj++) {
+            unsigned e = widths[w];
+            size_t n = sizes[s] - sizes[s] % e;
+            srcs[nj] = codec_weights(n, e, nj);
+            if (s == 3)
+                memset(srcs[nj], 0x3c, n); /* constant planes */
+            size_t cap = ft_codec_bound(n, e, s == 4 ? 4096 : 0);
+            encs[nj] = malloc(cap);
+            int64_t len = ft_codec_encode(ctx, srcs[nj], n, e, s == 4 ? 4096 : 0,
+                                          s == 5 && e == 2 ? FT_CODEC_STORE : 0, encs[nj], cap);
+            T_TRUE(len >= 0);
+            size_t mis = nj % 3 == 0 ? 0 : nj % 3 == 1 ? 2 : 33; /* 16-aligned and not */
+            jobs[nj] = (ft_codec_job){encs[nj], (size_t)len, NULL, dev + at + mis, n};
+            at += sizes[s] + 64;
+        }
+    int64_t want = 0;
+    for (size_t j = 0; j < nj; j++)
+        want += (int64_t)jobs[j].cap;
+    int64_t got = ft_codec_decode_cuda(ctx, jobs, nj, 0, NULL);
+    if (got != want)
+        T_FAIL("ft_codec_decode_cuda: %lld (want %lld): %s", (long long)got, (long long)want,
+               ft_last_error());
+    for (size_t j = 0; j < nj; j++) {
+        uint8_t *back = malloc(jobs[j].cap + 1);
+        T_EQ(ft_cuda_copy(back, jobs[j].dst, jobs[j].cap), 0);
+        T_MEMEQ(back, srcs[j], jobs[j].cap);
+        free(back);
+    }
+    /* a stream already on the device */
+    uint8_t *sdev;
+    T_EQ(ft_cuda_alloc(0, jobs[26].len, (void **)&sdev), 0);
+    T_EQ(ft_cuda_copy(sdev, jobs[26].src, jobs[26].len), 0);
+    ft_codec_job one = jobs[26];
+    one.src_dev = sdev;
+    T_EQ(ft_codec_decode_cuda(ctx, &one, 1, 0, NULL), (int64_t)one.cap);
+    uint8_t *back = malloc(one.cap);
+    T_EQ(ft_cuda_copy(back, one.dst, one.cap), 0);
+    T_MEMEQ(back, srcs[26], one.cap);
+    free(back);
+    ft_cuda_free(sdev);
+    /* bad input: host memory as the destination, a corrupt block table, too little room */
+    uint8_t host[64];
+    ft_codec_job bad = jobs[9];
+    bad.dst = host;
+    T_EQ(ft_codec_decode_cuda(ctx, &bad, 1, 0, NULL), -EINVAL);
+    bad = jobs[27];
+    uint8_t *copy = malloc(bad.len);
+    memcpy(copy, bad.src, bad.len);
+    copy[24] ^= 0xff; /* the first block's end */
+    bad.src = copy;
+    T_EQ(ft_codec_decode_cuda(ctx, &bad, 1, 0, NULL), -EBADMSG);
+    T_TRUE(strstr(ft_last_error(), "stream 0: codec: block 0") != NULL);
+    bad = jobs[27];
+    bad.cap--;
+    T_EQ(ft_codec_decode_cuda(ctx, &bad, 1, 0, NULL), -ENOSPC);
+    free(copy);
+    for (size_t j = 0; j < nj; j++) {
+        free(srcs[j]);
+        free(encs[j]);
+    }
+    ft_cuda_free(dev);
+}
+
 int main(void)
 {
     t_name = "host-only work leaves CUDA uninitialised";
@@ -735,6 +843,7 @@ int main(void)
         {"AUTO in trial slices into device memory", case_auto_slices},
         {"cachedma: page-cache DMA against staging, faults, shrinking file, refusal",
          case_cachedma},
+        {"codec streams decoded on the GPU", case_codec_decode},
     };
     int rc = t_run(cases, sizeof cases / sizeof *cases);
     ft_ctx_destroy(ctx);

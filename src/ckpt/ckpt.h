@@ -183,4 +183,19 @@ int ft__after_commit(ft_ctx *ctx, ft__ckpt_name *n, bool sharded, const char *co
  * dtype), -EOVERFLOW, or -EDOM (packed elements that do not fill whole bytes). */
 int ft__tensor_bytes(ft_dtype d, const uint64_t *shape, unsigned ndim, uint64_t *bytes);
 
+/* ---- codec (codec.c, codec_gpu.c) ---- */
+struct ftz_block;
+/**
+ * Check the codec stream @p src (@p len bytes) as a GPU decode reads it and describe its
+ * blocks in @p out (NULL: only the header is checked and the blocks counted): block
+ * addresses from @p src_addr (where the stream's bytes will be) and @p dst_addr (its decoded
+ * bytes). *max_huff, with @p out: raised to the most coded planes of one of its blocks (the
+ * caller starts it at 0; the kernel's shared memory holds that many tables). @return the number of blocks, or -EBADMSG
+ * (with a message naming the block), -ENOSPC (@p cap below the decoded size), -ENOTSUP.
+ */
+int64_t ft__codec_plan(const void *src, size_t len, uint64_t src_addr, uint64_t dst_addr,
+                       size_t cap, struct ftz_block *out, unsigned *max_huff);
+/** Decode the stream as the GPU kernel would, lane by lane, on the CPU (tests). */
+int64_t ft__codec_decode_lanes(const void *src, size_t len, void *dst, size_t cap);
+
 #endif

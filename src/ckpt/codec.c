@@ -5,19 +5,25 @@
  * information; the mantissa bytes are close to random. So each block of elements is split
  * into its byte planes (plane k: byte k of every element, little-endian) and each plane is
  * stored the cheapest of three ways: raw, as one repeated byte, or Huffman-coded (canonical
- * code, lengths at most 12 bits, four interleaved bit streams so that a decoder keeps four
- * table lookups in flight). Blocks are independent: they encode and decode in parallel, and
- * a reader can decode a block range alone.
+ * code, lengths at most 12 bits, S bit streams per plane: a CPU decoder keeps four table
+ * lookups in flight, a GPU decoder gives each stream to one lane of a warp, and the streams
+ * of the planes of one element range line up, so a lane assembles whole elements). Blocks
+ * are independent: they encode and decode in parallel, and a reader can decode a block range
+ * alone.
  *
  * Stream (little-endian):
- *   "FTZ1", u8 elem_size, u8 version (1), u16 0, u64 decoded bytes, u32 block bytes,
- *   u32 blocks, per block u64 end (from the end of this table) and u64 xxh3-64 of its
- *   decoded bytes (checked by every decode), then the blocks.
- * Block: per plane, u8 mode; raw: the plane's bytes; const: u8 value; huff: 128 bytes of
- *   4-bit code lengths (symbol 2i in the low nibble of byte i), u32 size of each of the four
- *   streams, the streams (MSB first, each padded to a byte).
+ *   "FTZ1", u8 elem_size, u8 version (2; 1 is still read), u8 S (streams per coded plane:
+ *   32; version 1: 0, meaning 4), u8 0, u64 decoded bytes, u32 block bytes, u32 blocks, per
+ *   block u64 end (from the end of this table) and u64 xxh3-64 of its decoded bytes (checked
+ *   by every host decode), then the blocks.
+ * Block of n elements: per plane, u8 mode; raw: the plane's bytes; const: u8 value; huff: 128
+ *   bytes of 4-bit code lengths (symbol 2i in the low nibble of byte i), u32 size of each of
+ *   the S streams, the streams (MSB first, each padded to a byte). Stream j holds the symbols
+ *   of elements [min(n, q j), min(n, q (j + 1))), q = ceil(n / S) rounded up to a multiple of
+ *   8 (version 1: not rounded).
  */
 #include "ckpt.h"
+#include "codec_dev.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -31,7 +37,8 @@
 #define MODE_RAW 0
 #define MODE_CONST 1
 #define MODE_HUFF 2
-#define HUFF_HEAD (128 + 16)
+#define STREAMS 32   /* streams per coded plane, as written */
+#define HUFF_HEAD(S) (128 + 4 * (size_t)(S))
 #define ENTRY 16 /* a block's entry in the table: end, checksum */
 
 static void put32(uint8_t *p, uint32_t v)
@@ -44,6 +51,42 @@ static void put64(uint8_t *p, uint64_t v)
 {
     for (int i = 0; i < 8; i++)
         p[i] = (uint8_t)(v >> (8 * i));
+}
+
+/* ---- per-thread scratch ----
+ * A block's planes need a buffer of about the block's size. malloc gives buffers that large
+ * straight from mmap and munmaps them on free, so each block would fault in fresh pages (and
+ * in a VM that costs more than coding it): each thread keeps one buffer instead. */
+
+static pthread_key_t scratch_key;
+static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
+
+typedef struct scratch_buf {
+    size_t cap;
+    uint8_t data[];
+} scratch_buf;
+
+static void scratch_make_key(void)
+{
+    pthread_key_create(&scratch_key, free);
+}
+
+/* This thread's scratch of at least @p n bytes, or NULL (no memory). Valid until the next
+ * call on this thread. */
+static uint8_t *scratch_get(size_t n)
+{
+    pthread_once(&scratch_once, scratch_make_key);
+    scratch_buf *s = pthread_getspecific(scratch_key);
+    if (s && s->cap >= n)
+        return s->data;
+    scratch_buf *grown = malloc(sizeof *grown + n);
+    if (!grown || pthread_setspecific(scratch_key, grown) != 0) {
+        free(grown);
+        return NULL;
+    }
+    free(s);
+    grown->cap = n;
+    return grown->data;
 }
 
 static uint32_t get32(const uint8_t *p)
@@ -189,12 +232,15 @@ static void bw_flush(bitw *w)
     }
 }
 
-static void split4(size_t n, size_t seg[5])
+/* The element ranges of the @p S streams of a plane of @p n elements: seg[j], seg[j + 1]. */
+static void split(size_t n, unsigned S, bool round8, size_t seg[STREAMS + 1])
 {
-    size_t q = (n + 3) / 4;
-    for (int i = 0; i < 4; i++)
+    size_t q = (n + S - 1) / S;
+    if (round8)
+        q = (q + 7) & ~(size_t)7;
+    for (unsigned i = 0; i < S; i++)
         seg[i] = FT__MIN(n, q * (size_t)i);
-    seg[4] = n;
+    seg[S] = n;
 }
 
 /* Encode plane @p s (@p n bytes) into @p out (room for n bytes: it is kept only when smaller
@@ -227,7 +273,7 @@ static size_t encode_plane(const uint8_t *s, size_t n, uint8_t *out, bool store)
         out[1] = s[0];
         return 2;
     }
-    if (used == 0 || n <= 1 + HUFF_HEAD) {
+    if (used == 0 || n <= 1 + HUFF_HEAD(STREAMS)) {
         out[0] = MODE_RAW;
         memcpy(out + 1, s, n);
         return 1 + n;
@@ -239,7 +285,7 @@ static size_t encode_plane(const uint8_t *s, size_t n, uint8_t *out, bool store)
     uint64_t bits = 0;
     for (unsigned v = 0; v < 256; v++)
         bits += count[v] * len[v];
-    if (1 + HUFF_HEAD + bits / 8 + 4 >= n) { /* no gain: raw */
+    if (1 + HUFF_HEAD(STREAMS) + bits / 8 + STREAMS >= n) { /* no gain: raw */
         out[0] = MODE_RAW;
         memcpy(out + 1, s, n);
         return 1 + n;
@@ -247,10 +293,10 @@ static size_t encode_plane(const uint8_t *s, size_t n, uint8_t *out, bool store)
     out[0] = MODE_HUFF;
     for (unsigned i = 0; i < 128; i++)
         out[1 + i] = (uint8_t)(len[2 * i] | len[2 * i + 1] << 4);
-    uint8_t *sizes = out + 1 + 128, *at = out + 1 + HUFF_HEAD, *end = out + 1 + n;
-    size_t seg[5];
-    split4(n, seg);
-    for (int k = 0; k < 4; k++) {
+    uint8_t *sizes = out + 1 + 128, *at = out + 1 + HUFF_HEAD(STREAMS), *end = out + 1 + n;
+    size_t seg[STREAMS + 1];
+    split(n, STREAMS, true, seg);
+    for (int k = 0; k < STREAMS; k++) {
         bitw w = {at, end, 0, 0, 0};
         for (size_t i = seg[k]; i < seg[k + 1]; i++)
             bw_put(&w, code[s[i]], len[s[i]]);
@@ -294,11 +340,10 @@ static int64_t encode_block(void *arg, unsigned b)
     size_t len = (size_t)FT__MIN((uint64_t)j->block, j->nbytes - off);
     size_t n = len / j->esize;
     const uint8_t *src = j->src + off;
-    uint8_t *plane = malloc(n ? n : 1);
+    uint8_t *plane = scratch_get(n ? n : 1);
     uint8_t *out = j->room ? j->room + (uint64_t)b * block_room(j, b)
                            : malloc(j->esize * (n + 1) + 1);
     if (!plane || !out) {
-        free(plane);
         if (!j->room)
             free(out);
         return -ENOMEM;
@@ -320,7 +365,6 @@ static int64_t encode_block(void *arg, unsigned b)
         }
         at += encode_plane(plane, n, out + at, j->store);
     }
-    free(plane);
     if (!j->room)
         j->bufs[b] = out;
     j->sizes[b] = at;
@@ -393,8 +437,9 @@ int64_t ft_codec_encode(ft_ctx *ctx, const void *src, uint64_t nbytes, unsigned 
     uint8_t *d = dst;
     memcpy(d, MAGIC, 4);
     d[4] = (uint8_t)elem_size;
-    d[5] = 1;
-    d[6] = d[7] = 0;
+    d[5] = 2;
+    d[6] = STREAMS;
+    d[7] = 0;
     put64(d + 8, nbytes);
     put32(d + 16, block_bytes);
     put32(d + 20, nblocks);
@@ -455,10 +500,12 @@ static inline uint8_t br_sym(bitr *r, const uint16_t *table)
     return (uint8_t)e;
 }
 
-/* Decode a Huffman plane of @p n symbols from [p, end) into @p out. @return 0, -EBADMSG. */
-static int decode_huff(const uint8_t *p, const uint8_t *end, size_t n, uint8_t *out)
+/* Decode a Huffman plane of @p n symbols (@p S streams) from [p, end) into @p out.
+ * @return 0, -EBADMSG. */
+static int decode_huff(const uint8_t *p, const uint8_t *end, size_t n, unsigned S, bool round8,
+                       uint8_t *out)
 {
-    if (end - p < HUFF_HEAD)
+    if ((size_t)(end - p) < HUFF_HEAD(S))
         return -EBADMSG;
     uint8_t len[256];
     for (unsigned i = 0; i < 128; i++) {
@@ -480,40 +527,47 @@ static int decode_huff(const uint8_t *p, const uint8_t *end, size_t n, uint8_t *
             for (unsigned i = lo; i < hi; i++)
                 table[i] = (uint16_t)(s | len[s] << 8);
         }
-    const uint8_t *at = p + HUFF_HEAD;
-    bitr r[4];
-    size_t seg[5];
-    split4(n, seg);
-    for (int k = 0; k < 4; k++) {
+    const uint8_t *at = p + HUFF_HEAD(S);
+    bitr r[STREAMS];
+    size_t seg[STREAMS + 1];
+    split(n, S, round8, seg);
+    for (unsigned k = 0; k < S; k++) {
         uint32_t sz = get32(p + 128 + 4 * k);
         if ((size_t)(end - at) < sz)
             return -EBADMSG;
         r[k] = (bitr){0, 0, at, at + sz};
         at += sz;
     }
-    /* four streams in step while every one has four symbols left (the last ones may be
-     * shorter) */
-    size_t i = 0, common = seg[1] - seg[0];
-    for (int k = 1; k < 4; k++)
-        common = FT__MIN(common, seg[k + 1] - seg[k]);
-    uint8_t *o0 = out + seg[0], *o1 = out + seg[1], *o2 = out + seg[2], *o3 = out + seg[3];
-    for (; i + 4 <= common; i += 4) {
-        br_refill(&r[0]);
-        br_refill(&r[1]);
-        br_refill(&r[2]);
-        br_refill(&r[3]);
-        for (int t = 0; t < 4; t++) {
-            o0[i + t] = br_sym(&r[0], table);
-            o1[i + t] = br_sym(&r[1], table);
-            o2[i + t] = br_sym(&r[2], table);
-            o3[i + t] = br_sym(&r[3], table);
+    /* four streams in step while each of them has four symbols left (the last ones may be
+     * shorter), then the rest of each */
+    for (unsigned g = 0; g < S; g += 4) {
+        size_t i = 0;
+        if (g + 4 <= S) {
+            size_t common = seg[g + 1] - seg[g];
+            for (unsigned k = g + 1; k < g + 4; k++)
+                common = FT__MIN(common, seg[k + 1] - seg[k]);
+            bitr *r0 = &r[g], *r1 = &r[g + 1], *r2 = &r[g + 2], *r3 = &r[g + 3];
+            uint8_t *o0 = out + seg[g], *o1 = out + seg[g + 1], *o2 = out + seg[g + 2],
+                    *o3 = out + seg[g + 3];
+            for (; i + 4 <= common; i += 4) {
+                br_refill(r0);
+                br_refill(r1);
+                br_refill(r2);
+                br_refill(r3);
+                for (int t = 0; t < 4; t++) {
+                    o0[i + t] = br_sym(r0, table);
+                    o1[i + t] = br_sym(r1, table);
+                    o2[i + t] = br_sym(r2, table);
+                    o3[i + t] = br_sym(r3, table);
+                }
+            }
         }
+        for (unsigned k = g; k < FT__MIN(g + 4, S); k++)
+            for (size_t m = seg[k] + i; m < seg[k + 1]; m++) {
+                br_refill(&r[k]);
+                out[m] = br_sym(&r[k], table);
+            }
     }
-    for (int k = 0; k < 4; k++)
-        for (size_t m = seg[k] + i; m < seg[k + 1]; m++) {
-            br_refill(&r[k]);
-            out[m] = br_sym(&r[k], table);
-        }
     return 0;
 }
 
@@ -552,6 +606,8 @@ typedef struct {
     uint64_t nbytes;
     unsigned esize;
     uint32_t block;
+    unsigned streams; /* per coded plane */
+    bool round8;      /* stream ranges rounded to 8 elements (version 2) */
 } dec_job;
 
 static int64_t decode_block(void *arg, unsigned b)
@@ -577,7 +633,7 @@ static int64_t decode_block(void *arg, unsigned b)
             goto out;
         }
         mode[k] = *p++;
-        if (mode[k] != MODE_RAW && !scratch && !(scratch = malloc(n * e + 1))) {
+        if (mode[k] != MODE_RAW && !scratch && !(scratch = scratch_get(n * e + 1))) {
             rc = -ENOMEM;
             goto out;
         }
@@ -597,12 +653,12 @@ static int64_t decode_block(void *arg, unsigned b)
             p += n;
         } else if (mode[k] == MODE_HUFF) {
             uint8_t *o = scratch + n * k;
-            if ((rc = decode_huff(p, end, n, o)) < 0)
+            if ((rc = decode_huff(p, end, n, j->streams, j->round8, o)) < 0)
                 goto out;
-            uint32_t total = 0;
-            for (int s = 0; s < 4; s++)
+            uint64_t total = 0;
+            for (unsigned s = 0; s < j->streams; s++)
                 total += get32(p + 128 + 4 * s);
-            p += HUFF_HEAD + total;
+            p += HUFF_HEAD(j->streams) + total;
             plane[k] = o;
         } else {
             rc = -EBADMSG;
@@ -617,7 +673,6 @@ static int64_t decode_block(void *arg, unsigned b)
     if (ft__csum(dst, len) != get64(j->ends + ENTRY * (size_t)b + 8))
         rc = -EILSEQ; /* decoded, but not the bytes that were encoded */
 out:
-    free(scratch);
     return rc;
 }
 
@@ -626,9 +681,12 @@ static int parse_head(const uint8_t *s, size_t len, dec_job *j, uint32_t *nblock
 {
     if (len < HEAD || memcmp(s, MAGIC, 4) != 0)
         return ft__err(-EBADMSG, "codec: not a fastensor codec stream (no FTZ1 magic)");
-    if (s[5] != 1 || s[6] || s[7])
-        return ft__err(-EBADMSG, "codec: stream version %u.%u.%u (this library reads 1.0.0)",
-                       s[5], s[6], s[7]);
+    if (!((s[5] == 1 && s[6] == 0) || (s[5] == 2 && s[6] >= 1 && s[6] <= STREAMS)) || s[7])
+        return ft__err(-EBADMSG, "codec: stream version %u, %u streams, flags %u (this library "
+                       "reads versions 1 and 2 with at most %u streams)", s[5], s[6], s[7],
+                       STREAMS);
+    j->streams = s[5] == 1 ? 4 : s[6];
+    j->round8 = s[5] == 2;
     j->esize = s[4];
     j->nbytes = get64(s + 8);
     j->block = get32(s + 16);
@@ -689,4 +747,92 @@ int64_t ft_codec_decode(ft_ctx *ctx, const void *src, size_t len, void *dst, siz
         }
     free(results);
     return (int64_t)j.nbytes;
+}
+
+/* ---- the GPU decoder's view (codec_dev.h, codec_gpu.c) ---- */
+
+int64_t ft__codec_plan(const void *src, size_t len, uint64_t src_addr, uint64_t dst_addr,
+                       size_t cap, ftz_block *out, unsigned *max_huff)
+{
+    dec_job j;
+    uint32_t nblocks;
+    int rc = parse_head(src, len, &j, &nblocks);
+    if (rc < 0)
+        return rc;
+    if (cap < j.nbytes)
+        return ft__err(-ENOSPC, "codec: %zu bytes of room for %llu decoded bytes", cap,
+                       (unsigned long long)j.nbytes);
+    if (j.streams > FTZ_LANES)
+        return ft__err(-ENOTSUP, "codec: %u streams per plane (the GPU decoder takes %u)",
+                       j.streams, FTZ_LANES);
+    if (!out)
+        return nblocks;
+    uint64_t table = (uint64_t)(j.blocks - (const uint8_t *)src);
+    for (uint32_t b = 0; b < nblocks; b++) {
+        uint64_t start = b ? get64(j.ends + ENTRY * ((size_t)b - 1)) : 0;
+        uint64_t stop = get64(j.ends + ENTRY * (size_t)b);
+        if (start > stop || stop > j.data_len)
+            return ft__err(-EBADMSG, "codec: block %u of %u is corrupt (its end)", b, nblocks);
+        const uint8_t *base = j.blocks + start, *p = base, *end = j.blocks + stop;
+        uint64_t off = (uint64_t)b * j.block;
+        size_t n = (size_t)FT__MIN((uint64_t)j.block, j.nbytes - off) / j.esize;
+        size_t seg[STREAMS + 1];
+        split(n, j.streams, j.round8, seg);
+        ftz_block *d = &out[b];
+        memset(d, 0, sizeof *d);
+        d->src = src_addr + table + start;
+        d->dst = dst_addr + off;
+        d->n = (uint32_t)n;
+        d->q = (uint32_t)(j.streams > 1 ? seg[1] : n);
+        d->esize = (uint8_t)j.esize;
+        d->streams = (uint8_t)j.streams;
+        d->wide = j.round8 && d->dst % 16 == 0;
+        unsigned huff = 0;
+        for (unsigned k = 0; k < j.esize; k++) {
+            if (p >= end)
+                goto bad;
+            d->mode[k] = *p++;
+            d->off[k] = (uint32_t)(p - base);
+            if (d->mode[k] == MODE_CONST) {
+                if (p >= end)
+                    goto bad;
+                d->value[k] = *p++;
+            } else if (d->mode[k] == MODE_RAW) {
+                if ((size_t)(end - p) < n)
+                    goto bad;
+                p += n;
+            } else if (d->mode[k] == MODE_HUFF) {
+                if ((size_t)(end - p) < HUFF_HEAD(j.streams))
+                    goto bad;
+                uint8_t len8[256];
+                uint16_t code[256];
+                for (unsigned i = 0; i < 128; i++) {
+                    len8[2 * i] = p[i] & 15;
+                    len8[2 * i + 1] = p[i] >> 4;
+                }
+                for (unsigned s = 0; s < 256; s++)
+                    if (len8[s] > MAXLEN)
+                        goto bad;
+                if (canonical(len8, code) < 0)
+                    goto bad;
+                uint64_t total = 0;
+                for (unsigned s = 0; s < j.streams; s++)
+                    total += get32(p + 128 + 4 * s);
+                if ((uint64_t)(end - p) - HUFF_HEAD(j.streams) < total)
+                    goto bad;
+                p += HUFF_HEAD(j.streams) + total;
+                huff++;
+            } else {
+                goto bad;
+            }
+        }
+        if (p != end)
+            goto bad;
+        if (huff > *max_huff)
+            *max_huff = huff;
+        continue;
+bad:
+        return ft__err(-EBADMSG, "codec: block %u of %u is corrupt", b, nblocks);
+    }
+    return nblocks;
 }

@@ -70,6 +70,14 @@ static void load(void)
     LOAD(EventQuery, NULL, "cuEventQuery");
     LOAD(GetErrorString, NULL, "cuGetErrorString");
 #undef LOAD
+#define LOAD_OPTIONAL(field, versioned, plain) *(void **)&ft__cu.field = sym(lib, versioned, plain);
+    LOAD_OPTIONAL(ModuleLoadData, NULL, "cuModuleLoadData");
+    LOAD_OPTIONAL(ModuleGetFunction, NULL, "cuModuleGetFunction");
+    LOAD_OPTIONAL(FuncSetAttribute, NULL, "cuFuncSetAttribute");
+    LOAD_OPTIONAL(LaunchKernel, NULL, "cuLaunchKernel");
+    LOAD_OPTIONAL(MemAllocAsync, NULL, "cuMemAllocAsync");
+    LOAD_OPTIONAL(MemFreeAsync, NULL, "cuMemFreeAsync");
+#undef LOAD_OPTIONAL
     CUresult r = ft__cu.Init(0);
     int count = 0;
     if (r != 0) {
@@ -218,6 +226,86 @@ void ft__cuda_leave(void)
 {
     CUcontext ignored;
     ft__cu.CtxPopCurrent(&ignored);
+}
+
+typedef struct kernel {
+    int device;
+    const void *image;
+    const char *name;
+    CUfunction fn;
+} kernel;
+
+#define MAX_KERNELS 64
+static kernel kernels[MAX_KERNELS];
+static unsigned nkernels;
+static CUmodule modules[MAX_KERNELS];
+static const void *module_image[MAX_KERNELS];
+static int module_device[MAX_KERNELS];
+static unsigned nmodules;
+static pthread_mutex_t kernel_lock = PTHREAD_MUTEX_INITIALIZER;
+
+int ft__cuda_function(int device, const void *image, const char *name, CUfunction *fn)
+{
+    if (!ft__cu.ModuleLoadData || !ft__cu.ModuleGetFunction || !ft__cu.LaunchKernel)
+        return ft__err(-ENOSYS, "the CUDA driver cannot load kernels (no cuModuleLoadData)");
+    int rc = 0;
+    pthread_mutex_lock(&kernel_lock);
+    for (unsigned i = 0; i < nkernels; i++)
+        if (kernels[i].device == device && kernels[i].image == image &&
+            strcmp(kernels[i].name, name) == 0) {
+            *fn = kernels[i].fn;
+            goto out;
+        }
+    CUmodule mod = NULL;
+    for (unsigned i = 0; i < nmodules; i++)
+        if (module_device[i] == device && module_image[i] == image)
+            mod = modules[i];
+    if (!mod) {
+        if (nmodules == MAX_KERNELS) {
+            rc = ft__err(-ENOMEM, "too many CUDA modules");
+            goto out;
+        }
+        CUresult r = ft__cu.ModuleLoadData(&mod, image);
+        if (r != 0) {
+            rc = ft__cuda_err(r, "cuModuleLoadData (fastensor's kernels)");
+            goto out;
+        }
+        modules[nmodules] = mod;
+        module_image[nmodules] = image;
+        module_device[nmodules++] = device;
+    }
+    if (nkernels == MAX_KERNELS) {
+        rc = ft__err(-ENOMEM, "too many CUDA kernels");
+        goto out;
+    }
+    CUresult r = ft__cu.ModuleGetFunction(fn, mod, name);
+    if (r != 0) {
+        rc = ft__cuda_err(r, "cuModuleGetFunction");
+        goto out;
+    }
+    kernels[nkernels++] = (kernel){device, image, name, *fn};
+out:
+    pthread_mutex_unlock(&kernel_lock);
+    return rc;
+}
+
+int ft__cuda_alloc(CUdeviceptr *ptr, size_t bytes, CUstream stream)
+{
+    CUresult r = ft__cu.MemAllocAsync ? ft__cu.MemAllocAsync(ptr, bytes, stream)
+                                      : ft__cu.MemAlloc(ptr, bytes);
+    return r ? ft__cuda_err(r, "allocating device memory") : 0;
+}
+
+void ft__cuda_free(CUdeviceptr ptr, CUstream stream)
+{
+    if (!ptr)
+        return;
+    if (ft__cu.MemFreeAsync) {
+        ft__cu.MemFreeAsync(ptr, stream);
+        return;
+    }
+    ft__cu.StreamSynchronize(stream);
+    ft__cu.MemFree(ptr);
 }
 
 int ft__cuda_event_after(int device, void *stream, void **event)

@@ -14,6 +14,8 @@ typedef unsigned long long CUdeviceptr;
 typedef struct CUctx_st *CUcontext;
 typedef struct CUstream_st *CUstream;
 typedef struct CUevent_st *CUevent;
+typedef struct CUmod_st *CUmodule;
+typedef struct CUfunc_st *CUfunction;
 
 enum {
     FT_CU_POINTER_ATTRIBUTE_CONTEXT = 1,
@@ -29,6 +31,7 @@ enum {
     FT_CU_MEMHOSTREGISTER_READ_ONLY = 8, /* the GPU only reads it: read-only pages may pin */
     FT_CU_ERROR_OUT_OF_MEMORY = 2,
     FT_CU_DEVICE_ATTRIBUTE_PCI_BUS_ID = 33,
+    FT_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8,
 };
 
 typedef struct ft__cuda_api {
@@ -64,6 +67,15 @@ typedef struct ft__cuda_api {
     CUresult (*EventSynchronize)(CUevent e);
     CUresult (*EventQuery)(CUevent e); /* 0 done, 600 (CUDA_ERROR_NOT_READY) pending */
     CUresult (*GetErrorString)(CUresult r, const char **s);
+    /* optional (NULL where the driver lacks them): kernels, stream-ordered allocation */
+    CUresult (*ModuleLoadData)(CUmodule *m, const void *image);
+    CUresult (*ModuleGetFunction)(CUfunction *f, CUmodule m, const char *name);
+    CUresult (*FuncSetAttribute)(CUfunction f, int attribute, int value);
+    CUresult (*LaunchKernel)(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                             unsigned by, unsigned bz, unsigned shared, CUstream s,
+                             void **params, void **extra);
+    CUresult (*MemAllocAsync)(CUdeviceptr *ptr, size_t bytes, CUstream s);
+    CUresult (*MemFreeAsync)(CUdeviceptr ptr, CUstream s);
 } ft__cuda_api;
 
 extern ft__cuda_api ft__cu;
@@ -102,6 +114,19 @@ int ft__cuda_pointer(const void *ptr, int *device, bool *pinned);
 /** *device = the CUDA device holding @p buf's memory (whatever kind it claims), -1 for
  * host memory. @return 0 or -errno. */
 int ft__buf_device(const ft_buf *buf, int *device);
+
+/**
+ * Function @p name of the module image @p image (fatbin, cubin or PTX, kept by the caller
+ * for the process's life) in @p device's primary context, which the caller has entered
+ * (ft__cuda_enter): loaded on first use, then kept. @return 0 and *fn, or -ENOSYS where the
+ * driver cannot load modules, -errno.
+ */
+int ft__cuda_function(int device, const void *image, const char *name, CUfunction *fn);
+
+/** Device memory for work queued on @p stream: stream-ordered where the driver has it. */
+int ft__cuda_alloc(CUdeviceptr *ptr, size_t bytes, CUstream stream);
+/** Free memory of ft__cuda_alloc once the work queued on @p stream so far is done. */
+void ft__cuda_free(CUdeviceptr ptr, CUstream stream);
 
 /** Make @p device's primary context current on this thread (pushed); pop with _leave. */
 int ft__cuda_enter(int device);

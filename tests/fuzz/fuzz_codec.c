@@ -1,6 +1,8 @@
-/* libFuzzer target: the tensor codec's decoder. Input: a stream (ft_codec_encode's format,
- * or anything); decoded into a buffer of its declared size (capped at 64 MiB). */
+/* libFuzzer target: the tensor codec's decoders. Input: a stream (ft_codec_encode's format,
+ * or anything); decoded into a buffer of its declared size (capped at 64 MiB) by the host
+ * decoder and by the GPU decoder's checks and lane code run on the CPU. */
 #include "fastensor.h"
+#include "../../src/ckpt/ckpt.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -20,6 +22,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     int64_t r = ft_codec_decode(ctx, data, size, out, (size_t)n);
     if (r >= 0 && r != n) /* a decode is all of it or an error */
+        __builtin_trap();
+    int64_t l = ft__codec_decode_lanes(data, size, out, (size_t)n);
+    if ((l >= 0 && l != n) || (r >= 0 && l < 0)) /* what the host decodes, the lanes do */
         __builtin_trap();
     free(out);
     return 0;
