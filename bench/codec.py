@@ -4,8 +4,12 @@ uncompressed bytes, host memory, all of the context's threads), and the disk's O
 ceiling in the same run, for the cold-load rate the codec would allow: min(decode, ceiling /
 ratio). With --dir, the first state dict is also saved (durable) as .safetensors and as a
 .fst container (compression="always") and loaded cold (a page-cache drop, a fresh process,
-host memory), the two interleaved per round: GB/s of the state dict's bytes; and what
-compression="auto" decides there (fastensor._fst.coding_pays, from its measured rates).
+into --device memory), the two interleaved per round with the raw O_DIRECT read of as many
+bytes and (for loads) the safetensors package where installed: GB/s of the state dict's
+bytes; and what compression="auto" decides there (fastensor._fst.coding_pays, from its
+measured rates). With --device cuda every state dict is also decoded on the GPU: all its
+streams in one ft_codec_decode_cuda call, from streams already in device memory (the
+kernel's rate, with the host's checks) and from pinned host memory (with the copy).
 
 State dicts (random init from a config, as the architectures ship it; no download):
   llama-bf16  a Llama-style decoder in bf16 (transformers' LlamaForCausalLM where installed,
@@ -15,6 +19,7 @@ State dicts (random init from a config, as the architectures ship it; no downloa
 
     PYTHONPATH=python .venv/bin/python bench/codec.py --size 2G --rounds 3 --dir /var/tmp \\
         --json docs/benchmarks/codec-dev.json
+    (scripts/gpu-check.sh --codec runs it with --device cuda on the GPU machine)
 """
 import argparse
 import json
@@ -59,7 +64,9 @@ def llama(size):
 def gpt2():
     from transformers import GPT2Config, GPT2LMHeadModel
     torch.manual_seed(0)
-    return {k: v.contiguous() for k, v in GPT2LMHeadModel(GPT2Config()).state_dict().items()}
+    # (the tied embedding and head cloned apart: a save refuses shared tensors)
+    return {k: v.clone().contiguous()
+            for k, v in GPT2LMHeadModel(GPT2Config()).state_dict().items()}
 
 
 def vit():
@@ -73,11 +80,14 @@ def floats(sd):
 
 
 def encode_all(sd):
+    """Each tensor's stream, in the blocks a .fst save uses (one tensor at a time: the codec
+    call's own rate)."""
+    from fastensor._fst import _BLOCK
     ctx, out = context(), {}
     for k, t in sd.items():
         n = t.numel() * t.element_size()
-        buf = torch.empty(_C.codec_bound(n, t.element_size(), 0), dtype=torch.uint8)
-        m = _C.codec_encode(ctx, t.data_ptr(), n, t.element_size(), 0, 0, buf.data_ptr(),
+        buf = torch.empty(_C.codec_bound(n, t.element_size(), _BLOCK), dtype=torch.uint8)
+        m = _C.codec_encode(ctx, t.data_ptr(), n, t.element_size(), _BLOCK, 0, buf.data_ptr(),
                             buf.numel())
         out[k] = buf[:m]
     return out
@@ -105,24 +115,41 @@ def raw_read_ceiling(path, nbytes):
 LOADER = r"""
 import sys, time, torch
 sys.path.insert(0, sys.argv[2])
-import fastensor.torch as ft
+path, device, tool = sys.argv[1], sys.argv[3], sys.argv[4]
+if device == "cuda":
+    torch.empty(1, device="cuda")  # the CUDA context is not the load's time
+if tool == "safetensors":
+    from safetensors.torch import load_file
+else:
+    from fastensor.torch import load_file
 t0 = time.perf_counter()
-sd = ft.load_file(sys.argv[1])
+sd = load_file(path, device=device)
 s = sum(int(v.reshape(-1).view(torch.uint8)[::4096].sum()) for v in sd.values() if v.numel())
+if device == "cuda":
+    torch.cuda.synchronize()
 print(time.perf_counter() - t0)
 """
 
 
-def save_and_load(sd, directory, rounds):
-    """Durable save and cold load of .safetensors and .fst, interleaved. {kind: [GB/s]}."""
+def save_and_load(sd, directory, rounds, device):
+    """Durable save and cold load of .safetensors and .fst, interleaved, beside the raw read
+    of as many bytes and the safetensors package's load. {kind: [GB/s]}."""
     import fastensor.torch as ft
+    try:
+        import safetensors  # noqa: F401
+        package = True
+    except ImportError:
+        package = False
     nbytes = sum(t.numel() * t.element_size() for t in sd.values())
     paths = {k: os.path.join(directory, f"codec-bench-{os.getpid()}{k}")
              for k in (".safetensors", ".fst")}
+    raw = os.path.join(directory, f"codec-bench-{os.getpid()}.raw")
     out = {f"save{k}": [] for k in paths}
-    out.update({f"cold load{k}": [] for k in paths})
+    loads = list(paths) + (["safetensors package"] if package else []) + ["raw read"]
+    out.update({f"cold load {k}": [] for k in loads})
     pydir = os.path.join(os.path.dirname(HERE), "python")
     try:
+        raw_io(raw, nbytes, True)
         for r in range(rounds):
             order = list(paths) if r % 2 == 0 else list(paths)[::-1]
             for k in order:
@@ -130,18 +157,52 @@ def save_and_load(sd, directory, rounds):
                 ft.save_file(sd, paths[k], compression="always") if k == ".fst" else \
                     ft.save_file(sd, paths[k])
                 out[f"save{k}"].append(nbytes / (time.perf_counter() - t0) / 1e9)
-            for k in order:
+            for k in loads if r % 2 == 0 else loads[::-1]:
                 if not drop_caches():
                     raise PermissionError(1, "cannot drop the page cache (not root)")
-                secs = float(subprocess.run([sys.executable, "-c", LOADER, paths[k], pydir],
-                                            capture_output=True, text=True,
+                if k == "raw read":
+                    done, secs = raw_io(raw, nbytes, False)
+                    out["cold load raw read"].append(done / secs / 1e9)
+                    continue
+                path = paths[".safetensors"] if k == "safetensors package" else paths[k]
+                tool = "safetensors" if k == "safetensors package" else "fastensor"
+                secs = float(subprocess.run([sys.executable, "-c", LOADER, path, pydir, device,
+                                             tool], capture_output=True, text=True,
                                             check=True).stdout.split()[-1])
-                out[f"cold load{k}"].append(nbytes / secs / 1e9)
+                out[f"cold load {k}"].append(nbytes / secs / 1e9)
     finally:
-        for p in paths.values():
+        for p in list(paths.values()) + [raw]:
             if os.path.exists(p):
                 os.unlink(p)
     return out
+
+
+def gpu_decode(sd, streams, rounds):
+    """All streams of a state dict decoded on the GPU in one call: (GB/s from device-resident
+    streams, GB/s from pinned host streams, bit-exact), GB/s of the decoded bytes."""
+    ctx = context()
+    dev = torch.cuda.current_device()
+    hosts = {k: s.pin_memory() for k, s in streams.items()}
+    on_dev = {k: s.cuda() for k, s in streams.items()}
+    outs = {k: torch.empty_like(v, device="cuda") for k, v in sd.items()}
+    nbytes = sum(t.numel() * t.element_size() for t in sd.values())
+
+    def jobs(resident):
+        return [(hosts[k].data_ptr(), hosts[k].numel(), outs[k].data_ptr(),
+                 outs[k].numel() * outs[k].element_size()) +
+                ((on_dev[k].data_ptr(),) if resident else ()) for k in sd]
+    rates = {True: [], False: []}
+    stream = torch.cuda.current_stream().cuda_stream
+    for _ in range(rounds + 1):  # (the first: the module's load)
+        for resident in (True, False):
+            j = jobs(resident)
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            _C.codec_decode_cuda(ctx, j, dev, stream)
+            rates[resident].append(nbytes / (time.perf_counter() - t0) / 1e9)
+    exact = all(torch.equal(outs[k].view(torch.uint8).cpu(), sd[k].view(torch.uint8))
+                for k in sd)
+    return rates[True][1:], rates[False][1:], exact
 
 
 def main():
@@ -150,6 +211,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--models", default="llama-bf16,gpt2-fp32,vit-fp32")
     ap.add_argument("--dir", default=None, help="a directory on the disk for the ceiling")
+    ap.add_argument("--device", default="cpu", help="cpu or cuda: where loads put tensors")
     ap.add_argument("--json")
     a = ap.parse_args()
     mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
@@ -176,16 +238,24 @@ def main():
             dec.append(nbytes / (t2 - t1) / 1e9)
         exact = all(torch.equal(outs[k].view(torch.uint8), sd[k].view(torch.uint8)) for k in sd)
         ratio = sum(s.numel() for s in streams.values()) / nbytes
-        rows.append({"model": name, "bytes": nbytes, "tensors": len(sd), "ratio": ratio,
-                     "encode_gbps": enc, "decode_gbps": dec, "bit_exact": exact})
+        row = {"model": name, "bytes": nbytes, "tensors": len(sd), "ratio": ratio,
+               "encode_gbps": enc, "decode_gbps": dec, "bit_exact": exact}
+        if a.device == "cuda":
+            res, pinned, gexact = gpu_decode(sd, streams, a.rounds)
+            row.update(gpu_decode_gbps=res, gpu_decode_with_copy_gbps=pinned,
+                       gpu_bit_exact=gexact)
+            row["bit_exact"] = exact and gexact
+        rows.append(row)
         del outs, streams
-        if a.dir and not workflow:
+        if a.dir and (not workflow or a.device == "cuda"):
             try:
-                workflow.update(save_and_load(sd, a.dir, a.rounds))
+                workflow[name] = save_and_load(sd, a.dir, a.rounds, a.device)
                 workflow_of.append(name)
             except OSError as e:
                 skipped["save/load"] = f"cannot drop the page cache ({e.strerror})"
         del sd
+        if a.device == "cuda":
+            torch.cuda.empty_cache()
     ceiling = None
     auto = None
     if a.dir:
@@ -195,23 +265,33 @@ def main():
                 "read_gbps": rates[3], "codes": _fst.coding_pays(a.dir)}
         ceiling = raw_read_ceiling(os.path.join(a.dir, f"codec-ceiling-{os.getpid()}"),
                                    min(size, 2 << 30))
-    lines = ["| state dict | GiB | ratio | encode GB/s | decode GB/s | cold-load bound GB/s |",
-             "|---|---|---|---|---|---|"]
+    def cell(v):
+        return f"{statistics.median(v):.2f} ({min(v):.2f}-{max(v):.2f})"
+    gpu = a.device == "cuda"
+    lines = ["| state dict | GiB | ratio | encode GB/s | decode GB/s | " +
+             ("GPU decode GB/s | GPU decode + copy GB/s | " if gpu else "") +
+             "cold-load bound GB/s |", "|---|---|---|---|---|" + ("---|---|" if gpu else "") +
+             "---|"]
     for r in rows:
-        e, d = statistics.median(r["encode_gbps"]), statistics.median(r["decode_gbps"])
+        d = statistics.median(r["decode_gbps"])
+        if gpu:
+            d = statistics.median(r["gpu_decode_gbps"])
         bound = f"{min(d, ceiling / r['ratio']):.2f}" if ceiling else "-"
         lines.append(f"| {r['model']} | {r['bytes'] / 2**30:.2f} | {r['ratio']:.3f} | "
-                     f"{e:.2f} ({min(r['encode_gbps']):.2f}-{max(r['encode_gbps']):.2f}) | "
-                     f"{d:.2f} ({min(r['decode_gbps']):.2f}-{max(r['decode_gbps']):.2f}) | "
-                     f"{bound} |")
-    if workflow:
-        lines += ["", f"{workflow_of[0]}, durable save and cold load (host), GB/s of its bytes:",
-                  "", "| | .safetensors | .fst | .fst / .safetensors |", "|---|---|---|---|"]
-        for op in ("save", "cold load"):
-            st, fs = workflow[f"{op}.safetensors"], workflow[f"{op}.fst"]
-            ms, mf = statistics.median(st), statistics.median(fs)
-            lines.append(f"| {op} | {ms:.2f} ({min(st):.2f}-{max(st):.2f}) | {mf:.2f} "
-                         f"({min(fs):.2f}-{max(fs):.2f}) | {mf / ms:.2f}x |")
+                     f"{cell(r['encode_gbps'])} | {cell(r['decode_gbps'])} | " +
+                     (f"{cell(r['gpu_decode_gbps'])} | {cell(r['gpu_decode_with_copy_gbps'])} | "
+                      if gpu else "") + f"{bound} |")
+    for name, w in workflow.items():
+        lines += ["", f"{name}, durable save and cold load into {a.device} memory, GB/s of its "
+                  "bytes (uncompressed):", "", "| | GB/s | / raw read | / .safetensors |",
+                  "|---|---|---|---|"]
+        raw = statistics.median(w["cold load raw read"])
+        for k, v in w.items():
+            base = w["save.safetensors"] if k.startswith("save") else \
+                w["cold load .safetensors"]
+            ratio_raw = f"{statistics.median(v) / raw:.2f}x" if k.startswith("cold") else "-"
+            lines.append(f"| {k} | {cell(v)} | {ratio_raw} | "
+                         f"{statistics.median(v) / statistics.median(base):.2f}x |")
     if auto:
         lines += ["", f"compression=\"auto\" here: {'codes' if auto['codes'] else 'stores'} "
                   f"(codec {auto['encode_gbps']:.2f} / {auto['decode_gbps']:.2f} GB/s encode / "

@@ -42,13 +42,18 @@
 # --dma: only test_gpu, the Python tests, reads from the page cache into GPU memory by
 #         every engine that can (fastensor bench --warm, 256 MiB to 4 GiB calls), then the
 #         drop-in benchmark (FT_DMA_WARM=0 leaves the page-cache reads out).
-# --dcp: only the DCP storage layer: tests/python/test_dcp.py (CUDA state dicts included),
+# --dcp: only the DCP storage layer: tests/python/test_dcp.py (CUDA state dicts included;
+#         FT_DCP_TESTS: a pytest -k expression to run only some),
 #         then the dcp-save, dcp-load and dcp-async scenarios (bench/scenarios.py, one rank
-#         per GPU, FT_DCP_RANKS (the GPUs), FT_DCP_SIZE (2G), FT_DCP_ROUNDS (3), FT_DCP_LIMIT
+#         per GPU, FT_DCP_LIST (dcp-save,dcp-load,dcp-async), FT_DCP_RANKS (the GPUs),
+#         FT_DCP_SIZE (2G), FT_DCP_ROUNDS (3), FT_DCP_LIMIT
 #         seconds before the last round starts (300)); JSON in $OUT/dcp-cuda.json.
-# --codec: only the tensor codec on this machine's CPUs (bench/codec.py: a bf16 Llama-style
-#         state dict of FT_CODEC_SIZE (2G), GPT-2 and ViT-B/16 in fp32: ratio, encode and
-#         decode GB/s, the raw read ceiling); JSON in $OUT/codec.json.
+# --codec: only the tensor codec: test_gpu's GPU-decoder case against the source bytes,
+#         tests/python/test_fst.py (CUDA loads), then bench/codec.py --device cuda (a bf16
+#         Llama-style state dict of FT_CODEC_SIZE (2G), then FT_CODEC_MODELS (gpt2-fp32):
+#         ratio, encode and decode GB/s on the CPUs, GPU decode GB/s, durable save and cold
+#         load into GPU memory against the raw read and safetensors, FT_CODEC_ROUNDS (3));
+#         JSON in $OUT/codec.json.
 # --pack: leave one archive, $OUT/results.tgz, instead of the separate logs.
 # --udev: ONLY on a throwaway test VM: create the udev entry cuFile needs for the block
 #         device holding this directory (/run/udev/data/b<major>:<minor>), see DESIGN.md.
@@ -243,19 +248,31 @@ if [ $OFFLOAD = 1 ]; then
 fi
 if [ $DCP = 1 ]; then
     log "DCP storage layer: tests, then dcp-save / dcp-load / dcp-async against DCP's default"
-    PYTHONPATH="$here/python" FT_TEST_DIR="$WORK/pytest" timeout 300 python3 -m pytest -q \
-        -p no:logging tests/python/test_dcp.py 2>&1 | tail -15 | tee -a "$OUT/summary.txt"
+    PYTHONPATH="$here/python" FT_TEST_DIR="$WORK/pytest" timeout 300 python3 -m pytest -q -rs \
+        -p no:logging tests/python/test_dcp.py ${FT_DCP_TESTS:+-k "$FT_DCP_TESTS"} 2>&1 |
+        tail -15 | tee -a "$OUT/summary.txt"
     ranks=${FT_DCP_RANKS:-$(nvidia-smi -L 2>/dev/null | wc -l)}
     PYTHONPATH="$here/python" BUILD="$BUILD" python3 bench/scenarios.py --device cuda \
         --ranks "${ranks:-1}" --size "${FT_DCP_SIZE:-2G}" --rounds "${FT_DCP_ROUNDS:-3}" \
-        --dir "$WORK" --tools fastensor,dcp,raw --scenarios dcp-save,dcp-load,dcp-async \
+        --dir "$WORK" --tools fastensor,dcp,raw --scenarios "${FT_DCP_LIST:-dcp-save,dcp-load,dcp-async}" \
         --time-limit "${FT_DCP_LIMIT:-300}" --json "$OUT/dcp-cuda.json" \
         2>"$OUT/dcp-cuda.log" | tee -a "$OUT/summary.txt"
 fi
 if [ $CODEC = 1 ]; then
-    log "tensor codec: ratio, encode and decode GB/s on $(nproc) CPUs"
-    PYTHONPATH="$here/python" timeout 400 python3 bench/codec.py --size "${FT_CODEC_SIZE:-2G}" \
-        --rounds 3 --dir "$WORK" --json "$OUT/codec.json" 2>&1 | tee -a "$OUT/summary.txt"
+    log "tensor codec: the GPU decoder (test_gpu), CUDA loads of .fst (test_fst.py)"
+    mkdir -p "$WORK/tests"
+    FT_TEST_CASE="codec" FT_TEST_DIR="$WORK/tests" timeout 120 "$BUILD/tests/test_gpu" \
+        >"$OUT/test_gpu-codec.log" 2>&1
+    echo "test_gpu (codec case) rc=$?" | tee -a "$OUT/summary.txt"
+    grep -E "FAIL|ok |SKIP" "$OUT/test_gpu-codec.log" | head -20 | tee -a "$OUT/summary.txt"
+    PYTHONPATH="$here/python" FT_TEST_DIR="$WORK/py" timeout 120 python3 -m pytest -q -rs -s \
+        -p no:logging tests/python/test_fst.py tests/python/test_codec.py 2>&1 | tail -8 |
+        tee -a "$OUT/summary.txt"
+    log "tensor codec: ratio, CPU and GPU decode, save and cold load into GPU memory"
+    PYTHONPATH="$here/python" timeout ${FT_CODEC_TIMEOUT:-420} python3 bench/codec.py \
+        --size "${FT_CODEC_SIZE:-2G}" --models "llama-bf16,${FT_CODEC_MODELS:-gpt2-fp32}" \
+        --rounds "${FT_CODEC_ROUNDS:-3}" --device cuda --dir "$WORK" --json "$OUT/codec.json" \
+        2>&1 | tee -a "$OUT/summary.txt"
 fi
 if [ $PACK = 1 ]; then # one archive, for callers that fetch only a few files
     tar -C "$OUT" -czf /tmp/gpu-check.tgz . && rm -rf "${OUT:?}"/* &&

@@ -75,6 +75,52 @@ static PyObject *py_codec_decode(PyObject *self, PyObject *args)
     return n < 0 ? raise_ft((int)n, "codec") : PyLong_FromLongLong(n);
 }
 
+/* codec_decode_cuda(ctx, [(src_address, length, dst_address, capacity[, src_dev]), ...],
+ * device, stream) -> decoded bytes: the streams (host memory; src_dev: the same bytes already
+ * in device memory) decoded into device memory on the GPU */
+static PyObject *py_codec_decode_cuda(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *cap, *list;
+    int device;
+    unsigned long long stream;
+    if (!PyArg_ParseTuple(args, "OOiK", &cap, &list, &device, &stream))
+        return NULL;
+    ft_ctx *ctx = cap_get(cap, CAP_CTX);
+    if (!ctx)
+        return NULL;
+    PyObject *seq = PySequence_Fast(list, "codec_decode_cuda: a list of jobs");
+    if (!seq)
+        return NULL;
+    Py_ssize_t n = PySequence_Size(seq);
+    ft_codec_job *jobs = PyMem_Malloc(sizeof *jobs * (size_t)(n ? n : 1));
+    if (!jobs) {
+        Py_DECREF(seq);
+        return PyErr_NoMemory();
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        unsigned long long src, len, dst, room, dev = 0;
+        PyObject *item = PySequence_GetItem(seq, i);
+        int ok = item && PyArg_ParseTuple(item, "KKKK|K", &src, &len, &dst, &room, &dev);
+        Py_XDECREF(item);
+        if (!ok) {
+            PyMem_Free(jobs);
+            Py_DECREF(seq);
+            return NULL;
+        }
+        jobs[i] = (ft_codec_job){(const void *)(uintptr_t)src, (size_t)len,
+                                 (const void *)(uintptr_t)dev, (void *)(uintptr_t)dst,
+                                 (size_t)room};
+    }
+    Py_DECREF(seq);
+    int64_t r;
+    Py_BEGIN_ALLOW_THREADS
+    r = ft_codec_decode_cuda(ctx, jobs, (size_t)n, device, (void *)(uintptr_t)stream);
+    Py_END_ALLOW_THREADS
+    PyMem_Free(jobs);
+    return r < 0 ? raise_ft((int)r, "codec") : PyLong_FromLongLong(r);
+}
+
 static PyMethodDef codec_methods[] = {
     {"codec_bound", py_codec_bound, METH_VARARGS,
      "codec_bound(nbytes, elem_size, block_bytes) -> the most bytes an encoding takes"},
@@ -83,6 +129,8 @@ static PyMethodDef codec_methods[] = {
     {"codec_size", py_codec_size, METH_VARARGS, "codec_size(data) -> decoded bytes"},
     {"codec_decode", py_codec_decode, METH_VARARGS,
      "codec_decode(ctx, data, address, capacity) -> decoded bytes"},
+    {"codec_decode_cuda", py_codec_decode_cuda, METH_VARARGS,
+     "codec_decode_cuda(ctx, [(src, length, dst, capacity)], device, stream) -> decoded bytes"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -15,8 +15,10 @@ stream in this file's data section), ``"compressed": bool}``.
 """
 from __future__ import annotations
 
+import collections
 import json
 import math
+import re
 import os
 import stat
 import struct
@@ -38,8 +40,30 @@ _FLOATS = {"F16", "BF16", "F32", "F64", "F8_E4M3", "F8_E5M2", "F8_E8M0", "F8_E4M
            "F8_E5M2FNUZ", "C64"}
 # a stream kept compressed must save at least this share of the tensor's bytes
 _MIN_SAVING = 0.05
+# codec blocks of a save (the codec's default): a block's code table is a small share of it,
+# and on the GPU its warp's table build is (smaller blocks halved the GPU decode rate)
+_BLOCK = 1 << 20
+# a save encodes up to this many tensors at once, and this many bytes of them ahead of the
+# write in flight
+_ENCODERS = 4
+_AHEAD = 512 << 20
 # reads are grouped into about this many stored bytes, the next group read while one decodes
+# (smaller for the GPU: its decode of a group is quick, the copy to it is what overlaps)
 _GROUP = 256 << 20
+_GROUP_GPU = 64 << 20
+_gpu = {}  # device -> None (the GPU decodes) or why not
+
+
+def gpu_decoder(device: int):
+    """None where the library decodes on CUDA ``device``'s GPU, else why not (built without
+    nvcc, no driver, a driver that cannot load kernels)."""
+    if device not in _gpu:
+        try:
+            _C.codec_decode_cuda(context(), [], device, 0)
+            _gpu[device] = None
+        except OSError as e:
+            _gpu[device] = str(e)
+    return _gpu[device]
 
 
 def is_container(path) -> bool:
@@ -141,15 +165,19 @@ class Container:
         except KeyError:
             raise KeyError(f"{self.path}: no tensor named {name!r}") from None
 
-    def decode_into(self, targets):
+    def decode_into(self, targets, device=None, stream=0):
         """Decode tensors into memory: ``targets`` maps a name to the address of room for its
         bytes. Stored bytes are read in groups (the next group's read in flight while one
-        decodes); each block's checksum is checked (ValueError naming the tensor)."""
+        decodes). On the host (``device`` None) each block's checksum is checked; with a CUDA
+        ``device`` the addresses are its memory and the GPU decodes each group (ordered on
+        ``stream``; structure checked, checksums not: :func:`gpu_decoder` says whether it
+        can). Errors: ValueError naming the tensor."""
         todo = [x for x in self.entries if x.name in targets]
+        limit = _GROUP if device is None else _GROUP_GPU
         groups, cur, size = [], [], 0
         for x in todo:
             n = x.stored[1] - x.stored[0]
-            if cur and size + n > _GROUP:
+            if cur and size + n > limit:
                 groups.append(cur)
                 cur, size = [], 0
             cur.append(x)
@@ -163,7 +191,8 @@ class Container:
         # two buffers, reused: one being read while the other's streams decode
         bufs = [np.empty(max(most, 1), dtype=np.uint8) for _ in range(min(2, len(groups)))]
         with File(self.path, "r", engine=self.engine, cache=self.cache) as f, \
-                ThreadPoolExecutor(max_workers=1) as reader:
+                ThreadPoolExecutor(max_workers=1) as reader, \
+                ThreadPoolExecutor(max_workers=_ENCODERS) as decoders:
             def read(k):
                 group, buf = groups[k], bufs[k % len(bufs)]
                 lo, hi = group[0].stored[0], group[-1].stored[1]
@@ -177,12 +206,26 @@ class Container:
                 buf, lo = pending.result()
                 if k + 1 < len(groups):
                     pending = reader.submit(read, k + 1)
-                for x in group:
-                    stream = buf[x.stored[0] - lo:x.stored[1] - lo]
+                if device is not None:
+                    base = buf.ctypes.data - lo
+                    jobs = [(base + x.stored[0], x.stored[1] - x.stored[0], targets[x.name],
+                             x.nbytes) for x in group]
                     try:
-                        _C.codec_decode(ctx, stream, targets[x.name], x.nbytes)
+                        _C.codec_decode_cuda(ctx, jobs, device, stream)
+                    except ValueError as e:  # "codec: stream <i>: ..." names the job
+                        m = re.match(r"codec: stream (\d+): (.*)", str(e), re.S)
+                        which = group[int(m.group(1))].name if m else None
+                        raise ValueError(f"{self.path}: tensor {which!r}: "
+                                         f"{m.group(2) if m else e}") from None
+                    continue
+                def decode(x, buf=buf, lo=lo):
+                    stream_ = buf[x.stored[0] - lo:x.stored[1] - lo]
+                    try:
+                        _C.codec_decode(ctx, stream_, targets[x.name], x.nbytes)
                     except ValueError as e:
                         raise ValueError(f"{self.path}: tensor {x.name!r}: {e}") from None
+                # several tensors at once: one of a few blocks does not keep every thread busy
+                list(decoders.map(decode, group))
 
     def describe(self):
         """What fastensor.inspect says of a container."""
@@ -218,10 +261,10 @@ def _measure(directory):
     g = np.random.default_rng(0)
     sample = (g.standard_normal(n // 2, dtype=np.float32) * 0.02).view(np.uint32)
     sample = (sample >> 16).astype(np.uint16)  # bf16 of normal(0, 0.02): weights
-    buf = np.empty(_C.codec_bound(n, 2, 0), dtype=np.uint8)
+    buf = np.empty(_C.codec_bound(n, 2, _BLOCK), dtype=np.uint8)
     out = np.empty(n, dtype=np.uint8)
     t0 = time.perf_counter()
-    m = _C.codec_encode(ctx, sample.ctypes.data, n, 2, 0, 0, buf.ctypes.data, buf.size)
+    m = _C.codec_encode(ctx, sample.ctypes.data, n, 2, _BLOCK, 0, buf.ctypes.data, buf.size)
     t1 = time.perf_counter()
     _C.codec_decode(ctx, buf[:m], out.ctypes.data, n)
     t2 = time.perf_counter()
@@ -292,21 +335,37 @@ def save(path, items, metadata, *, compression="auto", engine="auto", cache="aut
         if dtype == "C64":
             e = 4
         flags = 0 if compress else _C.CODEC_STORE
-        buf = np.empty(max(1, _C.codec_bound(nbytes, e, 0)), dtype=np.uint8)
-        n = _C.codec_encode(ctx, addr, nbytes, e, 0, flags, buf.ctypes.data, buf.size)
+        buf = np.empty(max(1, _C.codec_bound(nbytes, e, _BLOCK)), dtype=np.uint8)
+        n = _C.codec_encode(ctx, addr, nbytes, e, _BLOCK, flags, buf.ctypes.data, buf.size)
         if compress and n > (1 - _MIN_SAVING) * nbytes + 64:
-            n = _C.codec_encode(ctx, addr, nbytes, 1, 0, _C.CODEC_STORE, buf.ctypes.data,
+            n = _C.codec_encode(ctx, addr, nbytes, 1, _BLOCK, _C.CODEC_STORE, buf.ctypes.data,
                                 buf.size)
             compress = False
         return buf[:n], compress and n < nbytes
 
     header, at, virt = {}, 0, 0
-    # each stream is written (on a thread) while the next one is encoded
+    # streams are written in order (on a thread) while the next tensors are encoded, several
+    # at once (a tensor of a few blocks does not keep every thread busy alone)
     with _ckpt.installing(path) as tmp, File(tmp, "x", engine=engine, cache=cache) as f, \
-            ThreadPoolExecutor(max_workers=1) as writer:
+            ThreadPoolExecutor(max_workers=1) as writer, \
+            ThreadPoolExecutor(max_workers=_ENCODERS) as coders:
+        ahead, queued, todo = collections.deque(), 0, iter(items)
+
+        def fill():
+            nonlocal queued
+            while len(ahead) < _ENCODERS and (not ahead or queued < _AHEAD):
+                item = next(todo, None)
+                if item is None:
+                    return
+                ahead.append((item, coders.submit(encode, item)))
+                queued += item[4]
+        fill()
         pending = None
-        for name, dtype, shape, addr, nbytes in items:
-            s, compressed = encode((name, dtype, shape, addr, nbytes))
+        while ahead:
+            (name, dtype, shape, addr, nbytes), coded = ahead.popleft()
+            s, compressed = coded.result()
+            queued -= nbytes
+            fill()
             header[name] = {"dtype": dtype, "shape": list(shape),
                             "data_offsets": [virt, virt + nbytes],
                             "stored": [at, at + s.size], "compressed": compressed}
@@ -376,6 +435,7 @@ class FstOpen(Opened):
                  cache="auto"):
         self._adapter = adapter
         self._device = adapter.device(device)
+        self._verify = verify
         self._c = Container(filename, engine=engine, cache=cache)
         self._filename = self._c.path
         self._open_ = True
@@ -406,17 +466,26 @@ class FstOpen(Opened):
         x = self._open().entry(name)
         return (0, x.dtype, x.shape, x.nbytes, 0, 0)
 
+    def _on_gpu(self):
+        """Whether tensors decode on the GPU, straight into device memory (a CUDA device,
+        the decoder there, no verify: block checksums are checked on the host)."""
+        d = self._device
+        return not self._adapter.is_host(d) and getattr(d, "type", None) == "cuda" and \
+            not self._verify and gpu_decoder(d.index) is None
+
     def _decoded(self, name):
         x = self._open().entry(name)
-        buf, address, _, _ = self._adapter.empty("U8", (x.nbytes,), x.nbytes, None)
-        self._c.decode_into({name: address})
+        gpu = self._on_gpu()
+        buf, address, index, stream = self._adapter.empty("U8", (x.nbytes,), x.nbytes,
+                                                          self._device if gpu else None)
+        self._c.decode_into({name: address}, device=index if gpu else None, stream=stream)
         return self._adapter.view(buf, x.dtype, x.shape, x.nbytes, 0) if x.nbytes else \
             self._adapter.finish(buf, x.dtype, x.shape)
 
     def get_tensor(self, name):
         t = self._decoded(name)
         return self._adapter.select(t, (), self._device) if not \
-            self._adapter.is_host(self._device) else t
+            self._adapter.is_host(self._device) and not self._on_gpu() else t
 
     def get_tensors(self, names=None, threads: int = 8) -> dict:
         names = self.offset_keys() if names is None else list(names)

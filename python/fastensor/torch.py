@@ -231,9 +231,11 @@ def _tensor_from(buf, dtype_name, shape, nbytes, off):
     return raw.view(dt).reshape(shape)
 
 
-def _load_fst(filename, device, names, engine, cache):
-    """A container's tensors (``names``, or all): decoded into one host buffer (pinned for a
-    CUDA device, then one copy to it); the tensors view it."""
+def _load_fst(filename, device, names, engine, cache, verify=False):
+    """A container's tensors (``names``, or all) in one buffer that the tensors view: decoded
+    on the GPU straight into device memory where it can (:func:`_fst.gpu_decoder`; block
+    checksums are checked on the host only, so ``verify=True`` decodes there), else on the
+    host (pinned for a CUDA device, then one copy to it)."""
     device = _Arrays.device(device)
     c = _fst.Container(filename, engine=engine, cache=cache)
     sel = c.entries if names is None else [c.entry(n) for n in names]
@@ -242,10 +244,18 @@ def _load_fst(filename, device, names, engine, cache):
         offs.append(at)
         at += (x.nbytes + 63) & ~63  # every tensor on a 64-byte boundary
     cuda = device.type == "cuda"
-    buf = torch.empty(max(at, 1), dtype=torch.uint8, pin_memory=cuda)
-    c.decode_into({x.name: buf.data_ptr() + o for x, o in zip(sel, offs)})
-    if device.type != "cpu":
-        buf = buf.to(device)
+    if cuda and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    if cuda and not verify and _fst.gpu_decoder(device.index) is None:
+        buf = torch.empty(max(at, 1), dtype=torch.uint8, device=device)
+        stream = torch.cuda.current_stream(device).cuda_stream
+        c.decode_into({x.name: buf.data_ptr() + o for x, o in zip(sel, offs)},
+                      device=device.index, stream=stream)
+    else:
+        buf = torch.empty(max(at, 1), dtype=torch.uint8, pin_memory=cuda)
+        c.decode_into({x.name: buf.data_ptr() + o for x, o in zip(sel, offs)})
+        if device.type != "cpu":
+            buf = buf.to(device)
     return {x.name: _tensor_from(buf, x.dtype, x.shape, x.nbytes, o) for x, o in zip(sel, offs)}
 
 
@@ -375,7 +385,9 @@ def _load_some(filename, names, device, engine, verify, cache):
 def load_file(filename, device="cpu", *, names=None, engine: str = "auto",
               verify: bool = False, mmap=None, cache: str = "auto") -> dict:
     """Load a safetensors file, index or directory (or a ``.fst`` container: decoded on the
-    host, every block's checksum checked) into tensors on ``device``.
+    GPU straight into device memory for a CUDA device, else on the host with every block's
+    checksum checked, as ``verify=True`` also asks for a CUDA device) into tensors on
+    ``device``.
 
     ``names``: load only these tensors (each read alone, only its bytes; KeyError for a
     name the checkpoint lacks); by default every tensor.
@@ -394,9 +406,9 @@ def load_file(filename, device="cpu", *, names=None, engine: str = "auto",
     cache can keep through it, so that the next load (another process, another rank) finds
     it there, and a larger one around it (O_DIRECT); "keep" and "bypass" decide it yourself.
     """
-    if _fst.is_container(filename):  # (checksums are always checked there)
+    if _fst.is_container(filename):
         return _load_fst(filename, device, None if names is None else list(names), engine,
-                         cache)
+                         cache, verify)
     if names is not None:
         return _load_some(filename, list(names), device, engine, verify, cache)
     return _load(filename, device, engine, verify, mmap, cache)[0]

@@ -219,11 +219,35 @@ def test_async_and_models(tmp):
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device (torch.cuda)")
 def test_cuda(tmp):
+    """Loads into GPU memory decode on the GPU (where the library has the decoder) and match
+    the host decode byte for byte; verify=True decodes on the host; a corrupt stream is a
+    ValueError on either path."""
     sd = {k: v.cuda() for k, v in state(6).items()}
+    big = (torch.randn(3 << 20, generator=torch.Generator().manual_seed(1)) * 0.02)
+    sd["big_bf16"] = big.to(torch.bfloat16).cuda()  # 6 MiB: several blocks, several lanes
+    sd["big_f32"] = big[: 1 << 20].cuda()
     p = os.path.join(tmp, "g.fst")
-    ft.save_file(sd, p)
-    got = ft.load_file(p, device="cuda")
-    assert all(v.is_cuda for v in got.values())
-    same({k: v.cpu() for k, v in got.items()}, {k: v.cpu() for k, v in sd.items()})
+    ft.save_file(sd, p, compression="always")
+    host = ft.load_file(p)
+    same(host, {k: v.cpu() for k, v in sd.items()})
+    why = _fst.gpu_decoder(torch.cuda.current_device())
+    print("GPU decoder:", why or "yes")
+    for verify in (False, True):
+        got = ft.load_file(p, device="cuda", verify=verify)
+        assert all(v.is_cuda for v in got.values())
+        same({k: v.cpu() for k, v in got.items()}, host)
     with fastensor.safe_open(p, framework="pt", device="cuda") as f:
-        assert f.get_tensor("bf16").is_cuda
+        t = f.get_tensor("big_bf16")
+        assert t.is_cuda and torch.equal(t.cpu().view(torch.int16),
+                                         host["big_bf16"].view(torch.int16))
+        assert torch.equal(f.get_slice("f32")[3:7, 1:].cpu(), host["f32"][3:7, 1:])
+    # the first block's end made impossible: the host's checks refuse it before any decode
+    c = _fst.Container(p)
+    x = c.entry("big_bf16")
+    bad = os.path.join(tmp, "bad.fst")
+    data = bytearray(open(p, "rb").read())
+    data[c.data_start + x.stored[0] + 24 + 7] = 0x7f
+    open(bad, "wb").write(bytes(data))
+    for verify in (False, True):
+        with pytest.raises(ValueError, match="big_bf16"):
+            ft.load_file(bad, device="cuda", verify=verify)
