@@ -606,7 +606,8 @@ static void case_validation(void)
     T_TRUE(strstr(ft_last_error(), "truncated: its header needs 108 bytes, the file holds 10"));
     static const struct { const char *head; const char *says; } foreign[] = {
         {"PK\x03\x04\x14\0\0\0", "zip archive"}, {"\x80\x02}q\0(X\x01", "pickle"},
-        {"\x93NUMPY\x01\0", ".npy"}, {"GGUF\x03\0\0\0", "GGUF"}};
+        {"\x93NUMPY\x01\0", ".npy"}, {"GGUF\x03\0\0\0", "GGUF"},
+        {"FASTENSZ", ".fst container"}};
     for (unsigned i = 0; i < sizeof foreign / sizeof *foreign; i++) {
         fd = open(path, O_CREAT | O_TRUNC | O_WRONLY, 0644);
         T_EQ(write(fd, foreign[i].head, 8), 8);

@@ -31,13 +31,13 @@
 
 #define MAGIC "FTZ1"
 #define HEAD 24
-#define MAXLEN 12
-#define TABLE (1u << MAXLEN)
+#define MAXLEN FTZ_MAXLEN /* (codec_dev.h: what the GPU decoder shares) */
+#define TABLE FTZ_TABLE
 #define DEFAULT_BLOCK (1u << 20)
-#define MODE_RAW 0
-#define MODE_CONST 1
-#define MODE_HUFF 2
-#define STREAMS 32   /* streams per coded plane, as written */
+#define MODE_RAW FTZ_RAW
+#define MODE_CONST FTZ_CONST
+#define MODE_HUFF FTZ_HUFF
+#define STREAMS FTZ_LANES /* streams per coded plane, as written: one per lane of a warp */
 #define HUFF_HEAD(S) (128 + 4 * (size_t)(S))
 #define ENTRY 16 /* a block's entry in the table: end, checksum */
 
@@ -500,6 +500,20 @@ static inline uint8_t br_sym(bitr *r, const uint16_t *table)
     return (uint8_t)e;
 }
 
+/* The code of a Huffman plane's 128 length bytes at @p p: its lengths and canonical codes.
+ * @return 0, or -EBADMSG (a length over 12, a code that over-subscribes). */
+static int plane_code(const uint8_t *p, uint8_t len[256], uint16_t code[256])
+{
+    for (unsigned i = 0; i < 128; i++) {
+        len[2 * i] = p[i] & 15;
+        len[2 * i + 1] = p[i] >> 4;
+    }
+    for (unsigned s = 0; s < 256; s++)
+        if (len[s] > MAXLEN)
+            return -EBADMSG;
+    return canonical(len, code) < 0 ? -EBADMSG : 0;
+}
+
 /* Decode a Huffman plane of @p n symbols (@p S streams) from [p, end) into @p out.
  * @return 0, -EBADMSG. */
 static int decode_huff(const uint8_t *p, const uint8_t *end, size_t n, unsigned S, bool round8,
@@ -508,15 +522,8 @@ static int decode_huff(const uint8_t *p, const uint8_t *end, size_t n, unsigned 
     if ((size_t)(end - p) < HUFF_HEAD(S))
         return -EBADMSG;
     uint8_t len[256];
-    for (unsigned i = 0; i < 128; i++) {
-        len[2 * i] = p[i] & 15;
-        len[2 * i + 1] = p[i] >> 4;
-    }
-    for (unsigned s = 0; s < 256; s++)
-        if (len[s] > MAXLEN)
-            return -EBADMSG;
     uint16_t code[256];
-    if (canonical(len, code) < 0)
+    if (plane_code(p, len, code) < 0)
         return -EBADMSG;
     uint16_t table[TABLE];
     for (unsigned i = 0; i < TABLE; i++)
@@ -714,18 +721,27 @@ int64_t ft_codec_size(const void *src, size_t len)
     return rc < 0 ? rc : (int64_t)j.nbytes;
 }
 
+/* parse_head, and room for the decoded bytes. */
+static int open_stream(const void *src, size_t len, size_t cap, dec_job *j, uint32_t *nblocks)
+{
+    int rc = parse_head(src, len, j, nblocks);
+    if (rc < 0)
+        return rc;
+    if (cap < j->nbytes)
+        return ft__err(-ENOSPC, "codec: %zu bytes of room for %llu decoded bytes", cap,
+                       (unsigned long long)j->nbytes);
+    return 0;
+}
+
 int64_t ft_codec_decode(ft_ctx *ctx, const void *src, size_t len, void *dst, size_t cap)
 {
     if (!ctx || !src || (!dst && cap))
         return ft__err(-EINVAL, "codec: NULL argument");
     dec_job j;
     uint32_t nblocks;
-    int rc = parse_head(src, len, &j, &nblocks);
+    int rc = open_stream(src, len, cap, &j, &nblocks);
     if (rc < 0)
         return rc;
-    if (cap < j.nbytes)
-        return ft__err(-ENOSPC, "codec: %zu bytes of room for %llu decoded bytes", cap,
-                       (unsigned long long)j.nbytes);
     j.dst = dst;
     int64_t *results = calloc(nblocks ? nblocks : 1, sizeof *results);
     if (!results)
@@ -756,12 +772,9 @@ int64_t ft__codec_plan(const void *src, size_t len, uint64_t src_addr, uint64_t 
 {
     dec_job j;
     uint32_t nblocks;
-    int rc = parse_head(src, len, &j, &nblocks);
+    int rc = open_stream(src, len, cap, &j, &nblocks);
     if (rc < 0)
         return rc;
-    if (cap < j.nbytes)
-        return ft__err(-ENOSPC, "codec: %zu bytes of room for %llu decoded bytes", cap,
-                       (unsigned long long)j.nbytes);
     if (j.streams > FTZ_LANES)
         return ft__err(-ENOTSUP, "codec: %u streams per plane (the GPU decoder takes %u)",
                        j.streams, FTZ_LANES);
@@ -806,14 +819,7 @@ int64_t ft__codec_plan(const void *src, size_t len, uint64_t src_addr, uint64_t 
                     goto bad;
                 uint8_t len8[256];
                 uint16_t code[256];
-                for (unsigned i = 0; i < 128; i++) {
-                    len8[2 * i] = p[i] & 15;
-                    len8[2 * i + 1] = p[i] >> 4;
-                }
-                for (unsigned s = 0; s < 256; s++)
-                    if (len8[s] > MAXLEN)
-                        goto bad;
-                if (canonical(len8, code) < 0)
+                if (plane_code(p, len8, code) < 0)
                     goto bad;
                 uint64_t total = 0;
                 for (unsigned s = 0; s < j.streams; s++)

@@ -60,6 +60,10 @@ static const char *foreign_kind(const uint8_t *head)
         return " (a numpy .npy file)";
     if (!memcmp(head, "GGUF", 4))
         return " (a GGUF file)";
+    if (!memcmp(head, "FASTENSZ", 8))
+        return " (a fastensor .fst container: compressed tensors, docs/FORMAT.md; the Python "
+               "package reads it: fastensor.torch.load_file, `python -m fastensor inspect | "
+               "verify | convert`)";
     return "";
 }
 
