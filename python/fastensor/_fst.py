@@ -41,8 +41,8 @@ _FLOATS = {"F16", "BF16", "F32", "F64", "F8_E4M3", "F8_E5M2", "F8_E8M0", "F8_E4M
            "F8_E5M2FNUZ", "C64"}
 # a stream kept compressed must save at least this share of the tensor's bytes
 _MIN_SAVING = 0.05
-# codec blocks of a save (the codec's default): a block's code table is a small share of it,
-# and on the GPU its warp's table build is (smaller blocks halved the GPU decode rate)
+# codec blocks of a save (the codec's default): large enough that a block's code table, and
+# on the GPU its warp's building of it, is a small share of the block's work
 _BLOCK = 1 << 20
 # a save encodes up to this many tensors at once, and this many bytes of them ahead of the
 # write in flight
@@ -293,9 +293,9 @@ def _measure(directory):
 
 # A save codes only where the codec's measured encode rate is this many times the disk's
 # measured write rate: a save's encode-and-write pipeline reaches less than the codec call's
-# rate (fresh output buffers, the writes beside it). On the H200 machine (16 CPUs) a .fst
-# save ran at 0.64x the uncompressed save where encode / write measured 1.49
-# (docs/benchmarks/codec-h200.json): breaking even there needs about 1.49 / 0.64 = 2.3.
+# own rate (fresh output buffers, the writes beside it), by the factor that
+# docs/benchmarks/codec-h200.json shows (encode / write 1.49 there gave 0.64x the
+# uncompressed save: 1.49 / 0.64 = 2.3 breaks even).
 _SAVE_MARGIN = 2.3
 
 

@@ -234,6 +234,34 @@ FTZ_FN void ftz_st128(uint64_t addr, uint32_t a, uint32_t b, uint32_t c, uint32_
 #endif
 }
 
+/* Eight elements of @p E bytes at @p out (aligned to 16 for E >= 2, to 8 for E == 1), byte k
+ * of element m being byte m of v[k]. */
+FTZ_FN void ftz_store8(uint64_t out, const uint64_t v[8], unsigned E)
+{
+    if (E == 1) {
+        *(uint64_t *)(uintptr_t)out = v[0];
+    } else if (E == 2) {
+        uint32_t a0 = (uint32_t)v[0], a1 = (uint32_t)(v[0] >> 32);
+        uint32_t b0 = (uint32_t)v[1], b1 = (uint32_t)(v[1] >> 32);
+        ftz_st128(out, ftz_perm(a0, b0, 0x5140), ftz_perm(a0, b0, 0x7362),
+                  ftz_perm(a1, b1, 0x5140), ftz_perm(a1, b1, 0x7362));
+    } else if (E == 4) {
+        FTZ_UNROLL
+        for (unsigned half = 0; half < 2; half++) {
+            uint32_t a = (uint32_t)(v[0] >> (32 * half)), b = (uint32_t)(v[1] >> (32 * half));
+            uint32_t c = (uint32_t)(v[2] >> (32 * half)), e = (uint32_t)(v[3] >> (32 * half));
+            uint32_t ab0 = ftz_perm(a, b, 0x5140), ab1 = ftz_perm(a, b, 0x7362);
+            uint32_t ce0 = ftz_perm(c, e, 0x5140), ce1 = ftz_perm(c, e, 0x7362);
+            ftz_st128(out + 16 * half, ftz_perm(ab0, ce0, 0x5410), ftz_perm(ab0, ce0, 0x7632),
+                      ftz_perm(ab1, ce1, 0x5410), ftz_perm(ab1, ce1, 0x7632));
+        }
+    } else {
+        for (unsigned m = 0; m < 8; m++)
+            for (unsigned k = 0; k < E; k++)
+                *(uint8_t *)(uintptr_t)(out + m * E + k) = (uint8_t)(v[k] >> (8 * m));
+    }
+}
+
 /* Lane @p lane's elements of block @p d; @p tables: one table per coded plane, in plane
  * order. @p E is d->esize (a constant where the caller switches on it, so that the plane
  * loops unroll). */
@@ -288,30 +316,7 @@ FTZ_FN void ftz_lane(const ftz_block *d, const uint16_t *tables, unsigned lane, 
                 else
                     v[k] = ftz_sym8(&r[k], tab[k]);
             }
-            uint64_t out = dst + i * E;
-            if (E == 1) {
-                *(uint64_t *)(uintptr_t)out = v[0];
-            } else if (E == 2) {
-                uint32_t a0 = (uint32_t)v[0], a1 = (uint32_t)(v[0] >> 32);
-                uint32_t b0 = (uint32_t)v[1], b1 = (uint32_t)(v[1] >> 32);
-                ftz_st128(out, ftz_perm(a0, b0, 0x5140), ftz_perm(a0, b0, 0x7362),
-                          ftz_perm(a1, b1, 0x5140), ftz_perm(a1, b1, 0x7362));
-            } else if (E == 4) {
-                FTZ_UNROLL
-                for (unsigned half = 0; half < 2; half++) {
-                    uint32_t a = (uint32_t)(v[0] >> (32 * half)), b = (uint32_t)(v[1] >> (32 * half));
-                    uint32_t c = (uint32_t)(v[2] >> (32 * half)), e = (uint32_t)(v[3] >> (32 * half));
-                    uint32_t ab0 = ftz_perm(a, b, 0x5140), ab1 = ftz_perm(a, b, 0x7362);
-                    uint32_t ce0 = ftz_perm(c, e, 0x5140), ce1 = ftz_perm(c, e, 0x7362);
-                    ftz_st128(out + 16 * half, ftz_perm(ab0, ce0, 0x5410),
-                              ftz_perm(ab0, ce0, 0x7632), ftz_perm(ab1, ce1, 0x5410),
-                              ftz_perm(ab1, ce1, 0x7632));
-                }
-            } else {
-                for (unsigned m = 0; m < 8; m++)
-                    for (unsigned k = 0; k < E; k++)
-                        *(uint8_t *)(uintptr_t)(out + m * E + k) = (uint8_t)(v[k] >> (8 * m));
-            }
+            ftz_store8(dst + i * E, v, E);
         }
     }
     for (; i < hi; i++)
