@@ -32,6 +32,7 @@ checkpoints of DCP's default writer (torch.save items).
 from __future__ import annotations
 
 import argparse
+import collections
 import dataclasses
 import io
 import json
@@ -51,11 +52,12 @@ from torch.distributed.checkpoint.metadata import (BytesStorageMetadata, Metadat
 from torch.distributed.checkpoint.planner import LoadItemType, LoadPlan, SavePlan, WriteItemType
 from torch.distributed.checkpoint.staging import AsyncStager
 from torch.distributed.checkpoint.storage import StorageReader, StorageWriter, WriteResult
+from torch.distributed.tensor import DTensor
 from torch.futures import Future
 
 from . import File, _C, _ckpt, cache_id, engine_id
 from ._safe import runs_of
-from .torch import _TO_ST, _items
+from .torch import _TO_ST, _device_room, _items
 
 __all__ = ["FastensorWriter", "FastensorReader", "consolidate"]
 
@@ -104,8 +106,9 @@ class _Directory:
 # ---- staging for dcp.async_save ----
 
 class _Staging:
-    """Host copies of state dicts for async saves, kept for the next save of the same
-    structure (pinned where CUDA is present), and lent to one save at a time."""
+    """Host copies of state dicts for async saves (their tensors, in :func:`_locals`' order),
+    kept for the next save of the same structure (pinned where CUDA is present), and lent to
+    one save at a time."""
 
     def __init__(self):
         self.lock = threading.Lock()
@@ -147,6 +150,86 @@ def release_staging_memory() -> None:
     _STAGING.clear()
 
 
+_LEAVES = (int, float, str, bytes, io.BytesIO, type(None))
+
+
+def _plain(obj) -> bool:
+    """Whether a state dict holds only what :func:`_map_state` copies: dicts, lists, tuples,
+    tensors, DTensors and the leaves DCP itself passes through."""
+    if type(obj) in (dict, collections.OrderedDict):
+        return all(_plain(v) for v in obj.values())
+    if type(obj) in (list, tuple):
+        return all(_plain(v) for v in obj)
+    return type(obj) in (torch.Tensor, torch.nn.Parameter, DTensor) or isinstance(obj, _LEAVES)
+
+
+def _map_state(obj, fn):
+    """``obj`` (a plain state dict) with every tensor, a DTensor's local tensor included,
+    replaced by ``fn(tensor)``, in one fixed order (that of :func:`_locals`)."""
+    if isinstance(obj, dict):
+        return type(obj)((k, _map_state(v, fn)) for k, v in obj.items())
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_map_state(v, fn) for v in obj)
+    if isinstance(obj, DTensor):
+        return DTensor.from_local(fn(obj._local_tensor.detach()), obj.device_mesh,
+                                  obj.placements, run_check=False, shape=obj.shape,
+                                  stride=obj.stride())
+    if isinstance(obj, torch.Tensor):
+        return fn(obj.detach())
+    return obj
+
+
+def _locals(obj, out=None) -> list:
+    """The tensors of a plain state dict (DTensors' local tensors), in :func:`_map_state`'s
+    order."""
+    out = [] if out is None else out
+    if isinstance(obj, dict):
+        for v in obj.values():
+            _locals(v, out)
+    elif isinstance(obj, (list, tuple)):
+        for v in obj:
+            _locals(v, out)
+    elif isinstance(obj, DTensor):
+        out.append(obj._local_tensor)
+    elif isinstance(obj, torch.Tensor):
+        out.append(obj)
+    return out
+
+
+def _cuda_devices(obj, plain) -> set:
+    """The CUDA devices of a state dict's tensors (for one that is not plain: the current
+    device, where CUDA is present)."""
+    if plain:
+        return {t.device for t in _locals(obj) if t.device.type == "cuda"}
+    return {torch.device("cuda", torch.cuda.current_device())} \
+        if torch.cuda.is_available() else set()
+
+
+def _cuda_bytes(obj) -> int:
+    return sum(t.numel() * t.element_size() for t in _locals(obj) if t.device.type == "cuda")
+
+
+def _copy_state(src, kept):
+    """``src`` staged into ``kept`` (its tensors, as :func:`_locals` lists them); CUDA
+    copies are queued, not waited for."""
+    it = iter(kept)
+    return _map_state(src, lambda t: next(it).copy_(t, non_blocking=True))
+
+
+def _pinned_like(specs):
+    """Pinned host tensors of the shapes and dtypes of ``specs``, views of one buffer."""
+    sizes = [(t.numel() * t.element_size() + 63) // 64 * 64 for t in specs]
+    buf = torch.empty(max(sum(sizes), 1), dtype=torch.uint8, pin_memory=True)
+    out, at = [], 0
+    for t, n in zip(specs, sizes):
+        if t.numel():
+            out.append(buf[at:at + t.numel() * t.element_size()].view(t.dtype).view(t.shape))
+        else:
+            out.append(torch.empty(t.shape, dtype=t.dtype))
+        at += n
+    return out
+
+
 # ---- the writer ----
 
 class FastensorWriter(_Directory, StorageWriter, AsyncStager):
@@ -158,9 +241,10 @@ class FastensorWriter(_Directory, StorageWriter, AsyncStager):
     can leave a committed checkpoint whose data is not on the disk); ``overwrite``: False
     raises RuntimeError where the directory already holds a checkpoint.
 
-    As an ``AsyncStager`` (``dcp.async_save``), it stages the state dict into host memory
-    that it keeps for the next async save of the same structure (pinned where CUDA is
-    present), so the caller's blocking time after the first save is the copy alone; see
+    As an ``AsyncStager`` (``dcp.async_save``), it stages the state dict into memory kept for
+    the next async save of the same structure (pinned where CUDA is present), so the
+    caller's blocking time is the copy alone; a process's first save of a CUDA state dict
+    copies on the GPU where it has room (see :meth:`stage`); see
     :func:`release_staging_memory`.
     """
 
@@ -178,7 +262,7 @@ class FastensorWriter(_Directory, StorageWriter, AsyncStager):
         self.rank = None
         self.is_coordinator = False
         self.use_collectives = True
-        self._staged = []  # (signature, staged dict) lent to saves, oldest first
+        self._staged = []  # (signature, staged dict, where, had CUDA) lent to saves, oldest first
         self._staged_lock = threading.Lock()
 
     # -- StorageWriter --
@@ -321,26 +405,58 @@ class FastensorWriter(_Directory, StorageWriter, AsyncStager):
 
     # -- AsyncStager --
     def stage(self, state_dict):
-        """A host copy of ``state_dict`` (DCP calls this in ``async_save`` before returning)."""
-        from torch.distributed._state_dict_utils import _copy_state_dict, _create_cpu_state_dict
+        """A copy of ``state_dict`` that the save writes while the caller goes on (DCP calls
+        this in ``async_save`` before returning).
+
+        Where a pinned copy of this structure is kept from an earlier save, the tensors are
+        copied into it. Else, where every CUDA tensor is on one GPU with room to spare, they
+        are copied on that GPU (a device-to-device copy: milliseconds, where allocating pinned
+        memory first would take the caller a second or more per GiB) and the other tensors
+        where they are; without that room, into pageable host memory as DCP's own stager
+        does. After such a save's write, its copy is replaced by a pinned one, allocated in
+        the background, for the next save."""
         sig = _signature(state_dict)
-        staged = _STAGING.take(sig)
-        if staged is None:
-            staged = _create_cpu_state_dict(state_dict, pin_memory=torch.cuda.is_available())
-        staged = _copy_state_dict(state_dict, staged, non_blocking=True)
-        if torch.cuda.is_available():
-            torch.cuda.synchronize()
+        plain = _plain(state_dict)
+        kept = _STAGING.take(sig) if plain else None
+        cuda = _cuda_devices(state_dict, plain)
+        if kept is not None:
+            staged, where = _copy_state(state_dict, kept), "kept"
+        elif not plain:  # ShardedTensor and other types: torch's own utilities, not kept
+            from torch.distributed._state_dict_utils import (_copy_state_dict,
+                                                             _create_cpu_state_dict)
+            staged = _copy_state_dict(state_dict, _create_cpu_state_dict(state_dict),
+                                      non_blocking=True)
+            where = "other"
+        elif len(cuda) == 1 and _device_room(next(iter(cuda)), _cuda_bytes(state_dict)):
+            staged, where = _map_state(state_dict, lambda t: t.clone()), "device"
+        else:
+            staged, where = _map_state(state_dict, lambda t: t.to("cpu", copy=True)), "host"
+        for d in cuda:
+            torch.cuda.current_stream(d).synchronize()
         with self._staged_lock:
-            self._staged.append((sig, staged))
+            self._staged.append((sig, staged, where, bool(cuda)))
         return staged
 
     def _unlend(self):
-        """The staged copy of the save whose write just ended goes back for the next one."""
+        """The staged copy of the save whose write just ended goes back for the next one: as
+        it is where it is memory worth keeping (pinned, or the host copy of a state dict
+        without CUDA tensors); else a pinned one of its structure is made in the background
+        while the device or pageable copy is freed."""
         with self._staged_lock:
             if not self._staged:
                 return
-            sig, staged = self._staged.pop(0)
-        _STAGING.give(sig, staged)
+            sig, staged, where, cuda = self._staged.pop(0)
+        if where == "other":
+            return
+        tensors = _locals(staged)
+        del staged
+        if where == "kept" or (where == "host" and not cuda):
+            _STAGING.give(sig, tensors)
+        elif torch.cuda.is_available():
+            specs = [torch.empty(t.shape, dtype=t.dtype, device="meta") for t in tensors]
+            del tensors  # the device copy goes now
+            threading.Thread(target=lambda: _STAGING.give(sig, _pinned_like(specs)),
+                             daemon=True, name="fastensor-dcp-staging").start()
 
     def synchronize_staging(self) -> None:
         pass

@@ -313,6 +313,22 @@ def test_async_staging_reuses_host_copies(tmp):
     assert_same(flat(got), flat(s))
 
 
+def test_async_staging_takes_the_new_values(tmp):
+    """A reused staging copy holds this save's tensors and leaves, never the last save's."""
+    fdcp.release_staging_memory()
+    s = small_state(7)
+    for step in range(3):
+        s["step"], s["nested"]["lr"] = step, step / 4
+        s["w"].add_(1)
+        path = os.path.join(tmp, f"s{step}")
+        dcp.async_save(s, storage_writer=fdcp.FastensorWriter(path)).result()
+        got = zeros_like_state(s)
+        dcp.load(got, storage_reader=fdcp.FastensorReader(path))
+        assert_same(flat(got), flat(s))
+        assert got["step"] == step and got["nested"]["lr"] == step / 4
+    fdcp.release_staging_memory()
+
+
 def test_bad_settings_are_refused(tmp):
     with pytest.raises(ValueError):
         fdcp.FastensorWriter(tmp, engine="nope")
@@ -352,3 +368,39 @@ def test_cuda_state_dict_round_trip_against_default(tmp):
     dcp.load(got, storage_reader=fdcp.FastensorReader(os.path.join(tmp, "a")))
     assert torch.equal(got["w"], s["w"])
     del cols
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device (torch.cuda)")
+def test_cuda_async_staging_on_device_then_pinned(tmp):
+    """A process's first async save of a CUDA state dict stages on the GPU; the next one
+    finds a pinned copy made in the background; both load byte-exact."""
+    import time
+    fdcp.release_staging_memory()
+    g = torch.Generator().manual_seed(3)
+    s = {"w": torch.randn(2048, 1000, generator=g).cuda(), "step": 1,
+         "b": torch.randn(33, generator=g).to(torch.bfloat16).cuda(), "host": torch.arange(9)}
+    sig = fdcp._signature(s)
+    where = []
+    for step in range(2):
+        s["step"] = step
+        s["w"].mul_(2)
+        w = fdcp.FastensorWriter(os.path.join(tmp, f"c{step}"))
+        staged = w.stage(s)
+        where.append(w._staged[-1][2])
+        assert staged["w"].data_ptr() != s["w"].data_ptr()
+        w._unlend()
+        deadline = time.monotonic() + 60
+        while not fdcp._STAGING.free.get(sig) and time.monotonic() < deadline:
+            time.sleep(0.05)  # the pinned copy is made in the background
+        kept = fdcp._STAGING.free[sig][0]
+        assert all(t.is_pinned() for t in kept if t.numel())
+        path = os.path.join(tmp, f"a{step}")
+        dcp.async_save(s, storage_writer=fdcp.FastensorWriter(path)).result()
+        got = {"w": torch.zeros_like(s["w"]), "b": torch.zeros_like(s["b"]), "step": -1,
+               "host": torch.zeros(9, dtype=torch.long)}
+        dcp.load(got, storage_reader=fdcp.FastensorReader(path))
+        torch.cuda.synchronize()
+        assert torch.equal(got["w"], s["w"]) and torch.equal(got["b"], s["b"])
+        assert torch.equal(got["host"], s["host"]) and got["step"] == step
+    assert where == ["device", "kept"]
+    fdcp.release_staging_memory()
