@@ -26,6 +26,10 @@ eager attention, SGD with momentum. For each model, under a cap of --cap-gib GiB
    torch.load one file per tensor (the Fastensor paper's baseline). Then, at a batch N
    times the plain largest (--big, 4), fastensor defaults against save_on_cpu.
 
+With --profile MODE, --steps steps of MODE at that batch then run under cProfile: where
+the hooks' time goes, the functions with the most time of their own (printed, and in the
+JSON).
+
 Medians of all rounds' steps, their spread (min-max) and ratios are printed; --json
 writes everything. Without CUDA (--quick on a laptop), small configurations run on the
 CPU: a check that every mode trains and agrees, not a measurement.
@@ -33,7 +37,10 @@ CPU: a check that every mode trains and agrees, not a measurement.
     PYTHONPATH=python python3 bench/offload.py --dir /nvme/spill --json offload.json
 """
 import argparse
+import cProfile
 import gc
+import io
+import pstats
 import json
 import os
 import statistics
@@ -316,6 +323,43 @@ def time_modes(w, modes, n, args, rounds, steps):
     return rows
 
 
+def profile_mode(w, mode, n, args, top=25):
+    """Steps of ``mode`` under cProfile: the ``top`` functions by their own time, and the
+    hooks' share of the steps (fastensor's module and the hooks objects)."""
+    x, y = w.batch(n, 99)
+    run_step(w, x, y, hooks_for(mode, args))  # warm-up
+    sync(w.device)
+    prof = cProfile.Profile()
+    t0 = time.perf_counter()
+    prof.enable()
+    for _ in range(args.steps):
+        run_step(w, x, y, hooks_for(mode, args))
+    sync(w.device)
+    prof.disable()
+    wall = (time.perf_counter() - t0) / args.steps
+    st = pstats.Stats(prof)
+    rows, fastensor_s = [], 0.0
+    for (fname, line, func), (cc, nc, tt, ct, _callers) in st.stats.items():
+        where = f"{os.path.basename(fname)}:{line}({func})"
+        if "fastensor" in fname:
+            fastensor_s += tt
+        rows.append({"function": where, "calls": nc // args.steps,
+                     "own_ms": tt / args.steps * 1e3, "total_ms": ct / args.steps * 1e3})
+    rows.sort(key=lambda r: -r["own_ms"])
+    out = io.StringIO()
+    print(f"  profile of {mode} at batch {n} (per step, under cProfile: {wall * 1e3:.1f} ms "
+          f"a step; fastensor's own Python time {fastensor_s / args.steps * 1e3:.1f} ms):",
+          file=out)
+    for r in rows[:top]:
+        print(f"    {r['own_ms']:8.2f} ms own {r['total_ms']:8.2f} ms total "
+              f"{r['calls']:7d} calls  {r['function']}", file=out)
+    print(out.getvalue(), end="", flush=True)
+    del x, y
+    release(w.device)
+    return {"mode": mode, "batch": n, "step_ms_profiled": wall * 1e3,
+            "fastensor_own_ms": fastensor_s / args.steps * 1e3, "top": rows[:top]}
+
+
 def print_rows(rows, base):
     print(f"    {'mode':16s} {'median s':>9s} {'min-max s':>15s} {'vs none':>8s}  "
           f"offloaded/step (GPU kept, file written)")
@@ -341,6 +385,10 @@ def bench_model(name, args, device):
         total = torch.cuda.get_device_properties(device).total_memory
         torch.cuda.set_per_process_memory_fraction(args.cap_gib * _GiB / total, device)
         res["cap_gib"] = args.cap_gib
+    if cuda and args.no_search:
+        if not args.batch:
+            raise SystemExit("--no-search needs --batch")
+    elif cuda:
         print(f"  largest batch under a {args.cap_gib} GiB cap:", flush=True)
         plain = largest_batch(w, "none", args, 1, 1 << 14)
         n = max(plain["largest"], 1)
@@ -381,6 +429,8 @@ def bench_model(name, args, device):
     }
     print("  ratios: " + ", ".join(f"{k} {v:.2f}" for k, v in res["ratios"].items()
                                    if v is not None), flush=True)
+    if args.profile:
+        res["profile"] = profile_mode(w, args.profile, n, args)
     if cuda and args.big and res.get("largest_fastensor", 0) >= n * args.big:
         nb = n * args.big
         try:
@@ -415,12 +465,16 @@ def main():
                     help="no new search try starts after this long (per model and mode)")
     ap.add_argument("--batch", type=int, default=0,
                     help="batch for gradients and step times (0: the largest without offload)")
+    ap.add_argument("--no-search", action="store_true",
+                    help="skip the largest-batch search (with --batch)")
     ap.add_argument("--big", type=int, default=4,
                     help="also time fastensor and save_on_cpu at this multiple of the batch "
                     "(0: not)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=2)
     ap.add_argument("--modes", default=",".join(MODES))
+    ap.add_argument("--profile", metavar="MODE", choices=MODES,
+                    help="then profile --steps steps of MODE at the batch (cProfile)")
     ap.add_argument("--quick", action="store_true",
                     help="small configurations (a check that the bench runs)")
     ap.add_argument("--json", help="write the results here")
