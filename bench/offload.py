@@ -20,7 +20,9 @@ eager attention, SGD with momentum. For each model, under a cap of --cap-gib GiB
    the allocator's peak reset before each, as a process training that way alone would
    have it; a new hooks object each step, as a training loop writes it): no offload and its twin
    (the noise floor), fastensor defaults (GPU budget, pinned host tier, spill file),
-   fastensor keeping every tensor on the GPU (the hooks' own cost), fastensor host tier
+   fastensor keeping every tensor on the GPU (the hooks' own cost; "hooks-identity", torch's
+   saved_tensors_hooks with functions that return their argument, is the floor of any
+   hook-based offload, on request), fastensor host tier
    only (gpu_budget_bytes=0), fastensor SSD only (no GPU or host tier),
    torch.autograd.graph.save_on_cpu(pin_memory=True), and hooks that torch.save /
    torch.load one file per tensor (the Fastensor paper's baseline). Then, at a batch N
@@ -150,14 +152,21 @@ class TorchSaveHooks(torch.autograd.graph.saved_tensors_hooks):
         super().__init__(pack, unpack)
 
 
-MODES = ("none", "none#2", "fastensor", "fastensor-keep", "fastensor-host", "fastensor-ssd",
-         "save_on_cpu", "torch.save")
+MODES = ("none", "none#2", "hooks-identity", "fastensor", "fastensor-keep", "fastensor-host",
+         "fastensor-ssd", "save_on_cpu", "torch.save")
+DEFAULT_MODES = tuple(m for m in MODES if m != "hooks-identity")
+
+
+def _same(t):
+    return t
 
 
 def hooks_for(mode, args):
     """A new hooks object for one step of ``mode`` (None: no offload)."""
     if mode.startswith("none"):
         return None
+    if mode == "hooks-identity":  # torch's hooks, doing nothing: any hook-based offload's floor
+        return torch.autograd.graph.saved_tensors_hooks(_same, _same)
     if mode == "fastensor":
         return ftt.offload_activations(args.dir)
     if mode == "fastensor-keep":  # every tensor stays on the GPU: the hooks' own cost
@@ -310,7 +319,8 @@ def time_modes(w, modes, n, args, rounds, steps):
                 if isinstance(hooks, ftt.offload_activations):
                     s = hooks.stats()
                     per_step[m] = {k: s[k] for k in (
-                        "tensors_offloaded", "tensors_on_gpu", "bytes_on_gpu", "bytes_offloaded",
+                        "tensors_offloaded", "tensors_on_gpu", "tensors_passed", "bytes_on_gpu",
+                        "bytes_offloaded",
                         "bytes_written", "bytes_read", "bytes_demoted", "host_hits",
                         "stall_seconds", "engine", "prefetch_bytes")}
                     per_step[m]["host_pinned"] = s["host_pinned"]
@@ -472,7 +482,8 @@ def main():
                     "(0: not)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=2)
-    ap.add_argument("--modes", default=",".join(MODES))
+    ap.add_argument("--modes", default=",".join(DEFAULT_MODES),
+                    help=f"of {', '.join(MODES)}")
     ap.add_argument("--profile", metavar="MODE", choices=MODES,
                     help="then profile --steps steps of MODE at the batch (cProfile)")
     ap.add_argument("--quick", action="store_true",

@@ -13,7 +13,11 @@ need beyond the forward pass; when a pack finds it over, the tensors packed firs
 backward needs last, leave first); pinned host memory,
 up to ``host_cache_bytes`` (default: a quarter of the memory available); then one unlinked
 spill file on local storage. The host tier sends its oldest entries to the file when it
-fills.
+fills. A step no larger than the last one measured on the GPU, where that one kept every
+tensor there within the budget, passes through: autograd gets the tensors themselves, no
+handle, so the hooks cost next to nothing (checked as it goes: a tensor larger than that
+step's largest, or the memory allocated rising past that step's plus half the headroom it
+left, and the rest of the step is budgeted as usual).
 
 Built on ``torch.autograd.graph.saved_tensors_hooks`` and the C spill store. The store, its
 pinned memory and its measurements belong to the process and are shared by every context
@@ -82,7 +86,7 @@ class _Sequence:
     """The handles of one forward pass, in pack order, and how far prefetching has got."""
     __slots__ = ("handles", "cursor", "ahead", "unpacking", "t_first", "bytes_unpacked",
                  "bytes_read0", "device", "forward_end", "peak0", "largest", "growth",
-                 "gpu_unpacks")
+                 "gpu_unpacks", "stored")
 
     def __init__(self):
         self.handles = []       # weak references, in pack order
@@ -98,6 +102,19 @@ class _Sequence:
         self.largest = 0        # the largest CUDA tensor packed in its forward pass
         self.growth = 0         # most bytes allocated beyond forward_end, seen at unpacks
         self.gpu_unpacks = 0
+        self.stored = 0         # its tensors that left the GPU
+
+
+class _Through:
+    """A step kept on the GPU as it is (see offload_activations._pass_through)."""
+    __slots__ = ("device", "index", "largest", "cap", "forward_end", "interval", "packed",
+                 "next_check")
+
+    def __init__(self, device, largest, cap, forward_end, interval):
+        self.device, self.largest, self.cap = device, largest, cap
+        self.index = device.index if device.index is not None else torch.cuda.current_device()
+        self.forward_end, self.interval = forward_end, interval
+        self.packed, self.next_check = 0, interval
 
 
 class _Packed:
@@ -129,8 +146,9 @@ class _Shared:
         self.growth_ratio = {}
         self.slack = {}            # device -> bytes of the margin beyond those estimates
         # device -> (largest tensor, bytes allocated at backward's start, the allocator's
-        # peak of reserved memory after backward) of the last step measured: the headroom
-        # that step left under the limit, fragments included
+        # peak of reserved memory after backward, whether every tensor stayed on the GPU,
+        # the memory limit then) of the last step measured: the headroom that step left
+        # under the limit, fragments included
         self.last = {}
 
     def copy_stream(self, device):
@@ -176,6 +194,16 @@ def _allocated(device) -> int:
         return torch.cuda.memory_allocated(device)
 
 
+def _fraction_limit(device) -> int:
+    """The device's memory times the fraction of set_per_process_memory_fraction (cheap:
+    no driver call)."""
+    total = torch.cuda.get_device_properties(device).total_memory
+    get_fraction = getattr(torch.cuda, "get_per_process_memory_fraction", None)
+    fraction = (get_fraction(device) if get_fraction is not None
+                else _FRACTIONS.get(device.index, 1.0))
+    return int(total * fraction)
+
+
 def gpu_memory_limit(device) -> int:
     """Bytes the process may allocate on ``device``: the device's memory times the fraction
     of ``torch.cuda.set_per_process_memory_fraction``, and no more than what the allocator
@@ -183,12 +211,8 @@ def gpu_memory_limit(device) -> int:
     device = torch.device(device)
     if device.index is None:
         device = torch.device("cuda", torch.cuda.current_device())
-    total = torch.cuda.get_device_properties(device).total_memory
-    get_fraction = getattr(torch.cuda, "get_per_process_memory_fraction", None)
-    fraction = (get_fraction(device) if get_fraction is not None
-                else _FRACTIONS.get(device.index, 1.0))
     free, _ = torch.cuda.mem_get_info(device)
-    return int(min(total * fraction, torch.cuda.memory_reserved(device) + free))
+    return min(_fraction_limit(device), torch.cuda.memory_reserved(device) + free)
 
 
 class offload_activations(torch.autograd.graph.saved_tensors_hooks):
@@ -254,7 +278,9 @@ class offload_activations(torch.autograd.graph.saved_tensors_hooks):
         self._largest = {}                   # device -> largest tensor packed, this step
         self._allocated_seen = {}            # device -> (allocated, bytes kept since)
         self._step = weakref.WeakSet()       # handles packed since the last __enter__
+        self._through = None                 # a _Through while this step passes through
         self._counts = {"tensors_offloaded": 0, "tensors_kept": 0, "tensors_on_gpu": 0,
+                        "tensors_passed": 0,
                         "bytes_on_gpu": 0, "dedup_hits": 0, "alive_hits": 0}
         self._base = self._store.stats()
         super().__init__(self._pack, self._unpack)
@@ -294,6 +320,13 @@ class offload_activations(torch.autograd.graph.saved_tensors_hooks):
         return max(budget, 0)
 
     def _pack(self, t):
+        tr = self._through
+        if (tr is not None and t.is_cuda and t.layout is torch.strided
+                and t.nbytes <= tr.largest and t.get_device() == tr.index):
+            tr.packed += t.nbytes
+            if tr.packed < tr.next_check or self._still_through(tr):
+                self._counts["tensors_passed"] += 1
+                return t
         if (self._closed or t.layout != torch.strided or t.device.type not in ("cpu", "cuda")
                 or t.numel() * t.element_size() < self.min_bytes or _is_parameter(t)):
             self._counts["tensors_kept"] += 1
@@ -323,6 +356,8 @@ class offload_activations(torch.autograd.graph.saved_tensors_hooks):
         cuda = t.device.type == "cuda"
         if cuda and h.nbytes > self._largest.get(t.device, 0):
             self._largest[t.device] = h.nbytes
+            if tr is not None and h.nbytes > tr.largest:
+                self._through = None  # a larger step than the last one: budgeted from here
         if cuda and self._fits_on_gpu(t.device, h.nbytes):
             h.gpu = t
             self._counts["tensors_on_gpu"] += 1
@@ -341,8 +376,43 @@ class offload_activations(torch.autograd.graph.saved_tensors_hooks):
             if self._seq is None or self._seq.unpacking:
                 self._seq = _Sequence()
             h.seq, h.index = self._seq, len(self._seq.handles)
+            if h.gpu is None:
+                h.seq.stored += 1
             self._seq.handles.append(weakref.ref(h))
         return h
+
+    def _pass_through(self):
+        """Whether this step may keep its CUDA tensors as they are, handing autograd the
+        tensors themselves (no handle: the hooks cost next to nothing): where the last step
+        measured on the device kept every tensor on the GPU with its reserved peak within
+        the budget (``gpu_budget_bytes``, else the limit then, and the limit now that
+        ``set_per_process_memory_fraction`` gives). It stays so while the step is no larger:
+        no tensor larger than that step's largest, and the memory allocated, asked every
+        ``interval`` bytes kept, within that step's at backward's start plus half the
+        headroom its peak left. Past either, the rest of the step is budgeted as usual."""
+        sh = self._shared
+        if self._check or self._closed or len(sh.last) != 1:
+            return None
+        device, last = next(iter(sh.last.items()))
+        largest, forward_end, peak, fitted, limit = last
+        if not fitted:
+            return None
+        if self.gpu_budget_bytes is not None:
+            limit = self.gpu_budget_bytes
+        else:
+            limit = min(limit, _fraction_limit(device))
+        if peak > limit:
+            return None
+        interval = max(64 * _MiB, min(1 << 30, limit // 16))
+        return _Through(device, largest, forward_end + (limit - peak) // 2, forward_end,
+                        interval)
+
+    def _still_through(self, tr) -> bool:
+        if _allocated(tr.device) <= tr.cap:
+            tr.next_check = tr.packed + tr.interval
+            return True
+        self._through = None
+        return False
 
     def _fits_on_gpu(self, device, nbytes) -> bool:
         """Whether a tensor of ``nbytes`` just made on ``device`` may stay there; when the
@@ -364,6 +434,7 @@ class offload_activations(torch.autograd.graph.saved_tensors_hooks):
                     continue
                 tensor, old.gpu = old.gpu, None
                 self._store_put(old, tensor)
+                old.seq.stored += 1
                 self._counts["tensors_on_gpu"] -= 1
                 self._counts["bytes_on_gpu"] -= old.nbytes
                 allocated -= old.nbytes
@@ -485,8 +556,10 @@ class offload_activations(torch.autograd.graph.saved_tensors_hooks):
             peak = torch.cuda.max_memory_allocated(seq.device)
             growth = peak - seq.forward_end if peak > seq.peak0 else seq.growth
             sh.growth_ratio[seq.device] = max(growth / seq.largest, 1.0)
+            limit = self._budgets.get(seq.device, self.gpu_budget_bytes)
             sh.last[seq.device] = (seq.largest, seq.forward_end,
-                                   torch.cuda.max_memory_reserved(seq.device))
+                                   torch.cuda.max_memory_reserved(seq.device),
+                                   seq.stored == 0 and limit is not None, limit)
         elapsed = time.perf_counter() - seq.t_first
         if not seq.t_first or elapsed <= 0 or not seq.bytes_unpacked:
             return
@@ -541,10 +614,18 @@ class offload_activations(torch.autograd.graph.saved_tensors_hooks):
         self._largest = {}
         self._allocated_seen = {}
         self._step = weakref.WeakSet()
+        self._through = self._pass_through()
         return super().__enter__()
 
     def __exit__(self, exc_type, exc, tb):
         super().__exit__(exc_type, exc, tb)
+        tr, self._through = self._through, None
+        if tr is not None and exc_type is None and \
+                _allocated(tr.device) > tr.forward_end + tr.interval:
+            # this step grew past the last one's: the next one is budgeted, and measured
+            last = self._shared.last.get(tr.device)
+            if last is not None:
+                self._shared.last[tr.device] = last[:3] + (False,) + last[4:]
         if exc_type is not None and issubclass(exc_type, torch.OutOfMemoryError):
             sh = self._shared
             for device, limit in self._budgets.items():  # keep less on the GPU next time
@@ -595,7 +676,8 @@ class offload_activations(torch.autograd.graph.saved_tensors_hooks):
             self._reap()
 
     def stats(self) -> dict:
-        """Counters since this object was made: tensors_offloaded / kept / on_gpu,
+        """Counters since this object was made: tensors_offloaded / kept / on_gpu / passed
+        (kept on the GPU as they are, in steps that passed through),
         bytes_offloaded, bytes_on_gpu (kept on the GPU to backward), host_bytes (in the host tier now),
         file_bytes (held by the spill file now), bytes_demoted (host tier to file),
         bytes_prefetched, stall_seconds, bytes_written, bytes_read, host_hits, ..."""

@@ -481,6 +481,46 @@ def test_gpu_budget_keeps_tensors_and_sends_the_oldest(tmp):
     assert during <= budget + (16 << 20)  # over by at most the last tensor
 
 
+@needs_cuda
+def test_a_step_like_the_last_passes_through(tmp):
+    """After a step that kept every tensor on the GPU, a step no larger hands autograd the
+    tensors themselves; a larger one is budgeted again; gradients stay bitwise equal."""
+    torch.manual_seed(15)
+    model = torch.nn.Sequential(*[torch.nn.Sequential(torch.nn.Linear(512, 512), torch.nn.GELU())
+                                  for _ in range(6)]).cuda()
+    x = torch.randn(1024, 512, device="cuda")
+    ref = reference_grads(model, x)
+    kw = dict(gpu_budget_bytes=1 << 40, host_cache_bytes=0, min_bytes=SMALL)
+    passed = []
+    for _ in range(3):
+        off = ft.offload_activations(tmp, **kw)
+        model.zero_grad(set_to_none=True)
+        assert all(torch.equal(a, b) for a, b in zip(step(model, x, off), ref))
+        passed.append(off.stats()["tensors_passed"])
+    assert passed[1] > 0 and passed[2] == passed[1]  # the first step measured, then through
+    # twice the batch: its tensors are larger than the last step's largest, so budgeted
+    x2 = torch.randn(2048, 512, device="cuda")
+    ref2 = reference_grads(model, x2)
+    off = ft.offload_activations(tmp, **kw)
+    model.zero_grad(set_to_none=True)
+    assert all(torch.equal(a, b) for a, b in zip(step(model, x2, off), ref2))
+    st = off.stats()
+    assert st["tensors_on_gpu"] > 0 and st["tensors_passed"] < passed[1]
+    # a budget under the last step's peak: nothing passes through, tensors leave
+    torch.cuda.synchronize()
+    tight = ft.offload_activations(tmp, gpu_budget_bytes=torch.cuda.memory_allocated() + (8 << 20),
+                                   host_cache_bytes=0, min_bytes=SMALL)
+    model.zero_grad(set_to_none=True)
+    assert all(torch.equal(a, b) for a, b in zip(step(model, x, tight), ref))
+    st = tight.stats()
+    assert st["tensors_passed"] == 0 and st["tensors_offloaded"] > 0
+    # that step stored tensors: the next step, even with the large budget, is measured again
+    off = ft.offload_activations(tmp, **kw)
+    model.zero_grad(set_to_none=True)
+    assert all(torch.equal(a, b) for a, b in zip(step(model, x, off), ref))
+    assert off.stats()["tensors_passed"] == 0
+
+
 def test_default_gpu_budget_is_under_the_limit():
     if not CUDA:
         pytest.skip("no CUDA device (torch.cuda.is_available() is False)")
