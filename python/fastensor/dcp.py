@@ -427,10 +427,15 @@ class FastensorWriter(_Directory, StorageWriter, AsyncStager):
             staged = _copy_state_dict(state_dict, _create_cpu_state_dict(state_dict),
                                       non_blocking=True)
             where = "other"
-        elif len(cuda) == 1 and _device_room(next(iter(cuda)), _cuda_bytes(state_dict)):
-            staged, where = _map_state(state_dict, lambda t: t.clone()), "device"
         else:
-            staged, where = _map_state(state_dict, lambda t: t.to("cpu", copy=True)), "host"
+            staged, where = None, "host"
+            if len(cuda) == 1 and _device_room(next(iter(cuda)), _cuda_bytes(state_dict)):
+                try:
+                    staged, where = _map_state(state_dict, lambda t: t.clone()), "device"
+                except torch.OutOfMemoryError:  # taken meanwhile: on the host after all
+                    staged, where = None, "host"
+            if staged is None:
+                staged = _map_state(state_dict, lambda t: t.to("cpu", copy=True))
         for d in cuda:
             torch.cuda.current_stream(d).synchronize()
         with self._staged_lock:

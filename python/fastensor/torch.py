@@ -23,7 +23,7 @@ import time
 import torch
 
 from . import _ckpt, _fst
-from .offload import offload_activations
+from .offload import gpu_memory_limit, offload_activations
 
 _TO_ST = {torch.bool: "BOOL", torch.uint8: "U8", torch.int8: "I8", torch.int16: "I16",
           torch.int32: "I32", torch.int64: "I64", torch.float16: "F16", torch.bfloat16: "BF16",
@@ -550,10 +550,11 @@ def _copy_into(buf, tensors, sizes):
 
 def _device_room(device, nbytes):
     """Whether ``nbytes`` more fit on the device with room to spare (5% of it, 1 GiB at
-    least): memory the driver has free plus what torch's allocator holds unused."""
-    free, total = torch.cuda.mem_get_info(device)
-    spare = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
-    return nbytes + max(total // 20, 1 << 30) <= free + spare
+    least): within what the process may allocate there (the driver's free memory plus what
+    torch's allocator holds unused, and set_per_process_memory_fraction's cap)."""
+    total = torch.cuda.get_device_properties(device).total_memory
+    room = gpu_memory_limit(device) - torch.cuda.memory_allocated(device)
+    return nbytes + max(total // 20, 1 << 30) <= room
 
 
 def _snapshot(tensors, mode):
@@ -573,9 +574,15 @@ def _snapshot(tensors, mode):
     on_device = one_gpu and (mode == "device" or (
         mode == "auto" and not _snapshots.has(total, True) and
         _device_room(next(iter(devices)), total)))
+    buf = None
     if on_device:
-        buf = torch.empty(max(total, 1), dtype=torch.uint8, device=next(iter(devices)))
-    else:
+        try:
+            buf = torch.empty(max(total, 1), dtype=torch.uint8, device=next(iter(devices)))
+        except torch.OutOfMemoryError:  # taken meanwhile: on the host after all
+            if mode == "device":
+                raise
+            on_device = False
+    if buf is None:
         buf = _snapshots.take(total, cuda)
     snap = _copy_into(buf, tensors, sizes)
     for d in devices:

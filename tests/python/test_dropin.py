@@ -477,6 +477,28 @@ def test_save_file_async_device_snapshot(tmp, mode):
     ft.release_snapshot_memory()
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_save_file_async_snapshot_respects_the_memory_fraction(tmp):
+    """Under set_per_process_memory_fraction, a state dict the cap leaves no room to copy on
+    the device is snapshotted on the host, and saved."""
+    ft.release_snapshot_memory()
+    total = torch.cuda.get_device_properties(0).total_memory
+    before = torch.cuda.get_per_process_memory_fraction(0) \
+        if hasattr(torch.cuda, "get_per_process_memory_fraction") else 1.0
+    t = {"w": torch.randn(256 << 10, 256, device="cuda")}  # 256 MiB
+    torch.cuda.synchronize()
+    cap = torch.cuda.memory_reserved(0) + (128 << 20)  # no room for a copy on the device
+    try:
+        torch.cuda.set_per_process_memory_fraction(min(cap / total, 1.0), 0)
+        p = os.path.join(tmp, "capped.safetensors")
+        fut = ft.save_file_async(t, p)
+        assert fut.snapshot == "host" and fut.result(timeout=120) is None
+        assert torch.equal(ft.load_file(p)["w"], t["w"].cpu())
+    finally:
+        torch.cuda.set_per_process_memory_fraction(before, 0)
+        ft.release_snapshot_memory()
+
+
 def test_async_save_running_at_exit_is_finished(tmp):
     import subprocess
     import sys
