@@ -28,12 +28,12 @@ WARN := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes 
 COMPAT := $(if $(SAN),,-include src/base/glibc-compat.h)
 ALL_CFLAGS := -std=c11 -D_GNU_SOURCE -fPIC -pthread $(WARN) $(CFLAGS) $(SANFLAGS) $(COMPAT) -Iinclude
 # liburing and libxxhash are linked in statically so the library and the CLI run where they
-# are not installed; Debian's libjansson.a is not position-independent: libjansson.so.4 stays.
+# are not installed; JSON is the library's own (src/base/json.c).
 URING_LIBS := -Wl,-Bstatic -luring -lxxhash -Wl,-Bdynamic
 # libpthread.so.0 and libdl.so.2 by name: where glibc is older than 2.34 they hold the
 # functions glibc-compat.h binds to (newer ones keep them as empty compatibility libraries).
 OLD_GLIBC_LIBS := -Wl,--push-state,--no-as-needed -l:libpthread.so.0 -l:libdl.so.2 -Wl,--pop-state
-LIBS := $(URING_LIBS) -ljansson -ldl -lpthread $(OLD_GLIBC_LIBS) -lm
+LIBS := $(URING_LIBS) -ldl -lpthread $(OLD_GLIBC_LIBS) -lm
 
 LIB_SRC := $(wildcard src/base/*.c src/core/*.c src/engine/*.c src/ckpt/*.c src/select/*.c src/gpu/*.c src/store/*.c)
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o) $(BUILD)/src/ckpt/codec_fatbin.o

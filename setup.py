@@ -45,13 +45,12 @@ ext = Extension(
                         "-include", os.path.join(ROOT, "src", "base", "glibc-compat.h")],
     extra_objects=[ARCHIVE],
     # liburing and libxxhash are linked in statically (machines without them: the GPU
-    # machine has no liburing); Debian's libjansson.a is not position-independent, so
-    # libjansson.so.4 stays a run-time dependency. The library's internal symbols stay out
-    # of the extension's dynamic symbol table.
+    # machine has no liburing); JSON is the library's own. The library's internal symbols
+    # stay out of the extension's dynamic symbol table.
     extra_link_args=["-Wl,-Bstatic", "-luring", "-lxxhash", "-Wl,-Bdynamic",
                      "-Wl,--exclude-libs,ALL", "-Wl,--push-state,--no-as-needed",
                      "-l:libpthread.so.0", "-l:libdl.so.2", "-Wl,--pop-state"],
-    libraries=["jansson", "pthread", "m"],
+    libraries=["pthread", "m"],
     py_limited_api=True,
 )
 

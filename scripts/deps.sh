@@ -2,7 +2,7 @@
 # Install what fastensor needs on Debian/Ubuntu when missing. As root it runs apt-get;
 # otherwise it prints the exact command to run and fails.
 set -eu
-# Build: compiler, make, pkg-config, liburing (io_uring), jansson (JSON), xxhash (checksums).
+# Build: compiler, make, pkg-config, liburing (io_uring), xxhash (checksums).
 # Tests and benchmarks: fio; fuzz targets: clang; Python package and its tests:
 # python3-dev and python3-venv (the packages themselves go into the project venv, `make venv`).
 pkgs_needed=()
@@ -12,7 +12,6 @@ need_cmd cc gcc
 need_cmd make make
 need_cmd pkg-config pkg-config
 need_header liburing.h liburing-dev
-need_header jansson.h libjansson-dev
 need_header xxhash.h libxxhash-dev
 need_cmd fio fio
 need_cmd clang clang

@@ -2,9 +2,8 @@
 #ifndef FT_CKPT_CKPT_H
 #define FT_CKPT_CKPT_H
 
+#include "../base/json.h"
 #include "../core/internal.h"
-
-struct json_t;
 
 /* safetensors' own limit on the header. */
 #define FT__ST_HEADER_MAX 100000000ull
@@ -80,9 +79,6 @@ void ft__csum_encode(const uint64_t *csums, uint64_t n, char *hex);
 /** xxh3-64 of a block. */
 uint64_t ft__csum(const void *data, size_t len);
 
-/** Whether @p s is valid UTF-8 (no overlongs or surrogates). */
-bool ft__utf8_valid(const char *s, size_t len);
-
 typedef struct ft__shard {
     char *path;
     ft_file *file;
@@ -118,11 +114,11 @@ const char *ft__shard_tensor_at(const ft__shard *s, uint64_t at);
 /** Read a whole regular file of at most @p max bytes (NUL-terminated). @return 0 or -errno. */
 int ft__slurp(ft_ctx *ctx, const char *path, uint64_t max, char **out, size_t *len);
 /**
- * Read an index: its JSON (*root, for json_decref) and the distinct file names its weight
+ * Read an index: its JSON (*root, for ft__json_free) and the distinct file names its weight
  * map lists (*names, sorted, pointing into *root; free the array). Every name must be a
  * plain file name. @return 0, or -EBADMSG / -errno with a detail.
  */
-int ft__index_read(ft_ctx *ctx, const char *path, struct json_t **root, const char ***names,
+int ft__index_read(ft_ctx *ctx, const char *path, ft__json_doc **root, const char ***names,
                    size_t *count);
 
 /* ---- installing a save (commit.c) ---- */

@@ -18,7 +18,6 @@
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <jansson.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -79,7 +78,7 @@ void ft__name_free(ft__ckpt_name *n)
 /* The plain file names an index lists (unique; any order). @return 0 or -errno. */
 static int index_names(ft_ctx *ctx, const char *index, char ***out, size_t *count)
 {
-    json_t *root;
+    ft__json_doc *root;
     const char **names;
     size_t n;
     int rc = ft__index_read(ctx, index, &root, &names, &n);
@@ -94,7 +93,7 @@ static int index_names(ft_ctx *ctx, const char *index, char ***out, size_t *coun
             copy = NULL;
         }
     free(names);
-    json_decref(root);
+    ft__json_free(root);
     if (!copy)
         return ft__err(-ENOMEM, "%s", index);
     *out = copy;

@@ -1,9 +1,8 @@
-/* Parse and validate safetensors headers (jansson), strictly: every failure is a distinct,
- * clear error naming the file and the tensor. */
+/* Parse and validate safetensors headers (src/base/json.c), strictly: every failure is a
+ * distinct, clear error naming the file and the tensor. */
 #include "ckpt.h"
 
 #include <errno.h>
-#include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
 #include <xxhash.h>
@@ -47,28 +46,6 @@ int ft__csum_decode(const char *hex, size_t len, uint64_t *out, uint64_t n)
     return 0;
 }
 
-bool ft__utf8_valid(const char *str, size_t len)
-{
-    const uint8_t *s = (const uint8_t *)str;
-    for (size_t i = 0; i < len;) {
-        uint8_t c = s[i];
-        size_t n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-        if (!n || i + n > len)
-            return false;
-        uint32_t cp = n == 1 ? c : n == 2 ? (c & 0x1fu) : n == 3 ? (c & 0x0fu) : (c & 0x07u);
-        for (size_t k = 1; k < n; k++) {
-            if ((s[i + k] & 0xc0) != 0x80)
-                return false;
-            cp = cp << 6 | (s[i + k] & 0x3fu);
-        }
-        static const uint32_t min[5] = {0, 0, 0x80, 0x800, 0x10000};
-        if (cp < min[n] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
-            return false;
-        i += n;
-    }
-    return true;
-}
-
 void ft__st_header_free(ft__st_header *h)
 {
     for (size_t i = 0; i < h->ntensors; i++)
@@ -110,35 +87,37 @@ static int bad(const char *where, const char *fmt, const char *a, const char *b)
 }
 
 /* A non-negative JSON integer. */
-static bool get_u64(const json_t *v, uint64_t *out)
+static bool get_u64(const ft__json *v, uint64_t *out)
 {
-    if (!json_is_integer(v) || json_integer_value(v) < 0)
+    int64_t x;
+    if (!ft__json_int(v, &x) || x < 0)
         return false;
-    *out = (uint64_t)json_integer_value(v);
+    *out = (uint64_t)x;
     return true;
 }
 
-static int parse_tensor(const char *name, const json_t *v, const char *where, ft__st_tensor *t)
+static int parse_tensor(const char *name, const ft__json *v, const char *where, ft__st_tensor *t)
 {
-    if (!json_is_object(v))
+    if (ft__json_type(v) != FT__JSON_OBJECT)
         return bad(where, "entry '%s' is not an object%s", name, "");
-    if (json_object_size(v) != 3)
+    if (ft__json_len(v) != 3)
         return bad(where, "entry '%s' must have exactly dtype, shape and data_offsets%s", name,
                    "");
-    const json_t *dt = json_object_get(v, "dtype"), *sh = json_object_get(v, "shape"),
-                 *off = json_object_get(v, "data_offsets");
-    if (!json_is_string(dt) || !json_is_array(sh) || !json_is_array(off))
+    const ft__json *dt = ft__json_get(v, "dtype"), *sh = ft__json_get(v, "shape"),
+                 *off = ft__json_get(v, "data_offsets");
+    if (ft__json_type(dt) != FT__JSON_STRING || ft__json_type(sh) != FT__JSON_ARRAY ||
+        ft__json_type(off) != FT__JSON_ARRAY)
         return bad(where, "tensor '%s': dtype must be a string, shape and data_offsets arrays%s",
                    name, "");
-    int d = ft_dtype_from_name(json_string_value(dt));
+    int d = ft_dtype_from_name(ft__json_string(dt));
     if (d < 0)
-        return bad(where, "tensor '%s': unknown dtype '%s'", name, json_string_value(dt));
+        return bad(where, "tensor '%s': unknown dtype '%s'", name, ft__json_string(dt));
     t->dtype = (ft_dtype)d;
-    if (json_array_size(sh) > FT_MAX_DIMS)
+    if (ft__json_len(sh) > FT_MAX_DIMS)
         return bad(where, "tensor '%s': more than 16 dimensions%s", name, "");
-    t->ndim = (unsigned)json_array_size(sh);
+    t->ndim = (unsigned)ft__json_len(sh);
     for (unsigned i = 0; i < t->ndim; i++)
-        if (!get_u64(json_array_get(sh, i), &t->shape[i]))
+        if (!get_u64(ft__json_item(sh, i), &t->shape[i]))
             return bad(where, "tensor '%s': shape holds a value that is not a non-negative "
                               "integer%s", name, "");
     uint64_t bytes;
@@ -148,8 +127,8 @@ static int parse_tensor(const char *name, const json_t *v, const char *where, ft
                    ft_dtype_name(t->dtype));
     if (sized < 0)
         return bad(where, "tensor '%s': byte size overflows 64 bits%s", name, "");
-    if (json_array_size(off) != 2 || !get_u64(json_array_get(off, 0), &t->begin) ||
-        !get_u64(json_array_get(off, 1), &t->end))
+    if (ft__json_len(off) != 2 || !get_u64(ft__json_item(off, 0), &t->begin) ||
+        !get_u64(ft__json_item(off, 1), &t->end))
         return bad(where, "tensor '%s': data_offsets must be two non-negative integers%s", name,
                    "");
     if (t->end < t->begin)
@@ -160,26 +139,28 @@ static int parse_tensor(const char *name, const json_t *v, const char *where, ft
     return 0;
 }
 
-static int parse_checksums(const json_t *meta, uint64_t data_size, const char *where,
+static int parse_checksums(const ft__json *meta, uint64_t data_size, const char *where,
                            ft__st_header *h)
 {
-    const json_t *algo = json_object_get(meta, FT__META_CSUM_ALGO),
-                 *blk = json_object_get(meta, FT__META_CSUM_BLOCK),
-                 *sums = json_object_get(meta, FT__META_CSUMS);
+    const ft__json *algo = ft__json_get(meta, FT__META_CSUM_ALGO),
+                 *blk = ft__json_get(meta, FT__META_CSUM_BLOCK),
+                 *sums = ft__json_get(meta, FT__META_CSUMS);
     if (!algo && !blk && !sums)
         return 0;
-    if (!json_is_string(algo) || strcmp(json_string_value(algo), FT__CSUM_ALGO) != 0)
+    if (ft__json_type(algo) != FT__JSON_STRING ||
+        strcmp(ft__json_string(algo), FT__CSUM_ALGO) != 0)
         return bad(where, "metadata %s is not \"%s\"", FT__META_CSUM_ALGO, FT__CSUM_ALGO);
     uint64_t block;
-    if (!json_is_string(blk) || ft_parse_size(json_string_value(blk), &block) < 0 ||
-        block < 4096 || (block & (block - 1)) || !json_is_string(sums))
+    if (ft__json_type(blk) != FT__JSON_STRING ||
+        ft_parse_size(ft__json_string(blk), &block) < 0 || block < 4096 ||
+        (block & (block - 1)) || ft__json_type(sums) != FT__JSON_STRING)
         return bad(where, "metadata %s / %s are malformed", FT__META_CSUM_BLOCK, FT__META_CSUMS);
     h->csum_block = block;
     h->ncsums = (data_size + block - 1) / block;
     h->csums = malloc((h->ncsums ? h->ncsums : 1) * sizeof *h->csums);
     if (!h->csums)
         return ft__err(-ENOMEM, "%s: checksums", where);
-    if (ft__csum_decode(json_string_value(sums), json_string_length(sums), h->csums,
+    if (ft__csum_decode(ft__json_string(sums), ft__json_len(sums), h->csums,
                         h->ncsums) < 0)
         return bad(where, "metadata %s does not hold one 16-digit hex value per block%s",
                    FT__META_CSUMS, "");
@@ -187,9 +168,9 @@ static int parse_checksums(const json_t *meta, uint64_t data_size, const char *w
 }
 
 /* The part checksums, when present, once the tensors and blocks are known. */
-static int parse_parts(const json_t *meta, const char *where, ft__st_header *h)
+static int parse_parts(const ft__json *meta, const char *where, ft__st_header *h)
 {
-    const json_t *hex = json_object_get(meta, FT__META_PARTS);
+    const ft__json *hex = ft__json_get(meta, FT__META_PARTS);
     if (!hex || !h->csum_block)
         return 0;
     ft__span *spans = malloc((h->ntensors + 1) * sizeof *spans);
@@ -208,30 +189,30 @@ static int parse_parts(const json_t *meta, const char *where, ft__st_header *h)
     if (!h->parts)
         return ft__err(-ENOMEM, "%s: checksums", where);
     h->nparts = n;
-    if (!json_is_string(hex) ||
-        ft__csum_decode(json_string_value(hex), json_string_length(hex), h->parts, n) < 0)
+    if (ft__json_type(hex) != FT__JSON_STRING ||
+        ft__csum_decode(ft__json_string(hex), ft__json_len(hex), h->parts, n) < 0)
         return bad(where, "metadata %s does not hold one 16-digit hex value per part%s",
                    FT__META_PARTS, "");
     return 0;
 }
 
-static int parse_metadata(const json_t *meta, uint64_t data_size, const char *where,
+static int parse_metadata(const ft__json *meta, uint64_t data_size, const char *where,
                           ft__st_header *h)
 {
-    if (!json_is_object(meta))
+    if (ft__json_type(meta) != FT__JSON_OBJECT)
         return bad(where, "__metadata__ is not an object%s%s", "", "");
-    h->meta = calloc(json_object_size(meta) + 1, sizeof *h->meta);
+    h->meta = calloc(ft__json_len(meta) + 1, sizeof *h->meta);
     if (!h->meta)
         return ft__err(-ENOMEM, "%s: metadata", where);
     const char *key;
-    json_t *v;
-    json_object_foreach((json_t *)meta, key, v) {
-        if (!json_is_string(v))
+    const ft__json *v;
+    for (size_t i = 0; (key = ft__json_member(meta, i, &v)); i++) {
+        if (ft__json_type(v) != FT__JSON_STRING)
             return bad(where, "__metadata__ value of '%s' is not a string%s", key, "");
         if (strncmp(key, "fastensor.", 10) == 0)
             continue;
         ft__st_meta *m = &h->meta[h->nmeta++];
-        if (!(m->key = strdup(key)) || !(m->value = strdup(json_string_value(v))))
+        if (!(m->key = strdup(key)) || !(m->value = strdup(ft__json_string(v))))
             return ft__err(-ENOMEM, "%s: metadata", where);
     }
     int rc = parse_checksums(meta, data_size, where, h);
@@ -246,18 +227,18 @@ static int by_begin(const void *a, const void *b)
     return (x->end > y->end) - (x->end < y->end);
 }
 
-static int parse_root(const json_t *root, uint64_t data_size, const char *where,
+static int parse_root(const ft__json *root, uint64_t data_size, const char *where,
                       ft__st_header *h)
 {
-    if (!json_is_object(root))
+    if (ft__json_type(root) != FT__JSON_OBJECT)
         return bad(where, "the header is not a JSON object%s%s", "", "");
-    h->tensors = calloc(json_object_size(root) + 1, sizeof *h->tensors);
+    h->tensors = calloc(ft__json_len(root) + 1, sizeof *h->tensors);
     if (!h->tensors)
         return ft__err(-ENOMEM, "%s: header", where);
     const char *key;
-    json_t *v, *meta = NULL;
+    const ft__json *v, *meta = NULL;
     int rc;
-    json_object_foreach((json_t *)root, key, v) {
+    for (size_t i = 0; (key = ft__json_member(root, i, &v)); i++) {
         if (strcmp(key, "__metadata__") == 0) {
             meta = v; /* parsed once the tensors say how large the data section is */
             continue;
@@ -302,15 +283,15 @@ int ft__st_parse(const char *json, size_t len, uint64_t data_size, const char *w
         return bad(where, "the header does not start with '{'%s%s", "", "");
     if (!ft__utf8_valid(json, len))
         return bad(where, "the header is not valid UTF-8%s%s", "", "");
-    json_error_t jerr;
-    json_t *root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &jerr);
-    if (!root) {
-        char pos[64];
-        snprintf(pos, sizeof pos, "line %d column %d", jerr.line, jerr.column);
-        return bad(where, "JSON error at %s: %s", pos, jerr.text);
-    }
-    int rc = parse_root(root, data_size, where, out);
-    json_decref(root);
+    char err[200];
+    ft__json_doc *doc;
+    int rc = ft__json_parse(json, len, &doc, err, sizeof err);
+    if (rc == -ENOMEM)
+        return ft__err(rc, "%s: header", where);
+    if (rc < 0)
+        return bad(where, "JSON error at %s%s", err, "");
+    rc = parse_root(ft__json_root(doc), data_size, where, out);
+    ft__json_free(doc);
     if (rc < 0)
         ft__st_header_free(out);
     return rc;

@@ -4,7 +4,6 @@
 
 #include <dirent.h>
 #include <errno.h>
-#include <jansson.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -151,46 +150,48 @@ static int cmp_str(const void *a, const void *b)
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-int ft__index_read(ft_ctx *ctx, const char *path, json_t **root_out, const char ***names_out,
-                   size_t *count)
+int ft__index_read(ft_ctx *ctx, const char *path, ft__json_doc **root_out,
+                   const char ***names_out, size_t *count)
 {
     char *text = NULL;
     size_t len = 0;
     int rc = ft__slurp(ctx, path, FT__ST_HEADER_MAX, &text, &len);
     if (rc < 0)
         return rc;
-    json_error_t jerr;
-    json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
+    char err[200];
+    ft__json_doc *doc;
+    rc = ft__json_parse(text, len, &doc, err, sizeof err);
     free(text);
-    if (!root)
-        return ft__err(-EBADMSG, "%s: invalid index JSON at line %d column %d: %s", path,
-                       jerr.line, jerr.column, jerr.text);
-    json_t *map = json_object_get(root, "weight_map");
-    if (!json_is_object(root) || !json_is_object(map) || json_object_size(map) == 0) {
-        json_decref(root);
+    if (rc == -ENOMEM)
+        return ft__err(rc, "%s", path);
+    if (rc < 0)
+        return ft__err(rc, "%s: invalid index JSON at %s", path, err);
+    const ft__json *root = ft__json_root(doc), *map = ft__json_get(root, "weight_map");
+    if (ft__json_type(map) != FT__JSON_OBJECT || ft__json_len(map) == 0) {
+        ft__json_free(doc);
         return ft__err(-EBADMSG, "%s: an index needs a non-empty \"weight_map\" object", path);
     }
-    size_t n = json_object_size(map), nfiles = 0;
+    size_t n = ft__json_len(map), nfiles = 0;
     const char **files = calloc(n, sizeof *files);
     if (!files) {
-        json_decref(root);
+        ft__json_free(doc);
         return ft__err(-ENOMEM, "%s", path);
     }
     const char *key;
-    json_t *v;
-    json_object_foreach(map, key, v) {
-        if (!json_is_string(v))
+    const ft__json *v;
+    for (size_t i = 0; (key = ft__json_member(map, i, &v)); i++) {
+        if (ft__json_type(v) != FT__JSON_STRING)
             rc = ft__err(-EBADMSG, "%s: weight_map entry '%s' is not a file name", path, key);
-        else if (!ft__plain_name(json_string_value(v), json_string_length(v)))
+        else if (!ft__plain_name(ft__json_string(v), ft__json_len(v)))
             rc = ft__err(-EINVAL, "%s: shard file '%s' is not a plain file name inside the "
-                                  "index's directory", path, json_string_value(v));
+                                  "index's directory", path, ft__json_string(v));
         if (rc < 0)
             break;
-        files[nfiles++] = json_string_value(v);
+        files[nfiles++] = ft__json_string(v);
     }
     if (rc < 0) {
         free(files);
-        json_decref(root);
+        ft__json_free(doc);
         return rc;
     }
     qsort(files, nfiles, sizeof *files, cmp_str);
@@ -198,7 +199,7 @@ int ft__index_read(ft_ctx *ctx, const char *path, json_t **root_out, const char 
     for (size_t i = 0; i < nfiles; i++)
         if (!distinct || strcmp(files[i], files[distinct - 1]) != 0)
             files[distinct++] = files[i];
-    *root_out = root;
+    *root_out = doc;
     *names_out = files;
     *count = distinct;
     return 0;
@@ -206,9 +207,9 @@ int ft__index_read(ft_ctx *ctx, const char *path, json_t **root_out, const char 
 
 /* Parse an index: fill c->shards with paths (sorted, distinct) and check the weight map
  * against the shards' contents once they are open. */
-static int index_load(ft_ckpt *c, const char *path, json_t **map_out)
+static int index_load(ft_ckpt *c, const char *path, ft__json_doc **map_out)
 {
-    json_t *root;
+    ft__json_doc *root;
     const char **files;
     size_t nfiles;
     int rc = ft__index_read(c->ctx, path, &root, &files, &nfiles);
@@ -226,7 +227,7 @@ static int index_load(ft_ckpt *c, const char *path, json_t **map_out)
     free(dir);
     free(files);
     if (rc < 0) {
-        json_decref(root);
+        ft__json_free(root);
         return rc;
     }
     *map_out = root;
@@ -234,9 +235,9 @@ static int index_load(ft_ckpt *c, const char *path, json_t **map_out)
 }
 
 /* The weight map names exactly the tensors of the shards, each in the right file. */
-static int index_check(const ft_ckpt *c, const char *path, const json_t *root)
+static int index_check(const ft_ckpt *c, const char *path, const ft__json *root)
 {
-    const json_t *map = json_object_get(root, "weight_map");
+    const ft__json *map = ft__json_get(root, "weight_map");
     size_t seen = 0;
     for (unsigned k = 0; k < c->nshards; k++) {
         const ft__shard *s = &c->shards[k];
@@ -244,34 +245,34 @@ static int index_check(const ft_ckpt *c, const char *path, const json_t *root)
         base = base ? base + 1 : s->path;
         for (size_t i = 0; i < s->header.ntensors; i++) {
             const char *name = s->header.tensors[i].name;
-            const json_t *v = json_object_get(map, name);
+            const ft__json *v = ft__json_get(map, name);
             if (!v)
                 return ft__err(-EBADMSG, "%s: tensor '%s' of %s is not in the weight map", path,
                                name, s->path);
-            const char *want = json_string_value(v), *slash = strrchr(want, '/');
+            const char *want = ft__json_string(v), *slash = strrchr(want, '/');
             if (strcmp(slash ? slash + 1 : want, base) != 0)
                 return ft__err(-EBADMSG, "%s: tensor '%s' is mapped to %s but stored in %s",
                                path, name, want, s->path);
             seen++;
         }
     }
-    if (seen != json_object_size(map))
+    if (seen != ft__json_len(map))
         return ft__err(-EBADMSG, "%s: the weight map names %zu tensors, the shards hold %zu",
-                       path, json_object_size(map), seen);
+                       path, ft__json_len(map), seen);
     /* metadata.total_size, where given, is the tensors' bytes (Hugging Face's meaning). */
-    const json_t *total = json_object_get(json_object_get(root, "metadata"), "total_size");
+    const ft__json *total = ft__json_get(ft__json_get(root, "metadata"), "total_size");
     if (!total)
         return 0;
     uint64_t bytes = 0;
     for (unsigned k = 0; k < c->nshards; k++)
         for (size_t i = 0; i < c->shards[k].header.ntensors; i++)
             bytes += c->shards[k].header.tensors[i].end - c->shards[k].header.tensors[i].begin;
-    if (!json_is_integer(total) || json_integer_value(total) < 0 ||
-        (uint64_t)json_integer_value(total) != bytes)
+    if (ft__json_type(total) != FT__JSON_INT || ft__json_int_value(total) < 0 ||
+        (uint64_t)ft__json_int_value(total) != bytes)
         return ft__err(-EBADMSG, "%s: metadata.total_size is %s%lld but the shards' tensors "
                                  "hold %llu bytes (an index of another checkpoint?)", path,
-                       json_is_integer(total) ? "" : "not an integer: ",
-                       json_is_integer(total) ? (long long)json_integer_value(total) : 0ll,
+                       ft__json_type(total) == FT__JSON_INT ? "" : "not an integer: ",
+                       (long long)ft__json_int_value(total),
                        (unsigned long long)bytes);
     return 0;
 }
@@ -405,7 +406,7 @@ int ft_ckpt_open(ft_ctx *ctx, ft_ckpt **out, const char *path_in)
         return ft__err(-ENOMEM, "checkpoint");
     }
     c->ctx = ctx;
-    json_t *index = NULL;
+    ft__json_doc *index = NULL;
     if (ends_with(path, ".index.json")) {
         rc = index_load(c, path, &index);
     } else if (!(c->shards = calloc(1, sizeof *c->shards)) ||
@@ -417,7 +418,7 @@ int ft_ckpt_open(ft_ctx *ctx, ft_ckpt **out, const char *path_in)
     for (unsigned k = 0; rc == 0 && k < c->nshards; k++)
         rc = shard_open(ctx, &c->shards[k]);
     if (rc == 0 && index)
-        rc = index_check(c, path, index);
+        rc = index_check(c, path, ft__json_root(index));
     if (rc == 0)
         rc = ckpt_index(c);
     uint64_t total = 0; /* AUTO's cache policy weighs a shard with the whole checkpoint */
@@ -425,7 +426,7 @@ int ft_ckpt_open(ft_ctx *ctx, ft_ckpt **out, const char *path_in)
         total += c->shards[k].data_size;
     for (unsigned k = 0; rc == 0 && k < c->nshards; k++)
         atomic_store_explicit(&c->shards[k].file->au->ws_hint, total, memory_order_relaxed);
-    json_decref(index);
+    ft__json_free(index);
     free(picked);
     if (rc < 0) {
         FT__KEEPING_DETAIL(ft_ckpt_close(c));

@@ -11,7 +11,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
-#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -93,45 +92,71 @@ static int check_tensors(const ft_tensor *t, size_t n, const char *const *meta)
     return rc;
 }
 
-/* Words of the header JSON for @p s; checksums as given (zeros first, real ones later). */
+/* One "key":"value" member of an object, after a comma unless @p first. */
+static void member_str(ft__jw *w, bool first, const char *key, const char *value, size_t n)
+{
+    if (!first)
+        ft__jw_raw(w, ",");
+    ft__jw_str(w, key, strlen(key));
+    ft__jw_raw(w, ":");
+    ft__jw_str(w, value, n);
+}
+
+/* The header JSON for @p s (compact); checksums as given (zeros first, real ones later). */
 static char *header_json(const save_job *job, const save_shard *s, size_t *len)
 {
-    json_t *root = json_object(), *meta = json_object();
-    for (size_t i = 0; job->metadata && job->metadata[i]; i += 2)
-        json_object_set_new(meta, job->metadata[i], json_string(job->metadata[i + 1]));
-    if (job->block) {
-        char blk[32];
-        snprintf(blk, sizeof blk, "%llu", (unsigned long long)job->block);
-        json_object_set_new(meta, FT__META_VERSION, json_string("1"));
-        json_object_set_new(meta, FT__META_CSUM_ALGO, json_string(FT__CSUM_ALGO));
-        json_object_set_new(meta, FT__META_CSUM_BLOCK, json_string(blk));
-        char *hex = malloc(FT__MAX(s->ncsums, s->nparts) * 16 + 1);
-        if (hex) {
-            ft__csum_encode(s->csums, s->ncsums, hex);
-            json_object_set_new(meta, FT__META_CSUMS, json_stringn(hex, s->ncsums * 16));
-            ft__csum_encode(s->parts, s->nparts, hex);
-            if (s->nparts)
-                json_object_set_new(meta, FT__META_PARTS, json_stringn(hex, s->nparts * 16));
-            free(hex);
+    ft__jw w = {0};
+    bool first = true;
+    ft__jw_raw(&w, "{");
+    if ((job->metadata && job->metadata[0]) || job->block) {
+        ft__jw_raw(&w, "\"__metadata__\":{");
+        for (size_t i = 0; job->metadata && job->metadata[i]; i += 2, first = false)
+            member_str(&w, first, job->metadata[i], job->metadata[i + 1],
+                       strlen(job->metadata[i + 1]));
+        if (job->block) {
+            char blk[32];
+            snprintf(blk, sizeof blk, "%llu", (unsigned long long)job->block);
+            member_str(&w, first, FT__META_VERSION, "1", 1);
+            member_str(&w, false, FT__META_CSUM_ALGO, FT__CSUM_ALGO, strlen(FT__CSUM_ALGO));
+            member_str(&w, false, FT__META_CSUM_BLOCK, blk, strlen(blk));
+            char *hex = malloc(FT__MAX(s->ncsums, s->nparts) * 16 + 1);
+            if (!hex)
+                w.failed = true;
+            if (hex) {
+                ft__csum_encode(s->csums, s->ncsums, hex);
+                member_str(&w, false, FT__META_CSUMS, hex, s->ncsums * 16);
+                ft__csum_encode(s->parts, s->nparts, hex);
+                if (s->nparts)
+                    member_str(&w, false, FT__META_PARTS, hex, s->nparts * 16);
+                free(hex);
+            }
         }
+        ft__jw_raw(&w, "}");
+        first = false;
     }
-    if (json_object_size(meta))
-        json_object_set_new(root, "__metadata__", meta);
-    else
-        json_decref(meta);
-    for (size_t i = 0; i < s->count; i++) {
+    for (size_t i = 0; i < s->count; i++, first = false) {
         const ft_tensor *t = &s->tensors[i];
-        json_t *shape = json_array();
-        for (unsigned d = 0; d < t->ndim; d++)
-            json_array_append_new(shape, json_integer((json_int_t)t->shape[d]));
-        json_t *entry = json_pack("{s:s, s:o, s:[I, I]}", "dtype", ft_dtype_name(t->dtype),
-                                  "shape", shape, "data_offsets", (json_int_t)s->begin[i],
-                                  (json_int_t)(s->begin[i] + t->data.len));
-        json_object_set_new(root, t->name, entry);
+        if (!first)
+            ft__jw_raw(&w, ",");
+        ft__jw_str(&w, t->name, strlen(t->name));
+        ft__jw_raw(&w, ":{\"dtype\":");
+        ft__jw_str(&w, ft_dtype_name(t->dtype), strlen(ft_dtype_name(t->dtype)));
+        ft__jw_raw(&w, ",\"shape\":[");
+        for (unsigned d = 0; d < t->ndim; d++) {
+            if (d)
+                ft__jw_raw(&w, ",");
+            ft__jw_int(&w, (int64_t)t->shape[d]);
+        }
+        ft__jw_raw(&w, "],\"data_offsets\":[");
+        ft__jw_int(&w, (int64_t)s->begin[i]);
+        ft__jw_raw(&w, ",");
+        ft__jw_int(&w, (int64_t)(s->begin[i] + t->data.len));
+        ft__jw_raw(&w, "]}");
     }
-    char *out = json_dumps(root, JSON_COMPACT);
-    json_decref(root);
-    *len = out ? strlen(out) : 0;
+    ft__jw_raw(&w, "}");
+    char *out = ft__jw_done(&w, len);
+    if (!out)
+        *len = 0;
     return out;
 }
 
@@ -393,22 +418,31 @@ static const char *base_of(const char *path)
  * commit point of a sharded save. */
 static int write_index(save_job *job, const ft__ckpt_name *nm)
 {
-    json_t *root = json_object(), *map = json_object(), *meta = json_object();
     uint64_t total = 0;
-    for (unsigned k = 0; k < job->nshards; k++) {
-        const save_shard *s = &job->shards[k];
-        for (size_t i = 0; i < s->count; i++)
-            json_object_set_new(map, s->tensors[i].name, json_string(base_of(s->path)));
-        total += s->data_size;
-    }
+    for (unsigned k = 0; k < job->nshards; k++)
+        total += job->shards[k].data_size;
     char gen[16];
     snprintf(gen, sizeof gen, "%08x", job->gen);
-    json_object_set_new(meta, "total_size", json_integer((json_int_t)total));
-    json_object_set_new(meta, "fastensor.generation", json_string(gen));
-    json_object_set_new(root, "metadata", meta);
-    json_object_set_new(root, "weight_map", map);
-    char *text = json_dumps(root, JSON_INDENT(2));
-    json_decref(root);
+    ft__jw w = {0};
+    ft__jw_raw(&w, "{\n  \"metadata\": {\n    \"total_size\": ");
+    ft__jw_int(&w, (int64_t)total);
+    ft__jw_raw(&w, ",\n    \"fastensor.generation\": ");
+    ft__jw_str(&w, gen, strlen(gen));
+    ft__jw_raw(&w, "\n  },\n  \"weight_map\": {");
+    bool first = true;
+    for (unsigned k = 0; k < job->nshards; k++) {
+        const save_shard *s = &job->shards[k];
+        const char *file = base_of(s->path);
+        for (size_t i = 0; i < s->count; i++, first = false) {
+            ft__jw_raw(&w, first ? "\n    " : ",\n    ");
+            ft__jw_str(&w, s->tensors[i].name, strlen(s->tensors[i].name));
+            ft__jw_raw(&w, ": ");
+            ft__jw_str(&w, file, strlen(file));
+        }
+    }
+    ft__jw_raw(&w, "\n  }\n}\n");
+    size_t text_len = 0;
+    char *text = ft__jw_done(&w, &text_len);
     char *tmp = ft__tmp_name(nm->index);
     int rc = text && tmp ? 0 : ft__err(-ENOMEM, "index");
     int lock = rc == 0 ? ft__tmp_lock(tmp) : -1;
@@ -416,10 +450,10 @@ static int write_index(save_job *job, const ft__ckpt_name *nm)
     if (rc == 0 && lock < 0)
         rc = lock;
     if (rc == 0 && (rc = ft_file_open(job->ctx, &f, tmp, FT_OPEN_WRITE, 0)) == 0) {
-        ft_buf b = ft_host_buf(text, strlen(text));
+        ft_buf b = ft_host_buf(text, text_len);
         ft_io_opts o = {.engine = FT_ENGINE_POSIX};
-        int64_t w = ft_write(f, &b, 0, &o);
-        rc = w < 0 ? (int)w : 0;
+        int64_t wrote = ft_write(f, &b, 0, &o);
+        rc = wrote < 0 ? (int)wrote : 0;
         if (rc == 0 && !(job->opts && (job->opts->flags & FT_SAVE_NO_SYNC)))
             rc = ft_file_sync(f);
         int crc = ft_file_close(f);

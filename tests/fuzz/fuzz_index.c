@@ -2,7 +2,6 @@
  * read through the library from a memfd. */
 #include "../../src/ckpt/ckpt.h"
 
-#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,7 +20,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         abort();
     char path[64];
     snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
-    json_t *root;
+    ft__json_doc *root;
     const char **names;
     size_t n;
     if (ft__index_read(ctx, path, &root, &names, &n) == 0) {
@@ -30,7 +29,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 (i && strcmp(names[i - 1], names[i]) >= 0)) /* sorted, distinct, plain */
                 __builtin_trap();
         free(names);
-        json_decref(root);
+        ft__json_free(root);
     }
     close(fd);
     return 0;
