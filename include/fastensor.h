@@ -872,8 +872,10 @@ int ft_store_poll(ft_store *store, uint64_t key);
 int ft_store_wait(ft_store *store, uint64_t key);
 
 /**
- * Wait until every put started so far has landed (in the file or the host tier).
- * @return 0, or the -errno of the first of them that failed (its entry keeps the error).
+ * Wait until every put started so far has landed (in the file or the host tier), and every
+ * host-tier entry being written to the file to make room in the tier has been written.
+ * @return 0, or the -errno of the first of them that failed (a put's entry keeps its error;
+ *         an entry whose demotion failed stays in the tier).
  */
 int ft_store_flush(ft_store *store);
 

@@ -139,6 +139,56 @@ static void case_host_tier(void)
     roundtrip(FT_ENGINE_AUTO, 4u << 20, 6u << 20);
 }
 
+/* The sequence of test_gpu's device case in host memory, per engine: one entry in the tier,
+ * one through the ring, one around it; fillers push the tier's entry to the file (flush waits
+ * for that write too), and then a prefetch finds ring space: flushed, nothing holds it. */
+static void case_tier_then_prefetch(void)
+{
+    const ft_engine engines[] = {FT_ENGINE_AUTO, FT_ENGINE_POSIX, FT_ENGINE_DIRECT};
+    const size_t len[] = {8u << 20, (32u << 20) + 5, 96u << 20, 4097, 1};
+    enum { N = sizeof len / sizeof *len };
+    for (size_t k = 0; k < sizeof engines / sizeof *engines; k++) {
+        ft_store_opts o = {.dir = store_dir("tierpf"), .engine = engines[k],
+                           .staging_bytes = 64u << 20, .host_cache_bytes = 8u << 20};
+        ft_store *s;
+        T_EQ(ft_store_create(ctx, &s, &o), 0);
+        uint8_t *src[N], *back = malloc(96u << 20);
+        uint64_t keys[N];
+        for (int i = 0; i < N; i++) {
+            src[i] = malloc(len[i]);
+            t_fill_random(src[i], len[i], 300 + (uint64_t)i);
+            ft_buf b = ft_host_buf(src[i], len[i]);
+            T_EQ(ft_store_put(s, &b, NULL, &keys[i]), 0);
+        }
+        for (int i = 0; i < N; i++)
+            T_EQ(ft_store_wait(s, keys[i]), 0);
+        T_EQ(ft_store_flush(s), 0);
+        ft_store_stats st;
+        T_EQ(ft_store_get_stats(s, &st), 0);
+        /* the first entry filled the tier; the two small ones put last pushed it out, and
+         * flush returned after its write */
+        T_EQ(st.host_resident, 8192 + 4096);
+        T_EQ(st.bytes_demoted, len[0]);
+        T_EQ(ft_store_prefetch(s, keys[1]), 0);     /* its written copy is still in the ring */
+        t_store_evict(s, o.staging_bytes + o.host_cache_bytes);
+        T_EQ(ft_store_get_stats(s, &st), 0);
+        T_EQ(st.host_resident, 0); /* the fillers (tier entries too) pushed out the rest */
+        T_TRUE(st.bytes_demoted >= len[0] + len[3] + len[4]);
+        T_EQ(ft_store_prefetch(s, keys[1]), 1);     /* and nothing holds the ring */
+        for (int i = N - 1; i >= 0; i--) {
+            memset(back, 0xa5, len[i]);
+            ft_buf d = ft_host_buf(back, len[i]);
+            T_EQ(ft_store_get(s, keys[i], &d, NULL), 0);
+            T_EQ(ft_store_wait(s, keys[i]), 0);
+            T_MEMEQ(back, src[i], len[i]);
+            T_EQ(ft_store_drop(s, keys[i]), 0);
+            free(src[i]);
+        }
+        free(back);
+        ft_store_destroy(s);
+    }
+}
+
 /* The host tier keeps the entries put last: a put that finds it full sends the oldest to the
  * file (their copies stay cached until the ring needs the space). A failed write of one
  * keeps it in memory, reported by the next flush. The memory is reserved, not taken. */
@@ -158,9 +208,8 @@ static void case_tier_demotes_oldest(void)
         T_EQ(ft_store_put(s, &b, NULL, &keys[i]), 0);
         T_EQ(ft_store_wait(s, keys[i]), 0);
     }
-    T_EQ(ft_store_flush(s), 0);
-    while (ft_store_get_stats(s, &st) == 0 && st.bytes_demoted < 4ull * MB)
-        usleep(1000); /* demotions are background writes */
+    T_EQ(ft_store_flush(s), 0); /* demotions are background writes: flush waits for them */
+    T_EQ(ft_store_get_stats(s, &st), 0);
     T_EQ(st.host_resident, 4ull * MB);
     T_EQ(st.host_budget, 4ull * MB);
     T_EQ(st.bytes_demoted, 4ull * MB);
@@ -752,6 +801,7 @@ int main(int argc, char **argv)
         {"small ring: puts wait, large entries bypass it", case_small_ring},
         {"host tier keeps entries in memory", case_host_tier},
         {"a full host tier sends its oldest entries to the file", case_tier_demotes_oldest},
+        {"tier, ring and file entries, eviction, then prefetch", case_tier_then_prefetch},
         {"prefetch into memory, eviction", case_prefetch},
         {"prefetch while the put writes keeps the copy", case_prefetch_during_write},
         {"written copies stay in the ring; eviction order", case_retained},

@@ -344,8 +344,9 @@ int ft_store_flush(ft_store *s)
     if (!s)
         return ft__err(-EINVAL, "ft_store_flush: store is NULL");
     pthread_mutex_lock(&s->lock);
-    uint64_t t0 = s->puts_landing ? ft__store_now() : 0;
-    while (s->puts_landing)
+    /* Demotions too: their space in the ring, and their errors, belong to this flush. */
+    uint64_t t0 = s->puts_landing || s->demotions ? ft__store_now() : 0;
+    while (s->puts_landing || s->demotions)
         pthread_cond_wait(&s->changed, &s->lock);
     if (t0)
         s->st.stall_ns += ft__store_now() - t0;
