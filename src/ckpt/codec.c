@@ -193,43 +193,48 @@ static int canonical(const uint8_t len[256], uint16_t code[256])
 
 /* ---- encoding ---- */
 
-typedef struct {
-    uint8_t *p, *end;
-    uint64_t buf; /* bits not yet written, MSB first */
-    unsigned cnt;
-    int over;
-} bitw;
-
-static inline void bw_put(bitw *w, uint32_t code, unsigned len)
+/*
+ * One stream: the codes of plane bytes s[from, to), most significant bit first, from the
+ * table @p cl (code << 8 | length). Branch-free: up to four codes (at most 48 bits) join the
+ * at most 7 bits pending, then all 8 bytes of the accumulator are stored and the pointer
+ * moves on by the whole bytes among them; so each store writes up to 8 bytes past the
+ * stream's end, which the next stream (or plane) overwrites. @return the stream's end, or
+ * NULL where it would reach past @p end - 8.
+ */
+static uint8_t *put_stream(const uint8_t *s, size_t from, size_t to, const uint32_t cl[256],
+                           uint8_t *p, const uint8_t *end)
 {
-    w->buf |= (uint64_t)code << (64 - len - w->cnt);
-    w->cnt += len;
-    if (w->cnt >= 32) { /* (a code is at most 12 bits: cnt stays under 44) */
-        if (w->end - w->p >= 4) {
-            uint32_t v = (uint32_t)(w->buf >> 32);
-            w->p[0] = (uint8_t)(v >> 24);
-            w->p[1] = (uint8_t)(v >> 16);
-            w->p[2] = (uint8_t)(v >> 8);
-            w->p[3] = (uint8_t)v;
-            w->p += 4;
+    uint64_t buf = 0;
+    unsigned cnt = 0;
+    for (size_t i = from; i < to; i += 4) {
+        if (end - p < 8)
+            return NULL;
+        if (to - i >= 4) {
+#pragma GCC unroll 4
+            for (unsigned j = 0; j < 4; j++) {
+                uint32_t c = cl[s[i + j]];
+                cnt += c & 0xff;
+                buf |= (uint64_t)(c >> 8) << (64 - cnt);
+            }
         } else {
-            w->over = 1;
+            for (size_t j = i; j < to; j++) {
+                uint32_t c = cl[s[j]];
+                cnt += c & 0xff;
+                buf |= (uint64_t)(c >> 8) << (64 - cnt);
+            }
         }
-        w->buf <<= 32;
-        w->cnt -= 32;
+        uint64_t be = __builtin_bswap64(buf);
+        memcpy(p, &be, 8);
+        p += cnt >> 3;
+        buf <<= cnt & ~7u; /* (cnt <= 7 + 4 * MAXLEN = 55) */
+        cnt &= 7;
     }
-}
-
-static void bw_flush(bitw *w)
-{
-    while (w->cnt > 0) {
-        if (w->p < w->end)
-            *w->p++ = (uint8_t)(w->buf >> 56);
-        else
-            w->over = 1;
-        w->buf <<= 8;
-        w->cnt = w->cnt > 8 ? w->cnt - 8 : 0;
+    if (cnt) { /* the last bits, zero-padded: stored by the last 8-byte store already */
+        if (end - p < 1)
+            return NULL;
+        p++;
     }
+    return p;
 }
 
 /* The element ranges of the @p S streams of a plane of @p n elements: seg[j], seg[j + 1]. */
@@ -243,28 +248,48 @@ static void split(size_t n, unsigned S, bool round8, size_t seg[STREAMS + 1])
     seg[S] = n;
 }
 
-/* Encode plane @p s (@p n bytes) into @p out (room for n bytes: it is kept only when smaller
- * than raw). @return the bytes written. */
-static size_t encode_plane(const uint8_t *s, size_t n, uint8_t *out, bool store)
+/*
+ * Byte @p k of each of the @p n @p e-byte elements at @p src into @p plane, counted into
+ * @p count. Eight tables, one per element of a group of eight: a plane of a few values (an
+ * exponent byte) would otherwise chain each increment on the one before through memory.
+ */
+static inline __attribute__((always_inline)) void
+gather_plane(const uint8_t *restrict src, size_t n, unsigned e, unsigned k,
+             uint8_t *restrict plane, uint64_t count[256])
+{
+    uint32_t t[8][256 + 16]; /* (padded: tables 4 KiB apart would alias in the store buffer) */
+    memset(t, 0, sizeof t);
+    const uint8_t *x = src + k;
+    size_t i = 0;
+    for (; n - i >= 8; i += 8)
+#pragma GCC unroll 8
+        for (unsigned g = 0; g < 8; g++) {
+            uint8_t v = x[(i + g) * e];
+            plane[i + g] = v;
+            t[g][v]++;
+        }
+    for (; i < n; i++) {
+        plane[i] = x[i * e];
+        t[0][plane[i]]++;
+    }
+    for (unsigned v = 0; v < 256; v++) {
+        uint64_t c = 0;
+        for (unsigned g = 0; g < 8; g++)
+            c += t[g][v];
+        count[v] = c;
+    }
+}
+
+/* Encode plane @p s (@p n bytes, histogram @p count) into @p out (room for 1 + n bytes: it
+ * is kept only when smaller than raw). @return the bytes written. */
+static size_t encode_plane(const uint8_t *s, size_t n, const uint64_t count[256], uint8_t *out,
+                           bool store)
 {
     if (store) {
         out[0] = MODE_RAW;
         memcpy(out + 1, s, n);
         return 1 + n;
     }
-    uint32_t part[4][256] = {{0}}; /* four histograms: no store-to-load chain on one counter */
-    size_t i4 = n & ~(size_t)3;
-    for (size_t i = 0; i < i4; i += 4) {
-        part[0][s[i]]++;
-        part[1][s[i + 1]]++;
-        part[2][s[i + 2]]++;
-        part[3][s[i + 3]]++;
-    }
-    for (size_t i = i4; i < n; i++)
-        part[0][s[i]]++;
-    uint64_t count[256];
-    for (unsigned v = 0; v < 256; v++)
-        count[v] = (uint64_t)part[0][v] + part[1][v] + part[2][v] + part[3][v];
     unsigned used = 0;
     for (unsigned v = 0; v < 256; v++)
         used += count[v] != 0;
@@ -294,20 +319,20 @@ static size_t encode_plane(const uint8_t *s, size_t n, uint8_t *out, bool store)
     for (unsigned i = 0; i < 128; i++)
         out[1 + i] = (uint8_t)(len[2 * i] | len[2 * i + 1] << 4);
     uint8_t *sizes = out + 1 + 128, *at = out + 1 + HUFF_HEAD(STREAMS), *end = out + 1 + n;
+    uint32_t cl[256];
+    for (unsigned v = 0; v < 256; v++)
+        cl[v] = (uint32_t)code[v] << 8 | len[v];
     size_t seg[STREAMS + 1];
     split(n, STREAMS, true, seg);
     for (int k = 0; k < STREAMS; k++) {
-        bitw w = {at, end, 0, 0, 0};
-        for (size_t i = seg[k]; i < seg[k + 1]; i++)
-            bw_put(&w, code[s[i]], len[s[i]]);
-        bw_flush(&w);
-        if (w.over) { /* (the estimate above makes this unreachable; stay safe) */
+        uint8_t *next = put_stream(s, seg[k], seg[k + 1], cl, at, end);
+        if (!next) { /* (the estimate above leaves this to the last few bytes; stay safe) */
             out[0] = MODE_RAW;
             memcpy(out + 1, s, n);
             return 1 + n;
         }
-        put32(sizes + 4 * k, (uint32_t)(w.p - at));
-        at = w.p;
+        put32(sizes + 4 * k, (uint32_t)(next - at));
+        at = next;
     }
     return (size_t)(at - out);
 }
@@ -351,19 +376,14 @@ static int64_t encode_block(void *arg, unsigned b)
     size_t at = 0;
     unsigned e = j->esize;
     for (unsigned k = 0; k < e; k++) {
-        if (e == 1) {
-            memcpy(plane, src, n);
-        } else if (e == 2) {
-            for (size_t i = 0; i < n; i++)
-                plane[i] = src[2 * i + k];
-        } else if (e == 4) {
-            for (size_t i = 0; i < n; i++)
-                plane[i] = src[4 * i + k];
-        } else {
-            for (size_t i = 0; i < n; i++)
-                plane[i] = src[8 * i + k];
+        uint64_t count[256];
+        switch (e) { /* constant element sizes: the gather's strides are immediates */
+        case 1: gather_plane(src, n, 1, k, plane, count); break;
+        case 2: gather_plane(src, n, 2, k, plane, count); break;
+        case 4: gather_plane(src, n, 4, k, plane, count); break;
+        default: gather_plane(src, n, 8, k, plane, count); break;
         }
-        at += encode_plane(plane, n, out + at, j->store);
+        at += encode_plane(plane, n, count, out + at, j->store);
     }
     if (!j->room)
         j->bufs[b] = out;
