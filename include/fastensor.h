@@ -630,6 +630,19 @@ int64_t ft_ckpt_read_range(ft_ckpt *ckpt, size_t index, uint64_t offset, const f
                            const ft_load_opts *opts);
 
 /**
+ * Read several byte ranges of tensor @p index as one call (the runs of a slice, such as a
+ * block of columns): ops[k].offset is an offset inside the tensor's data, ops[k].buf where
+ * its ops[k].buf.len bytes go (host or device memory). The ranges are read in parallel
+ * through the descriptor whose header was parsed (ft_read_batch); with FT_LOAD_VERIFY each
+ * is read with the checksum blocks it overlaps, as ft_ckpt_read_range reads. All ranges are
+ * checked first: one not inside the tensor, and none is read (-ERANGE). ops[k].result is set
+ * to each range's bytes read (0 for ranges that did not run).
+ * @return the bytes of all ranges, or -errno of the first failure.
+ */
+int64_t ft_ckpt_read_ranges(ft_ckpt *ckpt, size_t index, ft_batch_op *ops, size_t n,
+                            const ft_load_opts *opts);
+
+/**
  * Read bytes [offset, offset + dst->len) of shard @p shard's data section (tensor i of the
  * shard starts at its info.data_offset) into @p dst, host or device memory: several
  * neighbouring tensors in one read. With FT_LOAD_VERIFY, the checksum blocks the range

@@ -310,6 +310,77 @@ static void case_read_range(void)
     free_tensors(o, n);
 }
 
+/* ft_ckpt_read_ranges: sets of up to 64 ranges of a tensor (any offsets, lengths, overlapping
+ * sources, unaligned destinations) byte-exact, verified or not; a range outside the tensor
+ * and nothing is read; a failed read is the call's error; a flipped byte is found by a
+ * verified range near it. */
+static void case_read_ranges(void)
+{
+    owned_tensor *o = make_tensors(1, FT_DTYPE_U8, 23, 700000);
+    uint64_t len = o[0].t.data.len;
+    const uint8_t *src = o[0].t.data.ptr;
+    ft_tensor *list = list_of(o, 1);
+    ft_save_opts so = {.checksum_block = 4096};
+    const char *path = t_path("ranges.safetensors");
+    T_EQ(ft_ckpt_save(ctx, path, list, 1, &so), 0);
+    ft_ckpt *c;
+    T_EQ(ft_ckpt_open(ctx, &c, path), 0);
+    enum { MAXR = 64 };
+    uint8_t *buf = t_alloc_misaligned(MAXR * 8192 + 64, 5);
+    ft_batch_op ops[MAXR];
+    uint64_t seed = 9;
+    for (unsigned round = 0; round < 60; round++) {
+        size_t n = 1 + round % MAXR, at = 0;
+        uint64_t total = 0;
+        for (size_t k = 0; k < n; k++) {
+            seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+            uint64_t part = (seed >> 40) % 8193, off = (seed >> 13) % (len - part + 1);
+            if (k == 0 && round % 5 == 0)
+                off = len - part; /* up to the tensor's last byte */
+            ops[k] = (ft_batch_op){ft_host_buf(buf + at + k % 3, (size_t)part), off, -1};
+            at += part + 3;
+            total += part;
+        }
+        memset(buf, 0xa5, at + 3);
+        ft_load_opts lo = {.flags = round % 2 ? FT_LOAD_VERIFY : 0};
+        T_EQ(ft_ckpt_read_ranges(c, 0, ops, n, &lo), (int64_t)total);
+        for (size_t k = 0; k < n; k++) {
+            T_EQ(ops[k].result, (int64_t)ops[k].buf.len);
+            T_MEMEQ(ops[k].buf.ptr, src + ops[k].offset, ops[k].buf.len);
+        }
+    }
+    T_EQ(ft_ckpt_read_ranges(c, 0, ops, 0, NULL), 0);
+    T_EQ(ft_ckpt_read_ranges(c, 0, NULL, 1, NULL), -EINVAL);
+    T_EQ(ft_ckpt_read_ranges(c, 1, ops, 1, NULL), -EINVAL);
+    memset(buf, 0x5a, 200);
+    ops[0] = (ft_batch_op){ft_host_buf(buf, 100), 0, 0};
+    ops[1] = (ft_batch_op){ft_host_buf(buf + 100, 100), len - 99, 0}; /* one past the end */
+    T_EQ(ft_ckpt_read_ranges(c, 0, ops, 2, NULL), -ERANGE);
+    T_TRUE(strstr(ft_last_error(), "range 1") != NULL);
+    for (int i = 0; i < 200; i++) /* none was read */
+        T_EQ(buf[i], 0x5a);
+    ops[1].offset = len - 100;
+    t_fault_set(T_OP_PREAD, T_FAULT_ERRNO, EIO, 1, 0);
+    ft_load_opts posix = {.engine = FT_ENGINE_POSIX}; /* a pread, whatever AUTO would pick */
+    T_EQ(ft_ckpt_read_ranges(c, 0, ops, 2, &posix), -EIO);
+    T_TRUE(t_fault_clear() >= 1);
+    ft_tensor_info info;
+    T_EQ(ft_ckpt_info(c, 0, &info), 0);
+    ft_ckpt_close(c);
+    T_TRUE(flip_byte(path, info.file_offset + 70000, 0x10));
+    T_EQ(ft_ckpt_open(ctx, &c, path), 0);
+    ft_load_opts verify = {.flags = FT_LOAD_VERIFY};
+    ops[1] = (ft_batch_op){ft_host_buf(buf + 100, 10), 69995, 0};
+    T_EQ(ft_ckpt_read_ranges(c, 0, ops, 2, &verify), -EBADMSG);
+    T_TRUE(strstr(ft_last_error(), o[0].name) != NULL);
+    T_EQ(ft_ckpt_read_ranges(c, 0, ops, 2, NULL), 110); /* unverified, it reads */
+    T_EQ(buf[100 + 5], (uint8_t)(src[70000] ^ 0x10));
+    ft_ckpt_close(c);
+    t_free_misaligned(buf, 5);
+    free(list);
+    free_tensors(o, 1);
+}
+
 /* Saves lay tensors out as safetensors does (larger elements first, then by name, each aligned
  * to its element size), whatever order they are given in; ft_ckpt_read_shard_range reads any
  * byte range of a shard's data section (across tensors, edges, unaligned buffers), verified or
@@ -937,6 +1008,7 @@ int main(void)
         {"hand-built files: unaligned data, no metadata, > 4 GiB offsets", case_foreign_files},
         {"every header validation failure", case_validation},
         {"byte ranges of tensors, verified or not", case_read_range},
+        {"several ranges of a tensor as one batch", case_read_ranges},
         {"safetensors' layout order; byte ranges of shards", case_layout_and_shard_ranges},
         {"index paths that escape, mismatched weight maps", case_index_paths},
         {"a flipped bit is found by verify and verified loads", case_flipped_bit},

@@ -1,7 +1,7 @@
 /*
- * fastensor._C: batches (ft_read_batch / ft_write_batch). The ops come as a list of
- * (address, length, offset, kind, device) tuples; the results go back as a list of byte
- * counts. The GIL is released while the batch runs.
+ * fastensor._C: batches (ft_read_batch / ft_write_batch, ft_ckpt_read_ranges). The ops come
+ * as a list of (address, length, offset, kind, device) tuples; file batches give back a list
+ * of byte counts. The GIL is released while the batch runs.
  */
 #define Py_LIMITED_API 0x030B0000
 #define PY_SSIZE_T_CLEAN
@@ -70,9 +70,44 @@ static PyObject *py_file_batch(PyObject *self, PyObject *args)
     return out;
 }
 
+/* ckpt_read_ranges(ckpt, index, ops, engine, verify, stream, cache) -> bytes: ranges of one
+ * tensor (offsets inside its data) as one batch */
+static PyObject *py_ckpt_read_ranges(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *cap, *list;
+    unsigned long long index, stream;
+    int engine, verify, cache;
+    if (!PyArg_ParseTuple(args, "OKO!ipKi", &cap, &index, &PyList_Type, &list, &engine, &verify,
+                          &stream, &cache))
+        return NULL;
+    ft_ckpt *c = cap_get(cap, CAP_CKPT);
+    if (!c)
+        return NULL;
+    Py_ssize_t n = PyList_Size(list);
+    ft_batch_op *ops = calloc(n ? (size_t)n : 1, sizeof *ops);
+    if (!ops)
+        return PyErr_NoMemory();
+    PyObject *out = NULL;
+    if (parse_ops(list, ops, n) == 0) {
+        ft_load_opts o = {.engine = (ft_engine)engine, .flags = verify ? FT_LOAD_VERIFY : 0,
+                          .stream = (void *)(uintptr_t)stream, .cache = (ft_cache_mode)cache};
+        int64_t r;
+        Py_BEGIN_ALLOW_THREADS
+        r = ft_ckpt_read_ranges(c, (size_t)index, ops, (size_t)n, &o);
+        Py_END_ALLOW_THREADS
+        out = r < 0 ? raise_ft((int)r, NULL) : PyLong_FromLongLong(r);
+    }
+    free(ops);
+    return out;
+}
+
 static PyMethodDef batch_methods[] = {
     {"file_batch", py_file_batch, METH_VARARGS,
      "file_batch(file, [(addr, len, off, kind, device)], engine, flags, write, stream) -> list"},
+    {"ckpt_read_ranges", py_ckpt_read_ranges, METH_VARARGS,
+     "ckpt_read_ranges(ckpt, index, [(addr, len, off, kind, device)], engine, verify, stream, "
+     "cache) -> int"},
     {NULL, NULL, 0, NULL},
 };
 

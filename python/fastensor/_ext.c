@@ -18,7 +18,6 @@
 #include "_ext.h"
 
 #define CAP_REQ "fastensor.req"
-#define CAP_CKPT "fastensor.ckpt"
 
 PyObject *raise_ft(int err, const char *path)
 {

@@ -4,6 +4,7 @@
 
 #define CAP_CTX "fastensor.ctx"
 #define CAP_FILE "fastensor.file"
+#define CAP_CKPT "fastensor.ckpt"
 
 /** Raise for a failed call: ValueError for invalid data/arguments, else OSError(errno)
  * with the library's detail and @p path (may be NULL). @return NULL. */

@@ -431,6 +431,48 @@ int64_t ft_ckpt_read_range(ft_ckpt *c, size_t i, uint64_t offset, const ft_buf *
     return read_inside(&c->shards[t->shard], t->begin, t->end - t->begin, offset, dst, o, what);
 }
 
+int64_t ft_ckpt_read_ranges(ft_ckpt *c, size_t i, ft_batch_op *ops, size_t n,
+                            const ft_load_opts *o)
+{
+    if (!c || i >= c->ntensors || (!ops && n))
+        return ft__err(-EINVAL, "ft_ckpt_read_ranges: bad checkpoint, index or ranges");
+    int rc = check_load_opts(o);
+    if (rc < 0)
+        return rc;
+    const ft__st_tensor *t = c->tensors[i];
+    ft__shard *s = &c->shards[t->shard];
+    uint64_t size = t->end - t->begin, total = 0;
+    for (size_t k = 0; k < n; k++) {
+        ops[k].result = 0;
+        if (ops[k].offset > size || ops[k].buf.len > size - ops[k].offset)
+            return ft__err(-ERANGE, "tensor '%s': range %zu, bytes %llu..%llu asked of %llu",
+                           t->name, k, (unsigned long long)ops[k].offset,
+                           (unsigned long long)(ops[k].offset + ops[k].buf.len),
+                           (unsigned long long)size);
+        total += ops[k].buf.len;
+    }
+    if (o && (o->flags & FT_LOAD_VERIFY) && s->header.csum_block) {
+        for (size_t k = 0; k < n; k++) /* each with the checksum blocks it overlaps */
+            if ((ops[k].result = read_part(s, t->begin + ops[k].offset, &ops[k].buf, o)) < 0)
+                return ops[k].result;
+        return (int64_t)total;
+    }
+    ft_batch_op *abs = malloc((n ? n : 1) * sizeof *abs);
+    if (!abs)
+        return ft__err(-ENOMEM, "tensor '%s': %zu ranges", t->name, n);
+    for (size_t k = 0; k < n; k++)
+        abs[k] = (ft_batch_op){ops[k].buf, s->data_start + t->begin + ops[k].offset, 0};
+    ft_io_opts io = io_opts(o);
+    rc = ft_read_batch(s->file, abs, n, &io);
+    for (size_t k = 0; k < n; k++) {
+        ops[k].result = abs[k].result;
+        if (rc == 0 && (uint64_t)abs[k].result != ops[k].buf.len)
+            rc = ft__err(-EIO, "%s: the file ended early (tensor '%s')", s->path, t->name);
+    }
+    free(abs);
+    return rc < 0 ? rc : (int64_t)total;
+}
+
 int64_t ft_ckpt_read_shard_range(ft_ckpt *c, unsigned k, uint64_t offset, const ft_buf *dst,
                                  const ft_load_opts *o)
 {
