@@ -28,6 +28,21 @@ static int parse_ops(PyObject *list, ft_batch_op *ops, Py_ssize_t n)
     return 0;
 }
 
+/* The ops of @p list (freed by the caller), their count in *n. @return them, or NULL with an
+ * exception set. */
+static ft_batch_op *ops_of(PyObject *list, Py_ssize_t *n)
+{
+    *n = PyList_Size(list);
+    ft_batch_op *ops = calloc(*n ? (size_t)*n : 1, sizeof *ops);
+    if (!ops)
+        return (ft_batch_op *)PyErr_NoMemory();
+    if (parse_ops(list, ops, *n) < 0) {
+        free(ops);
+        return NULL;
+    }
+    return ops;
+}
+
 /* file_batch(file, ops, engine, flags, write, stream) -> [bytes per op] */
 static PyObject *py_file_batch(PyObject *self, PyObject *args)
 {
@@ -42,27 +57,25 @@ static PyObject *py_file_batch(PyObject *self, PyObject *args)
     ft_file *f = cap_get(cap, CAP_FILE);
     if (!f)
         return NULL;
-    Py_ssize_t n = PyList_Size(list);
-    ft_batch_op *ops = calloc(n ? (size_t)n : 1, sizeof *ops);
+    Py_ssize_t n;
+    ft_batch_op *ops = ops_of(list, &n);
     if (!ops)
-        return PyErr_NoMemory();
+        return NULL;
+    ft_io_opts o = {.engine = (ft_engine)engine, .flags = flags,
+                    .stream = (void *)(uintptr_t)stream, .cache = (ft_cache_mode)cache};
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = write ? ft_write_batch(f, ops, (size_t)n, &o) : ft_read_batch(f, ops, (size_t)n, &o);
+    Py_END_ALLOW_THREADS
     PyObject *out = NULL;
-    if (parse_ops(list, ops, n) == 0) {
-        ft_io_opts o = {.engine = (ft_engine)engine, .flags = flags,
-                        .stream = (void *)(uintptr_t)stream, .cache = (ft_cache_mode)cache};
-        int rc;
-        Py_BEGIN_ALLOW_THREADS
-        rc = write ? ft_write_batch(f, ops, (size_t)n, &o) : ft_read_batch(f, ops, (size_t)n, &o);
-        Py_END_ALLOW_THREADS
-        if (rc < 0) {
-            raise_ft(rc, ft_file_path(f));
-        } else if ((out = PyList_New(n))) {
-            for (Py_ssize_t i = 0; i < n; i++) {
-                PyObject *v = PyLong_FromLongLong(ops[i].result);
-                if (!v || PyList_SetItem(out, i, v) < 0) { /* SetItem steals v */
-                    Py_CLEAR(out);
-                    break;
-                }
+    if (rc < 0) {
+        raise_ft(rc, ft_file_path(f));
+    } else if ((out = PyList_New(n))) {
+        for (Py_ssize_t i = 0; i < n; i++) {
+            PyObject *v = PyLong_FromLongLong(ops[i].result);
+            if (!v || PyList_SetItem(out, i, v) < 0) { /* SetItem steals v */
+                Py_CLEAR(out);
+                break;
             }
         }
     }
@@ -84,22 +97,18 @@ static PyObject *py_ckpt_read_ranges(PyObject *self, PyObject *args)
     ft_ckpt *c = cap_get(cap, CAP_CKPT);
     if (!c)
         return NULL;
-    Py_ssize_t n = PyList_Size(list);
-    ft_batch_op *ops = calloc(n ? (size_t)n : 1, sizeof *ops);
+    Py_ssize_t n;
+    ft_batch_op *ops = ops_of(list, &n);
     if (!ops)
-        return PyErr_NoMemory();
-    PyObject *out = NULL;
-    if (parse_ops(list, ops, n) == 0) {
-        ft_load_opts o = {.engine = (ft_engine)engine, .flags = verify ? FT_LOAD_VERIFY : 0,
-                          .stream = (void *)(uintptr_t)stream, .cache = (ft_cache_mode)cache};
-        int64_t r;
-        Py_BEGIN_ALLOW_THREADS
-        r = ft_ckpt_read_ranges(c, (size_t)index, ops, (size_t)n, &o);
-        Py_END_ALLOW_THREADS
-        out = r < 0 ? raise_ft((int)r, NULL) : PyLong_FromLongLong(r);
-    }
+        return NULL;
+    ft_load_opts o = {.engine = (ft_engine)engine, .flags = verify ? FT_LOAD_VERIFY : 0,
+                      .stream = (void *)(uintptr_t)stream, .cache = (ft_cache_mode)cache};
+    int64_t r;
+    Py_BEGIN_ALLOW_THREADS
+    r = ft_ckpt_read_ranges(c, (size_t)index, ops, (size_t)n, &o);
+    Py_END_ALLOW_THREADS
     free(ops);
-    return out;
+    return r < 0 ? raise_ft((int)r, NULL) : PyLong_FromLongLong(r);
 }
 
 static PyMethodDef batch_methods[] = {
