@@ -355,7 +355,8 @@ static int close_object(parser *p, ft__json *v, size_t base, const char *open)
     member *m = arena(p, n * sizeof *m + 1);
     if (!m)
         return oom(p);
-    memcpy(m, p->stack + base, n * sizeof *m);
+    if (n) /* (an empty object may come before anything was pushed: no stack yet) */
+        memcpy(m, p->stack + base, n * sizeof *m);
     p->top = base;
     v->type = FT__JSON_OBJECT;
     v->n = n;
@@ -626,7 +627,8 @@ static void put(ft__jw *w, const char *s, size_t n)
         w->p = p;
         w->cap = cap;
     }
-    memcpy(w->p + w->len, s, n);
+    if (n) /* (s may be NULL for nothing) */
+        memcpy(w->p + w->len, s, n);
     w->len += n;
     w->p[w->len] = 0;
 }
