@@ -237,6 +237,44 @@ static void case_deterministic_across_threads(void)
     free(w);
 }
 
+/* Encoding in place (the output has ft_codec_bound's room: blocks coded at their worst-case
+ * offsets, then moved down in parallel waves) gives the bytes of encoding through buffers of
+ * their own, whatever the blocks' sizes: runs of well-coded, constant and incompressible
+ * blocks of 4 KiB, so waves of every length. */
+static void case_in_place_equals_buffered(void)
+{
+    enum { BLOCK = 4096, N = 3000 };
+    size_t n = (size_t)BLOCK * N - 1234;
+    uint8_t *src = malloc(n);
+    uint16_t *w = weights(BF16, n / 2, 0.02);
+    for (size_t b = 0; b * BLOCK < n; b++) {
+        size_t len = b * BLOCK + BLOCK <= n ? BLOCK : n - b * BLOCK;
+        unsigned kind = (unsigned)(next() % 5) == 0 ? (unsigned)(next() % 3) : 0;
+        for (size_t i = 0; i < len; i++)
+            src[b * BLOCK + i] = kind == 0   ? ((uint8_t *)w)[b * BLOCK + i]
+                                 : kind == 1 ? 0x3c
+                                             : (uint8_t)next();
+    }
+    size_t cap = ft_codec_bound(n, 2, BLOCK);
+    uint8_t *a = malloc(cap), *b = malloc(cap);
+    for (int rep = 0; rep < 3; rep++) {
+        memset(a, 0xee, cap);
+        int64_t na = ft_codec_encode(ctx, src, n, 2, BLOCK, 0, a, cap);     /* in place */
+        int64_t nb = ft_codec_encode(ctx, src, n, 2, BLOCK, 0, b, cap - 1); /* buffers */
+        T_TRUE(na > 0 && na < (int64_t)n);
+        T_EQ(na, nb);
+        T_MEMEQ(a, b, (size_t)na);
+        uint8_t *back = malloc(n);
+        T_EQ(ft_codec_decode(ctx, a, (size_t)na, back, n), (int64_t)n);
+        T_MEMEQ(back, src, n);
+        free(back);
+    }
+    free(a);
+    free(b);
+    free(w);
+    free(src);
+}
+
 static void case_store(void)
 {
     /* FT_CODEC_STORE: raw planes, still blocks and checksums */
@@ -337,6 +375,7 @@ int main(void)
         {"NaN payloads, -0, infinities, subnormals", case_special_values},
         {"skewed symbols: code lengths limited", case_skewed_symbols},
         {"the same stream from 1 thread and many", case_deterministic_across_threads},
+        {"in place (moved in waves) equals through buffers", case_in_place_equals_buffered},
         {"FT_CODEC_STORE: raw planes, checksummed", case_store},
         {"bad arguments, truncated and foreign streams", case_bad_arguments},
         {"corrupt streams decode without harm", case_corrupt_streams},
