@@ -44,10 +44,15 @@ _MIN_SAVING = 0.05
 # codec blocks of a save (the codec's default): large enough that a block's code table, and
 # on the GPU its warp's building of it, is a small share of the block's work
 _BLOCK = 1 << 20
-# a save encodes up to this many tensors at once, and this many bytes of them ahead of the
-# write in flight
+# a save encodes up to this many tensors at once, up to this many tensors and bytes of
+# them ahead of the write in flight (coded ones wait there while a write or sync runs)
 _ENCODERS = 4
+_QUEUED = 16
 _AHEAD = 512 << 20
+# a save places each stream at a page boundary of the file, written from page-aligned memory
+_PAGE = 4096
+# and makes its streams durable every this many bytes, while it encodes the next ones
+_SYNC_STEP = 64 << 20
 # reads are grouped into about this many stored bytes, the next group read while one decodes
 # (smaller for the GPU: its decode of a group is quick, the copy to it is what overlaps)
 _GROUP = 256 << 20
@@ -80,6 +85,10 @@ def is_container(path) -> bool:
         return False
     finally:
         os.close(fd)
+
+
+def _page(n):
+    return -(-n // _PAGE) * _PAGE
 
 
 def _elem(dtype):
@@ -340,12 +349,16 @@ def save(path, items, metadata, *, compression="auto", engine="auto", cache="aut
     spare, spare_lock = [], threading.Lock()  # stream buffers whose write is done
 
     def buffer(n):
-        """A buffer of at least n bytes: a spare one (its pages already faulted in) or new."""
+        """A page-aligned buffer of at least n bytes, a whole number of pages: a spare one
+        (its pages already faulted in) or new."""
+        n = _page(n)
         with spare_lock:
             fits = [i for i, b in enumerate(spare) if b.size >= n]
             if fits:
                 return spare.pop(min(fits, key=lambda i: spare[i].size))
-        return np.empty(n, dtype=np.uint8)
+        raw = np.empty(n + _PAGE, dtype=np.uint8)
+        skip = -raw.ctypes.data % _PAGE
+        return raw[skip:skip + n]
 
     def encode(item):
         name, dtype, shape, addr, nbytes = item
@@ -372,19 +385,28 @@ def save(path, items, metadata, *, compression="auto", engine="auto", cache="aut
     # at once (a tensor of a few blocks does not keep every thread busy alone)
     with _ckpt.installing(path) as tmp, File(tmp, "x", engine=engine, cache=cache) as f, \
             ThreadPoolExecutor(max_workers=1) as writer, \
+            ThreadPoolExecutor(max_workers=1) as syncer, \
             ThreadPoolExecutor(max_workers=_ENCODERS) as coders:
         ahead, queued, todo = collections.deque(), 0, iter(items)
 
         def fill():
             nonlocal queued
-            while len(ahead) < _ENCODERS and (not ahead or queued < _AHEAD):
+            while len(ahead) < _QUEUED and (not ahead or queued < _AHEAD):
                 item = next(todo, None)
                 if item is None:
                     return
                 ahead.append((item, coders.submit(encode, item)))
                 queued += item[4]
         fill()
-        pending = None
+        pending, unsynced = None, 0
+
+        syncing = None  # the step's fdatasync, beside the writes that follow it
+
+        def put(data, offset, step):
+            nonlocal syncing
+            f.write(data, offset, sync="later")
+            if step and (syncing is None or syncing.done()):
+                syncing = syncer.submit(f.sync)
         while ahead:
             (name, dtype, shape, addr, nbytes), coded = ahead.popleft()
             buf, size, compressed = coded.result()
@@ -395,11 +417,22 @@ def save(path, items, metadata, *, compression="auto", engine="auto", cache="aut
             if pending is not None:
                 written(pending)
             fill()
-            pending = (writer.submit(f.write, buf[:size], _DATA + at), buf)
+            # whole pages from a page boundary (the gap up to the next stream is zeros), the
+            # engine free to write them straight to the device (O_DIRECT); made durable in
+            # steps while the next tensors encode, not all by the closing fdatasync
+            room = _page(size)
+            buf[size:room] = 0
+            unsynced += room
+            step = unsynced >= _SYNC_STEP
+            if step:
+                unsynced = 0
+            pending = (writer.submit(put, buf[:room], _DATA + at, step), buf)
             virt += nbytes
-            at += size
+            at += room
         if pending is not None:
             written(pending)
+        if syncing is not None:
+            syncing.result()
         body = {"__metadata__": meta, "fastensor.container": {"version": VERSION,
                                                               "codec": "ftz1"}}
         body.update(header)

@@ -63,6 +63,30 @@ def test_round_trip_every_dtype(tmp):
         ft.load_file(p, names=["nope"])
 
 
+def test_streams_lie_on_page_boundaries(tmp):
+    """A save writes each stream from a page boundary of the file (so that the engine may
+    write it with O_DIRECT), the gaps zeros, the same bytes every time."""
+    import json
+    import struct
+    sd = state()
+    p, q = os.path.join(tmp, "a.fst"), os.path.join(tmp, "b.fst")
+    ft.save_file(sd, p, compression="always")
+    ft.save_file(sd, q, compression="always")
+    raw = open(p, "rb").read()
+    assert raw == open(q, "rb").read()
+    hoff, hlen = struct.unpack("<QQ", raw[8:24])
+    assert hoff % 4096 == 0 and hoff + hlen == len(raw)
+    header = json.loads(raw[hoff:])
+    spans = sorted(tuple(e["stored"]) for k, e in header.items()
+                   if k not in ("__metadata__", "fastensor.container"))
+    end = 0
+    for b, e in spans:
+        assert b % 4096 == 0 and b >= end
+        assert raw[4096 + end:4096 + b] == bytes(b - end)  # the gap before it: zeros
+        end = e
+    assert raw[4096 + end:hoff] == bytes(hoff - 4096 - end)
+
+
 def test_compression_none_and_incompressible(tmp):
     g = torch.Generator().manual_seed(1)
     sd = {"noise": torch.randint(-2**31, 2**31 - 1, (1 << 18,), generator=g,
