@@ -79,15 +79,16 @@ def floats(sd):
     return {k: v for k, v in sd.items() if v.is_floating_point() and v.numel()}
 
 
-def encode_all(sd):
-    """Each tensor's stream, in the blocks a .fst save uses (one tensor at a time: the codec
-    call's own rate)."""
+def encode_all(sd, block=None):
+    """Each tensor's stream, in the blocks a .fst save uses (or of ``block`` bytes; one
+    tensor at a time: the codec call's own rate)."""
     from fastensor._fst import _BLOCK
+    block = block or _BLOCK
     ctx, out = context(), {}
     for k, t in sd.items():
         n = t.numel() * t.element_size()
-        buf = torch.empty(_C.codec_bound(n, t.element_size(), _BLOCK), dtype=torch.uint8)
-        m = _C.codec_encode(ctx, t.data_ptr(), n, t.element_size(), _BLOCK, 0, buf.data_ptr(),
+        buf = torch.empty(_C.codec_bound(n, t.element_size(), block), dtype=torch.uint8)
+        m = _C.codec_encode(ctx, t.data_ptr(), n, t.element_size(), block, 0, buf.data_ptr(),
                             buf.numel())
         out[k] = buf[:m]
     return out
@@ -212,11 +213,17 @@ def main():
     ap.add_argument("--models", default="llama-bf16,gpt2-fp32,vit-fp32")
     ap.add_argument("--dir", default=None, help="a directory on the disk for the ceiling")
     ap.add_argument("--device", default="cpu", help="cpu or cuda: where loads put tensors")
+    ap.add_argument("--gpu-blocks", default="",
+                    help="with --device cuda: also decode on the GPU streams coded in blocks "
+                    "of these sizes (e.g. 256K,512K): ratio and GPU decode GB/s per size")
     ap.add_argument("--json")
     a = ap.parse_args()
     mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-    size = int(float(a.size[:-1]) * mult[a.size[-1].upper()]) if a.size[-1].upper() in mult \
-        else int(a.size)
+
+    def nbytes_of(v):
+        return int(float(v[:-1]) * mult[v[-1].upper()]) if v[-1].upper() in mult else int(v)
+    size = nbytes_of(a.size)
+    blocks = [nbytes_of(v) for v in a.gpu_blocks.split(",") if v]
     makers = {"llama-bf16": lambda: llama(size), "gpt2-fp32": gpt2, "vit-fp32": vit}
     rows, skipped, workflow, workflow_of = [], {}, {}, []
     for name in a.models.split(","):
@@ -245,6 +252,16 @@ def main():
             row.update(gpu_decode_gbps=res, gpu_decode_with_copy_gbps=pinned,
                        gpu_bit_exact=gexact)
             row["bit_exact"] = exact and gexact
+            sweep = {}
+            for b in blocks:
+                coded = encode_all(sd, b)
+                res_b, _, exact_b = gpu_decode(sd, coded, a.rounds)
+                sweep[b] = {"ratio": sum(s.numel() for s in coded.values()) / nbytes,
+                            "gpu_decode_gbps": res_b, "gpu_bit_exact": exact_b}
+                row["bit_exact"] = row["bit_exact"] and exact_b
+                del coded
+            if sweep:
+                row["gpu_block_sweep"] = sweep
         rows.append(row)
         del outs, streams
         if a.dir and (not workflow or a.device == "cuda"):
@@ -281,6 +298,13 @@ def main():
                      f"{cell(r['encode_gbps'])} | {cell(r['decode_gbps'])} | " +
                      (f"{cell(r['gpu_decode_gbps'])} | {cell(r['gpu_decode_with_copy_gbps'])} | "
                       if gpu else "") + f"{bound} |")
+    for r in rows:
+        if "gpu_block_sweep" not in r:
+            continue
+        lines += ["", f"{r['model']}, GPU decode by codec block size:", "",
+                  "| block | ratio | GPU decode GB/s |", "|---|---|---|"]
+        for b, v in r["gpu_block_sweep"].items():
+            lines.append(f"| {b >> 10} KiB | {v['ratio']:.4f} | {cell(v['gpu_decode_gbps'])} |")
     for name, w in workflow.items():
         lines += ["", f"{name}, durable save and cold load into {a.device} memory, GB/s of its "
                   "bytes (uncompressed):", "", "| | GB/s | / raw read | / .safetensors |",

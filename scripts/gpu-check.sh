@@ -52,7 +52,8 @@
 #         tests/python/test_fst.py (CUDA loads), then bench/codec.py --device cuda (a bf16
 #         Llama-style state dict of FT_CODEC_SIZE (2G), then FT_CODEC_MODELS (gpt2-fp32):
 #         ratio, encode and decode GB/s on the CPUs, GPU decode GB/s, durable save and cold
-#         load into GPU memory against the raw read and safetensors, FT_CODEC_ROUNDS (3));
+#         load into GPU memory against the raw read and safetensors, FT_CODEC_ROUNDS (3),
+#         GPU decode of streams coded in blocks of FT_CODEC_BLOCKS (256K,512K));
 #         JSON in $OUT/codec.json.
 # --pack: leave one archive, $OUT/results.tgz, instead of the separate logs.
 # --udev: ONLY on a throwaway test VM: create the udev entry cuFile needs for the block
@@ -272,7 +273,7 @@ if [ $CODEC = 1 ]; then
     PYTHONPATH="$here/python" timeout ${FT_CODEC_TIMEOUT:-420} python3 bench/codec.py \
         --size "${FT_CODEC_SIZE:-2G}" --models "llama-bf16,${FT_CODEC_MODELS:-gpt2-fp32}" \
         --rounds "${FT_CODEC_ROUNDS:-3}" --device cuda --dir "$WORK" --json "$OUT/codec.json" \
-        2>&1 | tee -a "$OUT/summary.txt"
+        --gpu-blocks "${FT_CODEC_BLOCKS:-256K,512K}" 2>&1 | tee -a "$OUT/summary.txt"
 fi
 if [ $PACK = 1 ]; then # one archive, for callers that fetch only a few files
     tar -C "$OUT" -czf /tmp/gpu-check.tgz . && rm -rf "${OUT:?}"/* &&
