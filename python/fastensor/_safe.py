@@ -18,6 +18,8 @@ _MERGE_GAP = 4096
 # instead of one small transfer per tensor. The first read-ahead of a run takes up to
 # _WINDOW_FIRST bytes, each next one of the same run twice the last, up to _WINDOW_MOST:
 # a short run reads little it does not use, a long one approaches one read of the shard.
+# While the loop takes tensors from one window, the next window of the run is read on a
+# thread of the open file, so the disk and the copies to the device do not wait for the loop.
 _WINDOW_FIRST = 128 << 20
 _WINDOW_MOST = 1 << 30
 # Window reads start on this alignment of the data section, so the tensors in them keep the
@@ -126,6 +128,8 @@ class SafeOpen(Opened):
         self._pos = {sp[3]: k for k, sp in enumerate(spans)}
         self._last = None     # the position of the last tensor read
         self._window = None   # (shard, lo, hi, buffer, stream) of the last read-ahead
+        self._ahead = None    # the next one, being read: (shard, lo, hi, buffer, stream, future)
+        self._reader = None   # the thread that reads it, made on first use
         self._window_next = _WINDOW_FIRST  # the most bytes the next read-ahead takes
         self._window_lock = threading.Lock()
         # host tensors of a shard the cache mode keeps view a private mapping of it, as
@@ -135,9 +139,14 @@ class SafeOpen(Opened):
         self._engine_name, self._cache_name = engine, cache
 
     def close(self):
-        self._ck = None
-        self._maps = None if self._maps is None else {}
-        self._window = None
+        with self._window_lock:
+            self._settle()
+            if self._reader is not None:
+                self._reader.shutdown(wait=True)
+                self._reader = None
+            self._ck = None
+            self._maps = None if self._maps is None else {}
+            self._window = None
 
     def _open(self):
         if self._ck is None:
@@ -209,22 +218,70 @@ class SafeOpen(Opened):
             w = self._window
             if w is not None and w[0] == shard and w[1] <= off and off + nbytes <= w[2]:
                 return w
+            a = self._ahead
+            if a is not None and a[0] == shard and a[1] <= off and off + nbytes <= a[2]:
+                self._ahead = None
+                a[5].result()  # its read's error, if any, is this call's
+                self._window = a[:5]
+                self._prefetch(a[6])
+                return self._window
             if last is None or pos != last + 1:
                 self._window_next = _WINDOW_FIRST
                 return None
-            room = self._adapter.window_room(self._device, self._window_next)
-            lo, hi, k = off - off % _WINDOW_ALIGN, off + nbytes, pos + 1
-            while k < len(self._spans) and self._spans[k][0] == shard and \
-                    self._spans[k][2] - lo <= room:
-                hi, k = max(hi, self._spans[k][2]), k + 1
-            if k == pos + 1:  # nothing after it fits: alone
+            plan = self._plan(pos, off)
+            if plan is None or plan[3] == pos + 1:  # nothing after it fits: alone
                 return None
+            shard, lo, hi, k = plan
+            self._settle()
             buf, address, cuda_device, stream = self._adapter.empty("U8", (hi - lo,), hi - lo,
                                                                     self._device)
             self._read(shard, lo, address, hi - lo, cuda_device, stream, shard=True)
             self._window = (shard, lo, hi, buf, stream)
-            self._window_next = min(2 * self._window_next, _WINDOW_MOST)
+            self._prefetch(k)
             return self._window
+
+    def _plan(self, k, off=None):
+        """The next window: file positions k, k + 1, ... of k's shard, from ``off`` (k's
+        offset by default) while they fit the room it may take; (shard, lo, hi, first
+        position after it), or None where even k does not fit. Doubles the next room."""
+        room = self._adapter.window_room(self._device, self._window_next)
+        shard, begin, hi = self._spans[k]
+        lo = (begin if off is None else off) // _WINDOW_ALIGN * _WINDOW_ALIGN
+        if hi - lo > room:
+            return None
+        k += 1
+        while k < len(self._spans) and self._spans[k][0] == shard and \
+                self._spans[k][2] - lo <= room:
+            hi, k = max(hi, self._spans[k][2]), k + 1
+        self._window_next = min(2 * self._window_next, _WINDOW_MOST)
+        return shard, lo, hi, k
+
+    def _prefetch(self, k):
+        """Start reading the window from file position k (none past the last tensor, or
+        where it does not fit the room)."""
+        if k >= len(self._spans):
+            return
+        plan = self._plan(k)
+        if plan is None:
+            return
+        shard, lo, hi, after = plan
+        if self._reader is None:
+            self._reader = ThreadPoolExecutor(max_workers=1)
+        buf, address, cuda_device, stream = self._adapter.empty("U8", (hi - lo,), hi - lo,
+                                                                self._device)
+        job = self._reader.submit(self._read, shard, lo, address, hi - lo, cuda_device, stream,
+                                  shard=True)
+        self._ahead = (shard, lo, hi, buf, stream, job, after)
+
+    def _settle(self):
+        """Drop the window being read ahead, once its read has ended (its memory is the
+        read's destination until then); its error, if any, is not the caller's."""
+        a, self._ahead = self._ahead, None
+        if a is not None:
+            try:
+                a[5].result()
+            except Exception:  # noqa: BLE001 (no one asked for those tensors)
+                pass
 
     def _mapping(self, shard):
         """The uint8 view of shard ``shard``'s data section in a private mapping, or None."""

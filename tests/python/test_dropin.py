@@ -194,6 +194,62 @@ def test_safe_open_reads_ahead_along_file_order_only(tmp, monkeypatch, device):
         assert same(b.cpu(), t[names[1]]) and same(f.get_tensor(names[3]).cpu(), t[names[3]])
 
 
+@pytest.mark.parametrize("device", ["cpu"] + (["cuda"] if torch.cuda.is_available() else []))
+def test_safe_open_reads_the_next_window_ahead(tmp, monkeypatch, device):
+    """With windows smaller than the file, a loop in file order is served by several windows,
+    each after the first read on the open file's thread while the loop takes the one before;
+    a jump drops the window read ahead; an error of a read ahead is the error of the call
+    that asks for its tensors, and closing after it raises nothing."""
+    import threading
+    import fastensor._safe as safe
+    t = _mixed_state()
+    p = os.path.join(tmp, "next.safetensors")
+    ft.save_file(t, p)
+    total = sum(x.numel() * x.element_size() for x in t.values())
+    monkeypatch.setattr(safe, "_WINDOW_FIRST", 16 << 10)
+    monkeypatch.setattr(safe, "_WINDOW_MOST", 64 << 10)
+    real, threads, fail = safe._C, [], []
+
+    class Spy(_CountingC):
+        def __getattr__(self, name):
+            fn = super().__getattr__(name)
+            if name != "ckpt_read_shard":
+                return fn
+
+            def spied(*args):
+                threads.append(threading.get_ident())
+                if fail and len(threads) == fail[0]:
+                    raise OSError(5, "injected")
+                return fn(*args)
+            return spied
+    counter = Spy(real)
+    monkeypatch.setattr(safe, "_C", counter)
+    with fastensor.safe_open(p, framework="pt", device=device, engine="posix") as f:
+        names = f.offset_keys()
+        got = {k: f.get_tensor(k) for k in names}
+    for k in names:
+        assert same(got[k].cpu(), t[k]), k
+    windows = counter.reads["ckpt_read_shard"]
+    assert windows[0] >= 4, counter.reads
+    assert total <= windows[1] + counter.reads["ckpt_read"][1] <= total + 64 * windows[0]
+    me = threading.get_ident()
+    assert threads[0] == me and all(x != me for x in threads[1:]), "not read ahead"
+    # a jump: the window read ahead is dropped, what follows is right
+    with fastensor.safe_open(p, framework="pt", device=device, engine="posix") as f:
+        order = names[:10] + names[60:] + names[10:60]
+        got = {k: f.get_tensor(k) for k in order}
+    for k in names:
+        assert same(got[k].cpu(), t[k]), k
+    # the second window read ahead fails: the call that needs it raises, nothing else does
+    threads.clear()
+    fail.append(3)
+    with fastensor.safe_open(p, framework="pt", device=device, engine="posix") as f:
+        with pytest.raises(OSError, match="injected"):
+            for k in f.offset_keys():
+                f.get_tensor(k)
+    assert len(threads) >= 3
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_safe_open_window_serves_other_streams(tmp):
     """Tensors of one read-ahead window used on another stream see the window's bytes."""
