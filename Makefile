@@ -79,8 +79,10 @@ $(BUILD)/libfastensor.a: $(LIB_OBJ)
 	ar rcs $@ $(LIB_OBJ)
 
 # The CLI uses only the public header; it links the static library (and liburing inside).
+# (tools/start.c: the CLI's call into glibc's startup goes to the version of glibc 2.28)
+CLI_START := -Wl,--wrap=__libc_start_main
 $(BUILD)/fastensor: $(CLI_OBJ) $(BUILD)/libfastensor.a
-	$(CC) -pthread $(SANFLAGS) -o $@ $(CLI_OBJ) $(BUILD)/libfastensor.a $(LIBS) -lm
+	$(CC) -pthread $(SANFLAGS) $(CLI_START) -o $@ $(CLI_OBJ) $(BUILD)/libfastensor.a $(LIBS) -lm
 
 # Tests link the static library so they can reach the internal syscall table.
 $(BUILD)/tests/%: $(BUILD)/tests/%.o $(TEST_LIB) $(BUILD)/libfastensor.a

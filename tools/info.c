@@ -37,15 +37,15 @@ static const char *fs_name(long type)
 }
 
 /* Logical block size of the device behind @p st (sysfs), or 0 when unknown. */
-static unsigned device_block_size(const struct stat *st)
+static unsigned device_block_size(const struct statx *st)
 {
     char p[128];
-    snprintf(p, sizeof p, "/sys/dev/block/%u:%u/queue/logical_block_size", major(st->st_dev),
-             minor(st->st_dev));
+    snprintf(p, sizeof p, "/sys/dev/block/%u:%u/queue/logical_block_size", st->stx_dev_major,
+             st->stx_dev_minor);
     FILE *f = fopen(p, "r");
     if (!f) { /* a partition: the queue belongs to the parent disk */
         snprintf(p, sizeof p, "/sys/dev/block/%u:%u/../queue/logical_block_size",
-                 major(st->st_dev), minor(st->st_dev));
+                 st->stx_dev_major, st->stx_dev_minor);
         f = fopen(p, "r");
     }
     unsigned v = 0;
@@ -148,15 +148,15 @@ int cmd_info(int argc, char **argv)
     print_cache_policy(ctx, path);
     ft_ctx_destroy(ctx);
 
-    struct stat st;
+    struct statx st; /* (statx: glibc 2.28; stat is a function of glibc 2.33) */
     struct statfs sf;
-    if (stat(path, &st) != 0 || statfs(path, &sf) != 0) {
+    if (statx(AT_FDCWD, path, 0, STATX_TYPE, &st) != 0 || statfs(path, &sf) != 0) {
         cli_error("info", "%s: %s", path, strerror(errno));
         return EXIT_ERR;
     }
     char dir[4096];
     snprintf(dir, sizeof dir, "%s", path);
-    if (!S_ISDIR(st.st_mode)) {
+    if (!S_ISDIR(st.stx_mode)) {
         char *slash = strrchr(dir, '/');
         if (slash)
             *slash = '\0';
@@ -165,7 +165,7 @@ int cmd_info(int argc, char **argv)
     }
     printf("filesystem  %s: %s (0x%lx), block %ld bytes, device %u:%u", path,
            fs_name((long)sf.f_type), (unsigned long)sf.f_type, (long)sf.f_bsize,
-           major(st.st_dev), minor(st.st_dev));
+           st.stx_dev_major, st.stx_dev_minor);
     unsigned lbs = device_block_size(&st);
     if (lbs)
         printf(", logical block %u", lbs);

@@ -2,11 +2,11 @@
  * Included first into every file of the library, the CLI and the extension (not sanitizer
  * builds): the glibc functions whose default version is newer than glibc 2.28 are bound to
  * the older versions glibc still exports, so what is built on a new glibc loads on glibc 2.28
- * or newer (the CLI's own startup code, from the toolchain, still needs the glibc it was
- * built on). glibc 2.34 moved the pthread and dl functions into libc.so.6 under new versions
- * (the old ones stay: in libc.so.6 there, in libpthread.so.0 / libdl.so.2 before, which the
- * link names too). stat and fstat (2.33 as functions) go through syscall.c's own wrappers and
- * strerrordesc_np (2.32) is not used.
+ * or newer (the CLI's startup code, from the toolchain, goes through tools/start.c). glibc
+ * 2.34 moved the pthread and dl functions into libc.so.6 under new versions (the old ones
+ * stay: in libc.so.6 there, in libpthread.so.0 / libdl.so.2 before, which the link names
+ * too). stat and fstat (2.33 as functions) go through syscall.c's own wrappers (the CLI uses
+ * statx, 2.28) and strerrordesc_np (2.32) is not used.
  */
 #ifndef FT_GLIBC_COMPAT_H
 #define FT_GLIBC_COMPAT_H

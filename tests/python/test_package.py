@@ -92,6 +92,56 @@ def test_wheel_loads_on_glibc_2_28(wheel, tmp_path):
     lib = os.path.join(ROOT, os.environ.get("BUILD", "build"), "libfastensor.so")
     if os.path.exists(lib):
         assert _glibc_needed(lib) <= (2, 28), "libfastensor.so needs a glibc newer than 2.28"
+    cli = tmp_path / "fastensor"
+    cli.write_bytes(zipfile.ZipFile(wheel).read("fastensor/_bin/fastensor"))
+    assert _glibc_needed(cli) <= (2, 28), "the CLI needs a glibc newer than 2.28"
+
+
+_START_PROBE = r"""
+#include <stdio.h>
+#include <stdlib.h>
+static int order;
+static int seen_argc;
+__attribute__((constructor(101))) static void first(int argc, char **argv, char **envp)
+{
+    order = order * 10 + 1;
+    seen_argc = argc;
+    (void)argv; (void)envp;
+}
+__attribute__((constructor(102))) static void second(void) { order = order * 10 + 2; }
+__attribute__((destructor)) static void last(void) { printf(" dtor"); fflush(stdout); }
+int main(int argc, char **argv)
+{
+    printf("ctors %d argc %d/%d %s env %s", order, seen_argc, argc, argv[argc - 1],
+           getenv("FT_PROBE"));
+    return 3;
+}
+"""
+
+
+def test_cli_start_runs_constructors_on_the_old_entry(tmp_path):
+    """tools/start.c, linked as the CLI is: the program enters glibc through the
+    __libc_start_main of glibc 2.28 and older, constructors run once each and in order (with
+    argc, argv, envp), main's arguments, environment and exit status pass through, the
+    destructors run."""
+    import shutil
+    cc = os.environ.get("CC", "cc")
+    if not shutil.which(cc):
+        pytest.skip(f"no C compiler ({cc})")
+    src = tmp_path / "probe.c"
+    src.write_text(_START_PROBE)
+    exe = tmp_path / "probe"
+    subprocess.run([cc, "-std=c11", "-D_GNU_SOURCE", "-include",
+                    os.path.join(ROOT, "src", "base", "glibc-compat.h"), "-I",
+                    os.path.join(ROOT, "tools"), "-I", os.path.join(ROOT, "include"),
+                    "-Wl,--wrap=__libc_start_main", "-o", str(exe), str(src),
+                    os.path.join(ROOT, "tools", "start.c")], check=True)
+    if _glibc_needed(exe) > (2, 28):
+        pytest.fail("the probe asks for a glibc newer than 2.28")
+    r = subprocess.run([str(exe), "a", "last"], capture_output=True, text=True,
+                       env=dict(os.environ, FT_PROBE="yes"))
+    assert r.returncode == 3
+    assert r.stdout == "ctors 12 argc 3/3 last env yes dtor", r.stdout
 
 
 def test_pkg_config_static_links(tmp_path):
