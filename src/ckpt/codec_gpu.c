@@ -105,9 +105,27 @@ typedef struct gpu_plan {
     uint64_t decoded;
 } gpu_plan;
 
+typedef struct describe_job {
+    const ft_codec_job *jobs;
+    gpu_plan *g;
+    unsigned *max_huff; /* per job */
+} describe_job;
+
+/* Pool task: the blocks of job @p i, checked and described (their src still offsets). */
+static int64_t describe_blocks(void *arg, unsigned i)
+{
+    describe_job *d = arg;
+    const ft_codec_job *jb = &d->jobs[i];
+    d->max_huff[i] = 0;
+    return ft__codec_plan(jb->src, jb->len, 0, (uint64_t)(uintptr_t)jb->dst, jb->cap,
+                          d->g->desc + d->g->blocks[i], &d->max_huff[i]);
+}
+
 /* Check every job on the host (everything but the device addresses of the streams' bytes:
- * their blocks' src are offsets until the staging area exists) and lay out the staging. */
-static int plan_jobs(const ft_codec_job *jobs, size_t n, int device, gpu_plan *g)
+ * their blocks' src are offsets until the staging area exists) and lay out the staging.
+ * The blocks are checked and described on the context's threads, a job each (a few
+ * microseconds a block: one thread took most of a large decode's time). */
+static int plan_jobs(ft_ctx *ctx, const ft_codec_job *jobs, size_t n, int device, gpu_plan *g)
 {
     g->stage = calloc(n ? n : 1, sizeof *g->stage);
     g->blocks = calloc(n + 1, sizeof *g->blocks);
@@ -151,17 +169,26 @@ static int plan_jobs(const ft_codec_job *jobs, size_t n, int device, gpu_plan *g
     g->desc = calloc(g->nblocks ? (size_t)g->nblocks : 1, sizeof *g->desc);
     if (!g->desc)
         return ft__err(-ENOMEM, "codec: %lld blocks", (long long)g->nblocks);
-    for (size_t i = 0; i < n; i++) {
-        const ft_codec_job *jb = &jobs[i];
-        int64_t nb = ft__codec_plan(jb->src, jb->len, 0, (uint64_t)(uintptr_t)jb->dst, jb->cap,
-                                    g->desc + g->blocks[i], &g->max_huff);
-        if (nb < 0) {
+    if (n > UINT32_MAX)
+        return ft__err(-E2BIG, "codec: %zu streams in one call", n);
+    unsigned *huff = calloc(n ? n : 1, sizeof *huff);
+    int64_t *results = calloc(n ? n : 1, sizeof *results);
+    describe_job d = {.jobs = jobs, .g = g, .max_huff = huff};
+    int rc = huff && results ? ft__pool_run(ctx->pool, (unsigned)n, describe_blocks, &d, results)
+                             : ft__err(-ENOMEM, "codec: %zu streams", n);
+    for (size_t i = 0; rc >= 0 && i < n; i++) {
+        if (results[i] < 0) { /* again here, for this thread's message */
+            int64_t nb = describe_blocks(&d, (unsigned)i);
             char why[512];
             snprintf(why, sizeof why, "%s", ft_last_error());
-            return ft__err((int)nb, "codec: stream %zu: %s", i, why);
+            rc = ft__err((int)(nb < 0 ? nb : results[i]), "codec: stream %zu: %s", i, why);
+        } else if (huff[i] > g->max_huff) {
+            g->max_huff = huff[i];
         }
     }
-    return 0;
+    free(huff);
+    free(results);
+    return rc < 0 ? rc : 0;
 }
 
 int64_t ft_codec_decode_cuda(ft_ctx *ctx, const ft_codec_job *jobs, size_t n, int device,
@@ -179,7 +206,7 @@ int64_t ft_codec_decode_cuda(ft_ctx *ctx, const ft_codec_job *jobs, size_t n, in
     gpu_plan g = {0};
     CUdeviceptr mem = 0;
     CUstream s = (CUstream)stream;
-    if ((rc = decode_kernels(device, fn)) < 0 || (rc = plan_jobs(jobs, n, device, &g)) < 0)
+    if ((rc = decode_kernels(device, fn)) < 0 || (rc = plan_jobs(ctx, jobs, n, device, &g)) < 0)
         goto out;
     if (g.nblocks == 0)
         goto out;
