@@ -3,6 +3,7 @@ the bytes asked for. The framework layers (torch, numpy) supply how to allocate 
 view bytes; everything about the file and the byte ranges is here."""
 from __future__ import annotations
 
+import collections
 import math
 import os
 import threading
@@ -18,8 +19,10 @@ _MERGE_GAP = 4096
 # instead of one small transfer per tensor. The first read-ahead of a run takes up to
 # _WINDOW_FIRST bytes, each next one of the same run twice the last, up to _WINDOW_MOST:
 # a short run reads little it does not use, a long one approaches one read of the shard.
-# While the loop takes tensors from one window, the next window of the run is read on a
-# thread of the open file, so the disk and the copies to the device do not wait for the loop.
+# Windows are read on threads of the open file, the next one in flight while the loop waits
+# for one: the reads follow each other without a gap, and the disk and the copies to the
+# device do not wait for the loop.
+_WINDOWS_IN_FLIGHT = 2
 _WINDOW_FIRST = 128 << 20
 _WINDOW_MOST = 1 << 30
 # Window reads start on this alignment of the data section, so the tensors in them keep the
@@ -128,7 +131,9 @@ class SafeOpen(Opened):
         self._pos = {sp[3]: k for k, sp in enumerate(spans)}
         self._last = None     # the position of the last tensor read
         self._window = None   # (shard, lo, hi, buffer, stream) of the last read-ahead
-        self._ahead = None    # the next one, being read: (shard, lo, hi, buffer, stream, future)
+        # the next ones of the run, being read: (shard, lo, hi, buffer, stream, future), in
+        # file order; and the file position after the last of them
+        self._ahead, self._next = collections.deque(), 0
         self._reader = None   # the thread that reads it, made on first use
         self._window_next = _WINDOW_FIRST  # the most bytes the next read-ahead takes
         self._window_lock = threading.Lock()
@@ -218,27 +223,31 @@ class SafeOpen(Opened):
             w = self._window
             if w is not None and w[0] == shard and w[1] <= off and off + nbytes <= w[2]:
                 return w
-            a = self._ahead
+            a = self._ahead[0] if self._ahead else None
             if a is not None and a[0] == shard and a[1] <= off and off + nbytes <= a[2]:
-                self._ahead = None
-                a[5].result()  # its read's error, if any, is this call's
-                self._window = a[:5]
-                self._prefetch(a[6])
-                return self._window
+                return self._serve()
             if last is None or pos != last + 1:
                 self._window_next = _WINDOW_FIRST
                 return None
             plan = self._plan(pos, off)
             if plan is None or plan[3] == pos + 1:  # nothing after it fits: alone
                 return None
-            shard, lo, hi, k = plan
             self._settle()
-            buf, address, cuda_device, stream = self._adapter.empty("U8", (hi - lo,), hi - lo,
-                                                                    self._device)
-            self._read(shard, lo, address, hi - lo, cuda_device, stream, shard=True)
-            self._window = (shard, lo, hi, buf, stream)
-            self._prefetch(k)
-            return self._window
+            self._ahead.append(self._submit(plan))
+            return self._serve()
+
+    def _serve(self):
+        """The first window read ahead, once read (its read's error, if any, is this call's),
+        made the current one; the next ones are in flight by then."""
+        while len(self._ahead) < _WINDOWS_IN_FLIGHT and self._next < len(self._spans):
+            plan = self._plan(self._next)
+            if plan is None:
+                break
+            self._ahead.append(self._submit(plan))
+        a = self._ahead.popleft()
+        a[5].result()
+        self._window = a[:5]
+        return self._window
 
     def _plan(self, k, off=None):
         """The next window: file positions k, k + 1, ... of k's shard, from ``off`` (k's
@@ -256,30 +265,24 @@ class SafeOpen(Opened):
         self._window_next = min(2 * self._window_next, _WINDOW_MOST)
         return shard, lo, hi, k
 
-    def _prefetch(self, k):
-        """Start reading the window from file position k (none past the last tensor, or
-        where it does not fit the room)."""
-        if k >= len(self._spans):
-            return
-        plan = self._plan(k)
-        if plan is None:
-            return
+    def _submit(self, plan):
+        """Start reading a planned window on the open file's threads."""
         shard, lo, hi, after = plan
         if self._reader is None:
-            self._reader = ThreadPoolExecutor(max_workers=1)
+            self._reader = ThreadPoolExecutor(max_workers=_WINDOWS_IN_FLIGHT)
         buf, address, cuda_device, stream = self._adapter.empty("U8", (hi - lo,), hi - lo,
                                                                 self._device)
         job = self._reader.submit(self._read, shard, lo, address, hi - lo, cuda_device, stream,
                                   shard=True)
-        self._ahead = (shard, lo, hi, buf, stream, job, after)
+        self._next = after
+        return (shard, lo, hi, buf, stream, job)
 
     def _settle(self):
-        """Drop the window being read ahead, once its read has ended (its memory is the
-        read's destination until then); its error, if any, is not the caller's."""
-        a, self._ahead = self._ahead, None
-        if a is not None:
+        """Drop the windows being read ahead, once their reads have ended (their memory is
+        the reads' destination until then); their errors, if any, are not the caller's."""
+        while self._ahead:
             try:
-                a[5].result()
+                self._ahead.popleft()[5].result()
             except Exception:  # noqa: BLE001 (no one asked for those tensors)
                 pass
 

@@ -197,10 +197,11 @@ def test_safe_open_reads_ahead_along_file_order_only(tmp, monkeypatch, device):
 @pytest.mark.parametrize("device", ["cpu"] + (["cuda"] if torch.cuda.is_available() else []))
 def test_safe_open_reads_the_next_window_ahead(tmp, monkeypatch, device):
     """With windows smaller than the file, a loop in file order is served by several windows,
-    each after the first read on the open file's thread while the loop takes the one before;
-    a jump drops the window read ahead; an error of a read ahead is the error of the call
-    that asks for its tensors, and closing after it raises nothing."""
+    read on the open file's threads, the next one in flight while the loop waits for one; a
+    jump drops the windows read ahead; an error of a read ahead is the error of the call that
+    asks for its tensors, and closing after it raises nothing."""
     import threading
+    import time
     import fastensor._safe as safe
     t = _mixed_state()
     p = os.path.join(tmp, "next.safetensors")
@@ -209,6 +210,7 @@ def test_safe_open_reads_the_next_window_ahead(tmp, monkeypatch, device):
     monkeypatch.setattr(safe, "_WINDOW_FIRST", 16 << 10)
     monkeypatch.setattr(safe, "_WINDOW_MOST", 64 << 10)
     real, threads, fail = safe._C, [], []
+    lock, inflight = threading.Lock(), [0, 0]  # reads now, most at once
 
     class Spy(_CountingC):
         def __getattr__(self, name):
@@ -217,10 +219,19 @@ def test_safe_open_reads_the_next_window_ahead(tmp, monkeypatch, device):
                 return fn
 
             def spied(*args):
-                threads.append(threading.get_ident())
-                if fail and len(threads) == fail[0]:
-                    raise OSError(5, "injected")
-                return fn(*args)
+                with lock:
+                    threads.append(threading.get_ident())
+                    inflight[0] += 1
+                    inflight[1] = max(inflight[1], inflight[0])
+                    n = len(threads)
+                try:
+                    time.sleep(0.02)  # long enough for the next read to start meanwhile
+                    if fail and n == fail[0]:
+                        raise OSError(5, "injected")
+                    return fn(*args)
+                finally:
+                    with lock:
+                        inflight[0] -= 1
             return spied
     counter = Spy(real)
     monkeypatch.setattr(safe, "_C", counter)
@@ -232,8 +243,8 @@ def test_safe_open_reads_the_next_window_ahead(tmp, monkeypatch, device):
     windows = counter.reads["ckpt_read_shard"]
     assert windows[0] >= 4, counter.reads
     assert total <= windows[1] + counter.reads["ckpt_read"][1] <= total + 64 * windows[0]
-    me = threading.get_ident()
-    assert threads[0] == me and all(x != me for x in threads[1:]), "not read ahead"
+    assert threading.get_ident() not in threads, "not read ahead"
+    assert inflight[1] == 2, inflight
     # a jump: the window read ahead is dropped, what follows is right
     with fastensor.safe_open(p, framework="pt", device=device, engine="posix") as f:
         order = names[:10] + names[60:] + names[10:60]
