@@ -51,7 +51,10 @@ _QUEUED = 16
 _AHEAD = 512 << 20
 # a save places each stream at a page boundary of the file, written from page-aligned memory
 _PAGE = 4096
-# and makes its streams durable every this many bytes, while it encodes the next ones
+# in pieces of at most this many bytes, this many at once, made durable every _SYNC_STEP
+# bytes while it encodes the next ones
+_PIECE = 16 << 20
+_WRITES = 4
 _SYNC_STEP = 64 << 20
 # reads are grouped into about this many stored bytes, the next group read while one decodes
 # (smaller for the GPU: its decode of a group is quick, the copy to it is what overlaps)
@@ -375,16 +378,12 @@ def save(path, items, metadata, *, compression="auto", engine="auto", cache="aut
             compress = False
         return buf, n, compress and n < nbytes
 
-    def written(pending):
-        pending[0].result()
-        with spare_lock:
-            spare.append(pending[1])
-
     header, at, virt = {}, 0, 0
-    # streams are written in order (on a thread) while the next tensors are encoded, several
-    # at once (a tensor of a few blocks does not keep every thread busy alone)
+    # streams are written in order of the file, in pieces, several at once, while the next
+    # tensors are encoded, several at once (a tensor of a few blocks does not keep every
+    # thread busy alone; one write at a time does not keep a disk busy)
     with _ckpt.installing(path) as tmp, File(tmp, "x", engine=engine, cache=cache) as f, \
-            ThreadPoolExecutor(max_workers=1) as writer, \
+            ThreadPoolExecutor(max_workers=_WRITES) as writers, \
             ThreadPoolExecutor(max_workers=1) as syncer, \
             ThreadPoolExecutor(max_workers=_ENCODERS) as coders:
         ahead, queued, todo = collections.deque(), 0, iter(items)
@@ -398,15 +397,25 @@ def save(path, items, metadata, *, compression="auto", engine="auto", cache="aut
                 ahead.append((item, coders.submit(encode, item)))
                 queued += item[4]
         fill()
-        pending, unsynced = None, 0
+        # pieces being written, in file order: (future, the buffer, once its last piece)
+        writing = collections.deque()
+        sync_lock = threading.Lock()
+        syncing, unsynced = None, 0  # the step's fdatasync; bytes written since it began
 
-        syncing = None  # the step's fdatasync, beside the writes that follow it
-
-        def put(data, offset, step):
-            nonlocal syncing
+        def put(data, offset):
+            nonlocal syncing, unsynced
             f.write(data, offset, sync="later")
-            if step and (syncing is None or syncing.done()):
-                syncing = syncer.submit(f.sync)
+            with sync_lock:  # made durable in steps, beside the writes that follow
+                unsynced += data.size
+                if unsynced >= _SYNC_STEP and (syncing is None or syncing.done()):
+                    unsynced, syncing = 0, syncer.submit(f.sync)
+
+        def retire():
+            done, buf = writing.popleft()
+            done.result()
+            if buf is not None:
+                with spare_lock:
+                    spare.append(buf)
         while ahead:
             (name, dtype, shape, addr, nbytes), coded = ahead.popleft()
             buf, size, compressed = coded.result()
@@ -414,23 +423,23 @@ def save(path, items, metadata, *, compression="auto", engine="auto", cache="aut
             header[name] = {"dtype": dtype, "shape": list(shape),
                             "data_offsets": [virt, virt + nbytes],
                             "stored": [at, at + size], "compressed": compressed}
-            if pending is not None:
-                written(pending)
+            while writing and writing[0][0].done():
+                retire()
             fill()
             # whole pages from a page boundary (the gap up to the next stream is zeros), the
-            # engine free to write them straight to the device (O_DIRECT); made durable in
-            # steps while the next tensors encode, not all by the closing fdatasync
+            # engine free to write them straight to the device (O_DIRECT)
             room = _page(size)
             buf[size:room] = 0
-            unsynced += room
-            step = unsynced >= _SYNC_STEP
-            if step:
-                unsynced = 0
-            pending = (writer.submit(put, buf[:room], _DATA + at, step), buf)
+            for lo in range(0, room, _PIECE):
+                hi = min(room, lo + _PIECE)
+                while len(writing) >= _WRITES:
+                    retire()
+                writing.append((writers.submit(put, buf[lo:hi], _DATA + at + lo),
+                                buf if hi == room else None))
             virt += nbytes
             at += room
-        if pending is not None:
-            written(pending)
+        while writing:
+            retire()
         if syncing is not None:
             syncing.result()
         body = {"__metadata__": meta, "fastensor.container": {"version": VERSION,
