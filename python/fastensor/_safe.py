@@ -251,13 +251,16 @@ class SafeOpen(Opened):
 
     def _plan(self, k, off=None):
         """The next window: file positions k, k + 1, ... of k's shard, from ``off`` (k's
-        offset by default) while they fit the room it may take; (shard, lo, hi, first
-        position after it), or None where even k does not fit. Doubles the next room."""
-        room = self._adapter.window_room(self._device, self._window_next)
+        offset by default) while they fit the room it may take (more where k alone is larger:
+        k and as much again as the room); (shard, lo, hi, first position after it), or None
+        where even k does not fit the most a window may take. Doubles the next room."""
         shard, begin, hi = self._spans[k]
         lo = (begin if off is None else off) // _WINDOW_ALIGN * _WINDOW_ALIGN
+        room = self._adapter.window_room(self._device, self._window_next)
         if hi - lo > room:
-            return None
+            room = min(hi - lo + room, self._adapter.window_room(self._device, _WINDOW_MOST))
+            if hi - lo > room:
+                return None
         k += 1
         while k < len(self._spans) and self._spans[k][0] == shard and \
                 self._spans[k][2] - lo <= room:

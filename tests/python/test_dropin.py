@@ -261,6 +261,37 @@ def test_safe_open_reads_the_next_window_ahead(tmp, monkeypatch, device):
     assert len(threads) >= 3
 
 
+def test_safe_open_window_takes_a_tensor_larger_than_its_room(tmp, monkeypatch):
+    """A tensor larger than a window's room is read in a window with the ones after it (not
+    alone, without read-ahead), within the most a window may take."""
+    import fastensor._safe as safe
+    g = torch.Generator().manual_seed(3)
+    t = {"a0": torch.randn(256, generator=g), "a1": torch.randn(64, 400, generator=g)}
+    t.update({f"b{i}": torch.randn(300, generator=g) for i in range(6)})
+    p = os.path.join(tmp, "big.safetensors")
+    ft.save_file(t, p)
+    monkeypatch.setattr(safe, "_WINDOW_FIRST", 16 << 10)
+    monkeypatch.setattr(safe, "_WINDOW_MOST", 1 << 20)
+    counter = _CountingC(safe._C)
+    monkeypatch.setattr(safe, "_C", counter)
+    with fastensor.safe_open(p, framework="pt", device="cpu", engine="posix") as f:
+        names = f.offset_keys()
+        assert names.index("a1") == 1  # (the layout: by name)
+        got = {k: f.get_tensor(k) for k in names}
+    for k in t:
+        assert same(got[k], t[k]), k
+    assert counter.reads["ckpt_read"][0] == 1, counter.reads  # the first tensor alone
+    assert counter.reads["ckpt_read_shard"][0] >= 1
+    monkeypatch.setattr(safe, "_WINDOW_MOST", 64 << 10)  # a1 (100 KiB) over the most
+    counter = _CountingC(counter._real)
+    monkeypatch.setattr(safe, "_C", counter)
+    with fastensor.safe_open(p, framework="pt", device="cpu", engine="posix") as f:
+        got = {k: f.get_tensor(k) for k in f.offset_keys()}
+    for k in t:
+        assert same(got[k], t[k]), k
+    assert counter.reads["ckpt_read"][0] == 2, counter.reads  # the first, then a1 alone
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_safe_open_window_serves_other_streams(tmp):
     """Tensors of one read-ahead window used on another stream see the window's bytes."""
