@@ -512,7 +512,7 @@ class SaveFuture(concurrent.futures.Future):
     (``result()``, ``done()``, ``exception()``, ``add_done_callback()``, ``cancel()`` before
     the save starts). ``blocked_seconds``: how long the call that made it took (the
     snapshot); ``filename``: where it saves; ``snapshot``: where the copy was taken,
-    "device" or "host"."""
+    "device" or "host" ("none": the save reads the caller's tensors)."""
 
     def __init__(self, filename, blocked_seconds=0.0):
         super().__init__()
@@ -619,18 +619,27 @@ def save_file_async(tensors: dict, filename, metadata: dict | None = None, *,
     GPU, a copy on that GPU (as much device memory again, until the background has moved it
     to pinned memory). "auto" (default): on the device where no pinned buffer of the size
     is kept yet (a process's first save) and the device has room to spare, else on the
-    host. A save still running when the interpreter exits is finished first (a line on
-    stderr says so); a failed save leaves the previous checkpoint and no temporary file."""
-    if snapshot not in ("auto", "host", "device"):
-        raise ValueError(f"snapshot must be 'auto', 'host' or 'device', not {snapshot!r}")
+    host. "none": no copy (no memory beyond the save's own), the save reads the caller's
+    tensors: the caller must not change or free them until the future is done (what was
+    queued on their CUDA streams is waited for first). A save still running when the
+    interpreter exits is finished first (a line on stderr says so); a failed save leaves the
+    previous checkpoint and no temporary file."""
+    if snapshot not in ("auto", "host", "device", "none"):
+        raise ValueError(f"snapshot must be 'auto', 'host', 'device' or 'none', "
+                         f"not {snapshot!r}")
     if compression not in _fst.COMPRESSION:
         raise ValueError(f"compression must be one of {', '.join(map(repr, _fst.COMPRESSION))}"
                          f", not {compression!r}")
     _check_for_save(tensors)  # the caller's tensors: sharing is lost in the snapshot
     t0 = time.perf_counter()
-    snap, buf, on_device = _snapshot(tensors, snapshot)
+    if snapshot == "none":
+        snap, buf, on_device = dict(tensors), None, False
+        for d in {t.device for t in snap.values() if t.device.type == "cuda"}:
+            torch.cuda.current_stream(d).synchronize()
+    else:
+        snap, buf, on_device = _snapshot(tensors, snapshot)
     fut = SaveFuture(filename, time.perf_counter() - t0)
-    fut.snapshot = "device" if on_device else "host"
+    fut.snapshot = "none" if snapshot == "none" else "device" if on_device else "host"
 
     def run():
         nonlocal snap, buf

@@ -574,6 +574,14 @@ def test_save_file_async_snapshot_modes(tmp):
     assert fut.snapshot == "host" and fut.result(timeout=60) is None
     back = ft.load_file(p)
     assert torch.equal(back["w"], t["w"]) and back["e"].shape == (0, 3)
+    # "none": no snapshot memory taken, the caller's tensors saved as they are
+    ft.release_snapshot_memory()
+    big = {"w": torch.randn(1 << 20), "i": torch.arange(5)}
+    fut = ft.save_file_async(big, p, snapshot="none")
+    assert fut.snapshot == "none" and fut.result(timeout=60) is None
+    assert not ft._snapshots._free  # no buffer was taken (or given back)
+    back = ft.load_file(p)
+    assert torch.equal(back["w"], big["w"]) and torch.equal(back["i"], big["i"])
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
