@@ -309,9 +309,11 @@ def _measure(directory):
 
 # A save codes only where the codec's measured encode rate is this many times the disk's
 # measured write rate: a save's encode-and-write pipeline reaches less than the codec call's
-# own rate (fresh output buffers, the writes beside it), by the factor that
-# docs/benchmarks/codec-h200.json shows (encode / write 1.49 there gave 0.64x the
-# uncompressed save: 1.49 / 0.64 = 2.3 breaks even).
+# own rate (fresh output buffers, the writes beside it), by the factor that the H200 runs in
+# docs/benchmarks/codec-h200.json showed with the one-write-at-a-time save (encode / write
+# 1.49 gave 0.64x the uncompressed save: 1.49 / 0.64 = 2.3 breaks even; the development
+# machine, 2 cores: 1.93 gives 0.6x). Not yet re-measured with the parallel piece writes and
+# the parallel write measurement (which reads a higher write rate: auto codes less often).
 _SAVE_MARGIN = 2.3
 
 
