@@ -414,6 +414,8 @@ def save(path, items, metadata, *, compression="auto", engine="auto", cache="aut
             with sync_lock:  # made durable in steps, beside the writes that follow
                 unsynced += data.size
                 if unsynced >= _SYNC_STEP and (syncing is None or syncing.done()):
+                    if syncing is not None:
+                        syncing.result()  # a step's error is the save's, not dropped
                     unsynced, syncing = 0, syncer.submit(f.sync)
 
         def retire():

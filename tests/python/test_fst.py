@@ -231,6 +231,40 @@ def test_failed_save_keeps_the_previous_file(tmp):
     assert [n for n in os.listdir(tmp) if "tmp" in n] == []
 
 
+@pytest.mark.parametrize("kind,which", [("write", 1), ("write", 5), ("sync", "step"),
+                                        ("sync", "closing")])
+def test_failed_write_or_sync_keeps_the_previous_file(tmp, monkeypatch, kind, which):
+    """An error of any piece's write or of any fdatasync of a save (several pieces in flight,
+    step syncs beside them, the closing one) is the save's error; the previous file stays,
+    no temporary is left."""
+    import threading
+    monkeypatch.setattr(_fst, "_PIECE", 8 << 10)  # many pieces, several steps
+    monkeypatch.setattr(_fst, "_SYNC_STEP", 32 << 10)
+    p = os.path.join(tmp, "keep.fst")
+    ft.save_file(state(), p, compression="always")
+    before = open(p, "rb").read()
+    real = getattr(fastensor.File, kind)
+    calls = []
+
+    def failing(self, *a, **k):
+        main = threading.current_thread() is threading.main_thread()
+        calls.append(main)
+        if (which == "step" and calls.count(False) == 1 and not main) or \
+                (which == "closing" and main) or \
+                (isinstance(which, int) and len(calls) == which):
+            raise OSError(5, f"injected {kind} error")
+        return real(self, *a, **k)
+    monkeypatch.setattr(fastensor.File, kind, failing)
+    g = torch.Generator().manual_seed(9)
+    with pytest.raises(OSError, match="injected"):
+        ft.save_file({"w": torch.randn(64, 1000, generator=g).to(torch.bfloat16),
+                      "v": torch.randn(50000, generator=g)}, p, compression="always")
+    monkeypatch.undo()
+    assert open(p, "rb").read() == before
+    assert [n for n in os.listdir(tmp) if "tmp" in n] == []
+    same(ft.load_file(p), state())
+
+
 def test_async_and_models(tmp):
     sd = state(5)
     p = os.path.join(tmp, "a.fst")
