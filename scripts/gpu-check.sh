@@ -35,7 +35,8 @@
 #         FT_SCEN_TOOLS (fastensor,safetensors,torch,raw), FT_SCEN_LIST
 #         (save,cold,repeat2,repeat3,procs), FT_SCEN_LIMIT seconds before the last round starts
 #         (400)); JSON in $OUT/scenarios-<device>.json, then the decision overhead.
-# --dropin: only the drop-in benchmark (bench/dropin.py: get_tensor of every tensor through
+# --dropin: only the drop-in tests on CUDA (test_dropin.py's safe_open and save_file_async
+#         cases), then the drop-in benchmark (bench/dropin.py: get_tensor of every tensor through
 #         one safe_open into CUDA against load_file and safetensors, fresh processes, warm
 #         file; save_file_async's blocked time against the device-to-pinned copy;
 #         FT_DROPIN_SIZE (2G)); JSON in $OUT/dropin-cuda.json.
@@ -54,7 +55,8 @@
 #         ratio, encode and decode GB/s on the CPUs, GPU decode GB/s, durable save and cold
 #         load into GPU memory against the raw read and safetensors, FT_CODEC_ROUNDS (3),
 #         GPU decode of streams coded in blocks of FT_CODEC_BLOCKS (256K,512K));
-#         JSON in $OUT/codec.json.
+#         JSON in $OUT/codec.json; then bench/fst-save.py (the .fst save's timeline, in
+#         $OUT/fst-save.txt).
 # --pack: leave one archive, $OUT/results.tgz, instead of the separate logs.
 # --udev: ONLY on a throwaway test VM: create the udev entry cuFile needs for the block
 #         device holding this directory (/run/udev/data/b<major>:<minor>), see DESIGN.md.
@@ -211,6 +213,10 @@ if [ $DMA = 1 ]; then
     fi
 fi
 if [ $DROPIN = 1 ]; then
+    log "drop-in tests on CUDA (safe_open read-ahead windows, save_file_async snapshots)"
+    PYTHONPATH="$here/python" FT_TEST_DIR="$WORK/py" timeout 180 python3 -m pytest -q -rs \
+        -p no:logging tests/python/test_dropin.py -k "safe_open or async" 2>&1 | tail -6 |
+        tee -a "$OUT/summary.txt"
     log "drop-in calls: safe_open get_tensor loop vs load_file, save_file_async blocked time"
     PYTHONPATH="$here/python" timeout 500 python3 bench/dropin.py --device cuda \
         --size "${FT_DROPIN_SIZE:-2G}" --rounds 3 --dir "$WORK" --json "$OUT/dropin-cuda.json" \
@@ -274,6 +280,10 @@ if [ $CODEC = 1 ]; then
         --size "${FT_CODEC_SIZE:-2G}" --models "llama-bf16,${FT_CODEC_MODELS:-gpt2-fp32}" \
         --rounds "${FT_CODEC_ROUNDS:-3}" --device cuda --dir "$WORK" --json "$OUT/codec.json" \
         --gpu-blocks "${FT_CODEC_BLOCKS:-256K,512K}" 2>&1 | tee -a "$OUT/summary.txt"
+    log "tensor codec: where a .fst save's time goes (encode calls, piece writes, syncs)"
+    PYTHONPATH="$here/python" timeout 150 python3 bench/fst-save.py --size "${FT_CODEC_SIZE:-2G}" \
+        --rounds 3 --dir "$WORK" --timeline >"$OUT/fst-save.txt" 2>&1
+    grep -v "^  " "$OUT/fst-save.txt" | tee -a "$OUT/summary.txt"
 fi
 if [ $PACK = 1 ]; then # one archive, for callers that fetch only a few files
     tar -C "$OUT" -czf /tmp/gpu-check.tgz . && rm -rf "${OUT:?}"/* &&
