@@ -129,7 +129,9 @@ deps:
 VENV := .venv
 PYTHON ?= $(VENV)/bin/python
 $(VENV)/.stamp: requirements-dev.txt
-	@test -x $(VENV)/bin/python || /usr/bin/python3 -m venv $(VENV)
+	@# (a venv left without pip by an interrupted run is made again)
+	@$(VENV)/bin/python -m pip --version >/dev/null 2>&1 || \
+		{ rm -rf $(VENV) && /usr/bin/python3 -m venv $(VENV); }
 	$(VENV)/bin/python -m pip install -q -r requirements-dev.txt
 	@touch $@
 venv: $(VENV)/.stamp
