@@ -134,7 +134,7 @@ class SafeOpen(Opened):
         # the next ones of the run, being read: (shard, lo, hi, buffer, stream, future), in
         # file order; and the file position after the last of them
         self._ahead, self._next = collections.deque(), 0
-        self._reader = None   # the thread that reads it, made on first use
+        self._reader = None   # the threads that read them, made on first use
         self._window_next = _WINDOW_FIRST  # the most bytes the next read-ahead takes
         self._window_lock = threading.Lock()
         # host tensors of a shard the cache mode keeps view a private mapping of it, as
