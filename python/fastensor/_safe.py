@@ -253,7 +253,7 @@ class SafeOpen(Opened):
         """The next window: file positions k, k + 1, ... of k's shard, from ``off`` (k's
         offset by default) while they fit the room it may take (more where k alone is larger:
         k and as much again as the room); (shard, lo, hi, first position after it), or None
-        where even k does not fit the most a window may take. Doubles the next room."""
+        where even k does not fit the most a window may take."""
         shard, begin, hi = self._spans[k]
         lo = (begin if off is None else off) // _WINDOW_ALIGN * _WINDOW_ALIGN
         room = self._adapter.window_room(self._device, self._window_next)
@@ -265,12 +265,13 @@ class SafeOpen(Opened):
         while k < len(self._spans) and self._spans[k][0] == shard and \
                 self._spans[k][2] - lo <= room:
             hi, k = max(hi, self._spans[k][2]), k + 1
-        self._window_next = min(2 * self._window_next, _WINDOW_MOST)
         return shard, lo, hi, k
 
     def _submit(self, plan):
-        """Start reading a planned window on the open file's threads."""
+        """Start reading a planned window on the open file's threads; the next window may
+        take twice the room (a plan dropped unread leaves the room as it was)."""
         shard, lo, hi, after = plan
+        self._window_next = min(2 * self._window_next, _WINDOW_MOST)
         if self._reader is None:
             self._reader = ThreadPoolExecutor(max_workers=_WINDOWS_IN_FLIGHT)
         buf, address, cuda_device, stream = self._adapter.empty("U8", (hi - lo,), hi - lo,

@@ -123,10 +123,12 @@ def test_safe_open_on_an_index_and_a_directory(tmp):
 
 
 class _CountingC:
-    """fastensor._C with its read calls counted: (calls, bytes) of each."""
+    """fastensor._C with its read calls counted: (calls, bytes) of each; the bytes of each
+    window read in ``windows``."""
 
     def __init__(self, real):
         self._real, self.reads = real, {"ckpt_read": [0, 0], "ckpt_read_shard": [0, 0]}
+        self.windows = []
 
     def __getattr__(self, name):
         fn = getattr(self._real, name)
@@ -136,6 +138,8 @@ class _CountingC:
         def counted(*args):
             self.reads[name][0] += 1
             self.reads[name][1] += args[4]
+            if name == "ckpt_read_shard":
+                self.windows.append(args[4])
             return fn(*args)
         return counted
 
@@ -290,6 +294,31 @@ def test_safe_open_window_takes_a_tensor_larger_than_its_room(tmp, monkeypatch):
     for k in t:
         assert same(got[k], t[k]), k
     assert counter.reads["ckpt_read"][0] == 2, counter.reads  # the first, then a1 alone
+
+
+def test_safe_open_window_room_grows_only_when_read(tmp, monkeypatch):
+    """A tensor read alone, because the one after it does not fit its window, leaves the next
+    window's room as it was: the room doubles only when a window is read."""
+    import fastensor._safe as safe
+    g = torch.Generator().manual_seed(5)
+    t = {"a0": torch.randn(256, generator=g), "a1": torch.randn(3 << 10, generator=g),
+         "a2": torch.randn(10 << 10, generator=g)}
+    t.update({f"b{i:02d}": torch.randn(300, generator=g) for i in range(20)})
+    p = os.path.join(tmp, "room.safetensors")
+    ft.save_file(t, p)
+    monkeypatch.setattr(safe, "_WINDOW_FIRST", 16 << 10)
+    monkeypatch.setattr(safe, "_WINDOW_MOST", 1 << 20)
+    counter = _CountingC(safe._C)
+    monkeypatch.setattr(safe, "_C", counter)
+    with fastensor.safe_open(p, framework="pt", device="cpu", engine="posix") as f:
+        names = f.offset_keys()
+        assert names[:3] == ["a0", "a1", "a2"]  # (the layout: by name)
+        got = {k: f.get_tensor(k) for k in names}
+    for k in t:
+        assert same(got[k], t[k]), k
+    assert counter.reads["ckpt_read"][0] == 2, counter.reads  # a0, then a1 alone
+    # a2 (40 KiB) is read with the 16 KiB room after it, not 32 KiB (all 24 KiB of b*)
+    assert (40 << 10) < counter.windows[0] <= (56 << 10) + 4096, counter.windows
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
