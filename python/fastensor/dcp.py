@@ -56,8 +56,9 @@ from torch.distributed.tensor import DTensor
 from torch.futures import Future
 
 from . import File, _C, _ckpt, cache_id, engine_id
+from ._async import _device_room
 from ._safe import runs_of
-from .torch import _TO_ST, _device_room, _items
+from .torch import _TO_ST, _items
 
 __all__ = ["FastensorWriter", "FastensorReader", "consolidate"]
 

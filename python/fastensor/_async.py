@@ -1,0 +1,241 @@
+"""save_file_async: a snapshot of the tensors now, the save in the background
+(:mod:`fastensor.torch` exports it)."""
+from __future__ import annotations
+
+import atexit
+import concurrent.futures
+import sys
+import threading
+import time
+
+import torch
+
+from . import _fst
+from .offload import gpu_memory_limit
+
+
+class _Snapshots:
+    """Buffers that save_file_async copies tensors into, reused across saves: pinned host
+    memory where CUDA tensors are copied (DMA speed), plain memory otherwise. At most two
+    free buffers are kept (one save writing while the next is snapshotted);
+    :func:`release_snapshot_memory` frees them."""
+
+    def __init__(self):
+        self._free, self._lock = [], threading.Lock()
+
+    def take(self, nbytes, pinned):
+        with self._lock:
+            fits = [i for i, b in enumerate(self._free)
+                    if b[1] == pinned and b[0].numel() >= nbytes]
+            if fits:
+                best = min(fits, key=lambda i: self._free[i][0].numel())
+                return self._free.pop(best)[0]
+        return torch.empty(max(nbytes, 1), dtype=torch.uint8, pin_memory=pinned)
+
+    def has(self, nbytes, pinned):
+        """Whether a kept buffer of the kind holds ``nbytes``."""
+        with self._lock:
+            return any(b[1] == pinned and b[0].numel() >= nbytes for b in self._free)
+
+    def give(self, buf):
+        with self._lock:
+            self._free.append((buf, buf.is_pinned()))
+            self._free.sort(key=lambda b: -b[0].numel())
+            del self._free[2:]
+
+    def release(self):
+        with self._lock:
+            self._free.clear()
+
+
+_snapshots = _Snapshots()
+_pending, _pending_lock = set(), threading.Lock()
+
+
+def release_snapshot_memory() -> None:
+    """Free the snapshot buffers :func:`save_file_async` keeps for the next save."""
+    _snapshots.release()
+
+
+def _finish_pending_saves():
+    """At interpreter exit: saves still running are finished (their threads are daemons,
+    which the interpreter would otherwise stop mid-write)."""
+    with _pending_lock:
+        running = [f for f in _pending if not f.done()]
+    if running:
+        names = ", ".join(sorted(str(f.filename) for f in running))
+        print(f"fastensor: finishing {len(running)} checkpoint save(s) still running at exit: "
+              f"{names}", file=sys.stderr, flush=True)
+        for f in running:
+            f._thread.join()
+
+
+atexit.register(_finish_pending_saves)
+
+
+class SaveFuture(concurrent.futures.Future):
+    """The handle of a :func:`save_file_async`: a ``concurrent.futures.Future``
+    (``result()``, ``done()``, ``exception()``, ``add_done_callback()``, ``cancel()`` before
+    the save starts). ``blocked_seconds``: how long the call that made it took (the
+    snapshot); ``filename``: where it saves; ``snapshot``: where the copy was taken,
+    "device" or "host" ("none": the save reads the caller's tensors)."""
+
+    def __init__(self, filename, blocked_seconds=0.0):
+        super().__init__()
+        self.filename = filename
+        self.blocked_seconds = blocked_seconds
+        self.snapshot = "host"
+        self._thread = None
+
+
+AsyncSave = SaveFuture  # the earlier name
+
+
+def _layout(tensors):
+    """({name: (offset, bytes)}, total bytes) of the tensors packed in one buffer."""
+    sizes, total = {}, 0
+    for name, t in tensors.items():
+        n = t.numel() * t.element_size()
+        sizes[name] = (total, n)
+        total += (n + 63) // 64 * 64
+    return sizes, total
+
+
+def _copy_into(buf, tensors, sizes):
+    """Views of ``buf`` holding copies of the tensors (CUDA copies queued, not waited for)."""
+    snap = {}
+    for name, t in tensors.items():
+        off, n = sizes[name]
+        h = buf[off:off + n].view(t.dtype).view(t.shape) if n else \
+            torch.empty(t.shape, dtype=t.dtype, device=buf.device)
+        if n:
+            h.copy_(t.detach(), non_blocking=t.device.type != buf.device.type)
+        snap[name] = h
+    return snap
+
+
+def _device_room(device, nbytes):
+    """Whether ``nbytes`` more fit on the device with room to spare (5% of it, 1 GiB at
+    least): within what the process may allocate there (the driver's free memory plus what
+    torch's allocator holds unused, and set_per_process_memory_fraction's cap)."""
+    total = torch.cuda.get_device_properties(device).total_memory
+    room = gpu_memory_limit(device) - torch.cuda.memory_allocated(device)
+    return nbytes + max(total // 20, 1 << 30) <= room
+
+
+def _snapshot(tensors, mode):
+    """(copies of the tensors, the buffer holding them, whether it is on the device).
+
+    Host snapshots go into a reused buffer (pinned where CUDA tensors are copied). A state
+    dict on one GPU is copied on the device instead (a device-to-device copy: milliseconds)
+    with mode "device", and with "auto" where no pinned buffer of the size is kept yet (the
+    first save of a process, whose pinned allocation would take a second or more of the
+    caller's time) and the device has room; the save then moves it to pinned memory in the
+    background. CUDA copies start after the work queued on the tensors' current streams and
+    are done when this returns."""
+    sizes, total = _layout(tensors)
+    devices = {t.device for t in tensors.values()}
+    cuda = any(d.type == "cuda" for d in devices) and torch.cuda.is_available()
+    one_gpu = cuda and len(devices) == 1
+    on_device = one_gpu and (mode == "device" or (
+        mode == "auto" and not _snapshots.has(total, True) and
+        _device_room(next(iter(devices)), total)))
+    buf = None
+    if on_device:
+        try:
+            buf = torch.empty(max(total, 1), dtype=torch.uint8, device=next(iter(devices)))
+        except torch.OutOfMemoryError:  # taken meanwhile: on the host after all
+            if mode == "device":
+                raise
+            on_device = False
+    if buf is None:
+        buf = _snapshots.take(total, cuda)
+    snap = _copy_into(buf, tensors, sizes)
+    for d in devices:
+        if d.type == "cuda":
+            torch.cuda.current_stream(d).synchronize()
+    return snap, buf, on_device
+
+
+def _to_host(snap, buf):
+    """A device snapshot moved into a pinned buffer of the pool: (views, that buffer)."""
+    host = _snapshots.take(buf.numel(), True)
+    host[:buf.numel()].copy_(buf, non_blocking=True)
+    torch.cuda.current_stream(buf.device).synchronize()
+    out = {}
+    for name, t in snap.items():
+        n = t.numel() * t.element_size()
+        if n:
+            off = t.data_ptr() - buf.data_ptr()
+            out[name] = host[off:off + n].view(t.dtype).view(t.shape)
+        else:
+            out[name] = torch.empty(t.shape, dtype=t.dtype)
+    return out, host
+
+
+def save_file_async(tensors: dict, filename, metadata: dict | None = None, *,
+                    engine: str = "auto", shard_size: int | None = None,
+                    cache: str = "auto", snapshot: str = "auto",
+                    compression: str = "auto") -> SaveFuture:
+    """Snapshot the tensors now, then save in the background; the caller may change or free
+    the tensors as soon as this returns. Returns a :class:`SaveFuture`.
+
+    ``snapshot``: where the copy is taken. "host": pinned memory for CUDA tensors (at the
+    link's speed, into buffers reused by the next save). "device": for a state dict on one
+    GPU, a copy on that GPU (as much device memory again, until the background has moved it
+    to pinned memory). "auto" (default): on the device where no pinned buffer of the size
+    is kept yet (a process's first save) and the device has room to spare, else on the
+    host. "none": no copy (no memory beyond the save's own), the save reads the caller's
+    tensors: the caller must not change or free them until the future is done (what was
+    queued on their CUDA streams is waited for first). A save still running when the
+    interpreter exits is finished first (a line on stderr says so); a failed save leaves the
+    previous checkpoint and no temporary file."""
+    if snapshot not in ("auto", "host", "device", "none"):
+        raise ValueError(f"snapshot must be 'auto', 'host', 'device' or 'none', "
+                         f"not {snapshot!r}")
+    if compression not in _fst.COMPRESSION:
+        raise ValueError(f"compression must be one of {', '.join(map(repr, _fst.COMPRESSION))}"
+                         f", not {compression!r}")
+    from .torch import _check_for_save, _save  # (which imports this module)
+    _check_for_save(tensors)  # the caller's tensors: sharing is lost in the snapshot
+    t0 = time.perf_counter()
+    if snapshot == "none":
+        snap, buf, on_device = dict(tensors), None, False
+        for d in {t.device for t in snap.values() if t.device.type == "cuda"}:
+            torch.cuda.current_stream(d).synchronize()
+    else:
+        snap, buf, on_device = _snapshot(tensors, snapshot)
+    fut = SaveFuture(filename, time.perf_counter() - t0)
+    fut.snapshot = "none" if snapshot == "none" else "device" if on_device else "host"
+
+    def run():
+        nonlocal snap, buf
+        error, ran, host = None, False, None
+        try:
+            if fut.set_running_or_notify_cancel():
+                ran = True
+                if on_device:  # into pinned memory, then the device copy is freed
+                    snap, host = _to_host(snap, buf)
+                    buf = None
+                _save(snap, filename, metadata, engine, shard_size, cache, compression)
+        except BaseException as e:  # handed to result()
+            error = e
+        finally:  # the snapshot is free for the next save before this one reports
+            snap.clear()
+            if host is not None:
+                _snapshots.give(host)
+            elif buf is not None and not on_device:
+                _snapshots.give(buf)
+            buf = None
+            with _pending_lock:
+                _pending.discard(fut)
+        if ran and error is not None:
+            fut.set_exception(error)
+        elif ran:
+            fut.set_result(None)
+
+    fut._thread = threading.Thread(target=run, daemon=True, name="fastensor-save")
+    with _pending_lock:
+        _pending.add(fut)
+    fut._thread.start()
+    return fut
