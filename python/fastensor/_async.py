@@ -11,7 +11,7 @@ import time
 import torch
 
 from . import _fst
-from .offload import gpu_memory_limit
+from ._gpumem import device_room
 
 
 class _Snapshots:
@@ -114,15 +114,6 @@ def _copy_into(buf, tensors, sizes):
     return snap
 
 
-def _device_room(device, nbytes):
-    """Whether ``nbytes`` more fit on the device with room to spare (5% of it, 1 GiB at
-    least): within what the process may allocate there (the driver's free memory plus what
-    torch's allocator holds unused, and set_per_process_memory_fraction's cap)."""
-    total = torch.cuda.get_device_properties(device).total_memory
-    room = gpu_memory_limit(device) - torch.cuda.memory_allocated(device)
-    return nbytes + max(total // 20, 1 << 30) <= room
-
-
 def _snapshot(tensors, mode):
     """(copies of the tensors, the buffer holding them, whether it is on the device).
 
@@ -139,7 +130,7 @@ def _snapshot(tensors, mode):
     one_gpu = cuda and len(devices) == 1
     on_device = one_gpu and (mode == "device" or (
         mode == "auto" and not _snapshots.has(total, True) and
-        _device_room(next(iter(devices)), total)))
+        device_room(next(iter(devices)), total)))
     buf = None
     if on_device:
         try:

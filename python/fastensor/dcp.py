@@ -54,8 +54,8 @@ from torch.distributed.tensor import DTensor
 from torch.futures import Future
 
 from . import _ckpt, cache_id, engine_id
-from ._async import _device_room
 from ._dcp_read import METADATA, FastensorReader, _Directory
+from ._gpumem import device_room
 from .torch import _TO_ST, _items
 
 __all__ = ["FastensorWriter", "FastensorReader", "consolidate"]
@@ -409,7 +409,7 @@ class FastensorWriter(_Directory, StorageWriter, AsyncStager):
             where = "other"
         else:
             staged, where = None, "host"
-            if len(cuda) == 1 and _device_room(next(iter(cuda)), _cuda_bytes(state_dict)):
+            if len(cuda) == 1 and device_room(next(iter(cuda)), _cuda_bytes(state_dict)):
                 try:
                     staged, where = _map_state(state_dict, lambda t: t.clone()), "device"
                 except torch.OutOfMemoryError:  # taken meanwhile: on the host after all

@@ -20,6 +20,7 @@ import torch
 from . import _ckpt, _fst
 from ._async import (AsyncSave, SaveFuture, _snapshots, release_snapshot_memory,  # noqa: F401
                      save_file_async)
+from ._gpumem import gpu_memory_limit  # noqa: F401 (fastensor.torch.gpu_memory_limit)
 from .offload import offload_activations
 
 _TO_ST = {torch.bool: "BOOL", torch.uint8: "U8", torch.int8: "I8", torch.int16: "I16",
