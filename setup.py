@@ -37,7 +37,8 @@ class BuildWithLibrary(build_ext):
 ext = Extension(
     "fastensor._C",
     sources=["python/fastensor/_ext.c", "python/fastensor/_store.c",
-             "python/fastensor/_batch.c", "python/fastensor/_codec.c"],
+             "python/fastensor/_batch.c", "python/fastensor/_codec.c",
+             "python/fastensor/_checkpoint.c"],
     include_dirs=[os.path.join(ROOT, "include")],
     define_macros=[("Py_LIMITED_API", "0x030B0000")],
     # loads on glibc >= 2.28 (see src/base/glibc-compat.h)

@@ -27,5 +27,7 @@ int store_add_functions(PyObject *module);
 int batch_add_functions(PyObject *module);
 /** Add the codec functions (_codec.c) to the module. @return 0 or -1. */
 int codec_add_functions(PyObject *module);
+/** Add the checkpoint functions (_checkpoint.c) to the module. @return 0 or -1. */
+int checkpoint_add_functions(PyObject *module);
 
 #endif

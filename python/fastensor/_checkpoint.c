@@ -1,0 +1,394 @@
+/*
+ * fastensor._C: the checkpoint functions (save, open, describe, loads and ranged reads,
+ * verify, the page cache's state of a shard, garbage collection of a directory).
+ */
+#define Py_LIMITED_API 0x030B0000
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <errno.h>
+#include <limits.h>
+#include <stdbool.h>
+#include <string.h>
+
+#include "fastensor.h"
+#include "_ext.h"
+
+static void ckpt_free(PyObject *cap)
+{
+    ft_ckpt_close(PyCapsule_GetPointer(cap, CAP_CKPT));
+    capsule_release_owner(cap);
+}
+
+/* (ctx, path, [(name, dtype, shape, address, nbytes)], {meta}, engine, shard_size, flags) */
+static PyObject *py_ckpt_save(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *cap, *list, *meta;
+    const char *path;
+    int engine, cache = 0;
+    unsigned long long shard_size;
+    unsigned flags;
+    if (!PyArg_ParseTuple(args, "OsOOiKI|i", &cap, &path, &list, &meta, &engine, &shard_size,
+                          &flags, &cache))
+        return NULL;
+    ft_ctx *ctx = cap_get(cap, CAP_CTX);
+    if (!ctx)
+        return NULL;
+    if (!PyList_Check(list) || !PyDict_Check(meta))
+        return PyErr_Format(PyExc_TypeError, "tensors must be a list, metadata a dict");
+    Py_ssize_t n = PyList_Size(list), nmeta = PyDict_Size(meta);
+    ft_tensor *t = PyMem_Calloc((size_t)n + 1, sizeof *t);
+    uint64_t *shapes = PyMem_Calloc((size_t)n * FT_MAX_DIMS + 1, sizeof *shapes);
+    const char **kv = PyMem_Calloc((size_t)nmeta * 2 + 1, sizeof *kv);
+    PyObject *result = NULL;
+    if (!t || !shapes || !kv) {
+        PyErr_NoMemory();
+        goto out;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = PyList_GetItem(list, i), *shape;
+        const char *name, *dtype;
+        unsigned long long addr, nbytes;
+        int kind = 0, device = 0;
+        if (!PyArg_ParseTuple(item, "ssOKK|ii", &name, &dtype, &shape, &addr, &nbytes, &kind,
+                              &device))
+            goto out;
+        int d = ft_dtype_from_name(dtype);
+        Py_ssize_t ndim = PyTuple_Check(shape) ? PyTuple_Size(shape) : -1;
+        if (d < 0 || ndim < 0 || ndim > FT_MAX_DIMS) {
+            PyErr_Format(PyExc_ValueError, "tensor '%s': bad dtype '%s' or shape", name, dtype);
+            goto out;
+        }
+        for (Py_ssize_t k = 0; k < ndim; k++) {
+            shapes[i * FT_MAX_DIMS + k] = PyLong_AsUnsignedLongLong(PyTuple_GetItem(shape, k));
+            if (PyErr_Occurred())
+                goto out;
+        }
+        t[i] = (ft_tensor){name, (ft_dtype)d, (unsigned)ndim, &shapes[i * FT_MAX_DIMS],
+                           {(void *)(uintptr_t)addr, (size_t)nbytes,
+                            kind ? FT_MEM_CUDA : FT_MEM_HOST, device}};
+    }
+    PyObject *key, *value;
+    Py_ssize_t pos = 0, at = 0;
+    while (PyDict_Next(meta, &pos, &key, &value)) {
+        if (!PyUnicode_Check(key) || !PyUnicode_Check(value)) {
+            PyErr_SetString(PyExc_TypeError, "metadata keys and values must be str");
+            goto out;
+        }
+        kv[at++] = PyUnicode_AsUTF8AndSize(key, NULL);
+        kv[at++] = PyUnicode_AsUTF8AndSize(value, NULL);
+        if (!kv[at - 1] || !kv[at - 2])
+            goto out;
+    }
+    ft_save_opts so = {.engine = (ft_engine)engine, .flags = flags, .shard_size = shard_size,
+                       .cache = (ft_cache_mode)cache,
+                       .metadata = kv};
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = ft_ckpt_save(ctx, path, t, (size_t)n, &so);
+    Py_END_ALLOW_THREADS
+    /* the warning's text (the new checkpoint is installed), or None */
+    if (rc < 0)
+        raise_ft(rc, path);
+    else if (rc == FT_SAVE_WARNING)
+        result = PyUnicode_DecodeUTF8(ft_last_error(), (Py_ssize_t)strlen(ft_last_error()),
+                                      "replace");
+    else
+        result = (Py_INCREF(Py_None), Py_None);
+out:
+    PyMem_Free(t);
+    PyMem_Free(shapes);
+    PyMem_Free(kv);
+    return result;
+}
+
+static PyObject *py_ckpt_open(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *cap;
+    const char *path;
+    if (!PyArg_ParseTuple(args, "Os", &cap, &path))
+        return NULL;
+    ft_ctx *ctx = cap_get(cap, CAP_CTX);
+    if (!ctx)
+        return NULL;
+    ft_ckpt *c;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = ft_ckpt_open(ctx, &c, path);
+    Py_END_ALLOW_THREADS
+    if (rc < 0)
+        return raise_ft(rc, path);
+    return capsule_owning(c, CAP_CKPT, ckpt_free, cap);
+}
+
+/* -> ([(name, dtype, shape, nbytes, shard, data_offset)], {meta}, [(path, data_size)]) */
+static PyObject *py_ckpt_describe(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *cap;
+    if (!PyArg_ParseTuple(args, "O", &cap))
+        return NULL;
+    ft_ckpt *c = cap_get(cap, CAP_CKPT);
+    if (!c)
+        return NULL;
+    size_t n = ft_ckpt_count(c);
+    PyObject *tensors = PyList_New((Py_ssize_t)n), *meta = PyDict_New(),
+             *shards = PyList_New(ft_ckpt_shard_count(c));
+    if (!tensors || !meta || !shards)
+        goto fail;
+    for (size_t i = 0; i < n; i++) {
+        ft_tensor_info info;
+        ft_ckpt_info(c, i, &info);
+        PyObject *shape = PyTuple_New(info.ndim);
+        if (!shape)
+            goto fail;
+        for (unsigned d = 0; d < info.ndim; d++)
+            PyTuple_SetItem(shape, d, PyLong_FromUnsignedLongLong(info.shape[d]));
+        PyObject *item = Py_BuildValue("(ssNKIK)", info.name, ft_dtype_name(info.dtype), shape,
+                                       (unsigned long long)info.nbytes, info.shard,
+                                       (unsigned long long)info.data_offset);
+        if (!item)
+            goto fail;
+        PyList_SetItem(tensors, (Py_ssize_t)i, item);
+    }
+    for (size_t i = 0; i < ft_ckpt_metadata_count(c); i++) {
+        const char *k, *v;
+        ft_ckpt_metadata(c, i, &k, &v);
+        PyObject *pv = PyUnicode_FromString(v);
+        if (!pv || PyDict_SetItemString(meta, k, pv) < 0) {
+            Py_XDECREF(pv);
+            goto fail;
+        }
+        Py_DECREF(pv);
+    }
+    for (unsigned k = 0; k < ft_ckpt_shard_count(c); k++) {
+        PyObject *item = Py_BuildValue("(sLL)", ft_ckpt_shard_path(c, k),
+                                       (long long)ft_ckpt_shard_size(c, k),
+                                       (long long)ft_ckpt_shard_data_start(c, k));
+        if (!item)
+            goto fail;
+        PyList_SetItem(shards, k, item);
+    }
+    return Py_BuildValue("(NNNi)", tensors, meta, shards, ft_ckpt_has_checksums(c));
+fail:
+    Py_XDECREF(tensors);
+    Py_XDECREF(meta);
+    Py_XDECREF(shards);
+    return NULL;
+}
+
+/* The destination and options the load calls share: memory at addr (kind 0 host, 1 CUDA
+ * device), engine, verify, stream, cache. */
+typedef struct load_args {
+    unsigned long long addr, len, stream;
+    int engine, verify, kind, device, cache;
+} load_args;
+
+static ft_buf load_buf(const load_args *a)
+{
+    return (ft_buf){(void *)(uintptr_t)a->addr, (size_t)a->len,
+                    a->kind ? FT_MEM_CUDA : FT_MEM_HOST, a->device};
+}
+
+static ft_load_opts load_opts(const load_args *a)
+{
+    return (ft_load_opts){.engine = (ft_engine)a->engine,
+                          .flags = a->verify ? FT_LOAD_VERIFY : 0,
+                          .stream = (void *)(uintptr_t)a->stream,
+                          .cache = (ft_cache_mode)a->cache};
+}
+
+/* ckpt_load_shard(ckpt, shard, address, length, engine, verify, kind, device, stream,
+ * cache) -> bytes */
+static PyObject *py_ckpt_load_shard(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *cap;
+    unsigned shard;
+    load_args a = {0};
+    if (!PyArg_ParseTuple(args, "OIKKip|iiKi", &cap, &shard, &a.addr, &a.len, &a.engine,
+                          &a.verify, &a.kind, &a.device, &a.stream, &a.cache))
+        return NULL;
+    ft_ckpt *c = cap_get(cap, CAP_CKPT);
+    if (!c)
+        return NULL;
+    ft_buf b = load_buf(&a);
+    ft_load_opts o = load_opts(&a);
+    int64_t n;
+    Py_BEGIN_ALLOW_THREADS
+    n = ft_ckpt_load_shard(c, shard, &b, &o);
+    Py_END_ALLOW_THREADS
+    return n < 0 ? raise_ft((int)n, ft_ckpt_shard_path(c, shard)) : PyLong_FromLongLong(n);
+}
+
+/* Bytes [offset, offset + nbytes) of one tensor (whole_shard false) or of one shard's data
+ * section into memory at address; the arguments of ckpt_read and ckpt_read_shard. */
+static PyObject *ckpt_read_part(PyObject *args, bool whole_shard)
+{
+    PyObject *cap;
+    unsigned long long index, off;
+    load_args a = {0};
+    if (!PyArg_ParseTuple(args, "OKKKKip|iiKi", &cap, &index, &off, &a.addr, &a.len, &a.engine,
+                          &a.verify, &a.kind, &a.device, &a.stream, &a.cache))
+        return NULL;
+    ft_ckpt *c = cap_get(cap, CAP_CKPT);
+    if (!c)
+        return NULL;
+    if (whole_shard && index > UINT_MAX) {
+        PyErr_Format(PyExc_ValueError, "shard %llu: the checkpoint has no such shard", index);
+        return NULL;
+    }
+    ft_buf b = load_buf(&a);
+    ft_load_opts o = load_opts(&a);
+    int64_t n;
+    Py_BEGIN_ALLOW_THREADS
+    n = whole_shard ? ft_ckpt_read_shard_range(c, (unsigned)index, off, &b, &o)
+                    : ft_ckpt_read_range(c, (size_t)index, off, &b, &o);
+    Py_END_ALLOW_THREADS
+    return n < 0 ? raise_ft((int)n, NULL) : PyLong_FromLongLong(n);
+}
+
+/* ckpt_read(ckpt, index, offset, address, nbytes, engine, verify, kind, device, stream,
+ * cache): bytes [offset, offset + nbytes) of one tensor into memory at address. */
+static PyObject *py_ckpt_read(PyObject *self, PyObject *args)
+{
+    (void)self;
+    return ckpt_read_part(args, false);
+}
+
+/* ckpt_read_shard(ckpt, shard, offset, address, nbytes, ...): bytes of a shard's data
+ * section (several neighbouring tensors in one read). */
+static PyObject *py_ckpt_read_shard(PyObject *self, PyObject *args)
+{
+    (void)self;
+    return ckpt_read_part(args, true);
+}
+
+static PyObject *py_ckpt_verify(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *cap;
+    int engine;
+    if (!PyArg_ParseTuple(args, "Oi", &cap, &engine))
+        return NULL;
+    ft_ckpt *c = cap_get(cap, CAP_CKPT);
+    if (!c)
+        return NULL;
+    ft_load_opts o = {.engine = (ft_engine)engine};
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = ft_ckpt_verify(c, &o, NULL, NULL);
+    Py_END_ALLOW_THREADS
+    return rc < 0 ? raise_ft(rc, NULL) : (Py_INCREF(Py_None), Py_None);
+}
+
+/* The (ckpt, shard) arguments. @return 1, or 0 with the exception set. */
+static int ckpt_shard_args(PyObject *args, ft_ckpt **c, unsigned *shard)
+{
+    PyObject *cap;
+    if (!PyArg_ParseTuple(args, "OI", &cap, shard))
+        return 0;
+    *c = cap_get(cap, CAP_CKPT);
+    return *c != NULL;
+}
+
+/* (ckpt, shard) -> whether the shard's data section is in the page cache */
+static PyObject *py_ckpt_shard_cached(PyObject *self, PyObject *args)
+{
+    (void)self;
+    ft_ckpt *c;
+    unsigned shard;
+    if (!ckpt_shard_args(args, &c, &shard))
+        return NULL;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = ft_ckpt_shard_cached(c, shard);
+    Py_END_ALLOW_THREADS
+    return rc < 0 ? raise_ft(rc, NULL) : PyBool_FromLong(rc);
+}
+
+/* (ckpt, shard, cache) -> whether the shard is (being read) in the page cache */
+static PyObject *py_ckpt_shard_prefetch(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *cap;
+    unsigned shard;
+    int cache;
+    if (!PyArg_ParseTuple(args, "OIi", &cap, &shard, &cache))
+        return NULL;
+    ft_ckpt *c = cap_get(cap, CAP_CKPT);
+    if (!c)
+        return NULL;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = ft_ckpt_prefetch(c, shard, (ft_cache_mode)cache);
+    Py_END_ALLOW_THREADS
+    return rc < 0 ? raise_ft(rc, NULL) : PyBool_FromLong(rc);
+}
+
+/* (ckpt, shard) -> the descriptor the shard was parsed through (owned by the checkpoint) */
+static PyObject *py_ckpt_shard_fd(PyObject *self, PyObject *args)
+{
+    (void)self;
+    ft_ckpt *c;
+    unsigned shard;
+    if (!ckpt_shard_args(args, &c, &shard))
+        return NULL;
+    int fd = ft_ckpt_shard_fd(c, shard);
+    return fd < 0 ? raise_ft(fd, NULL) : PyLong_FromLong(fd);
+}
+
+static void gc_note(const char *path, void *arg)
+{
+    PyObject *list = arg, *s = PyUnicode_DecodeFSDefault(path);
+    if (s) {
+        PyList_Append(list, s);
+        Py_DECREF(s);
+    }
+    PyErr_Clear();
+}
+
+/* (ctx, dir) -> [removed paths] */
+static PyObject *py_ckpt_gc(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *ctxcap;
+    const char *dir;
+    if (!PyArg_ParseTuple(args, "Os", &ctxcap, &dir))
+        return NULL;
+    ft_ctx *ctx = cap_get(ctxcap, CAP_CTX);
+    PyObject *list = ctx ? PyList_New(0) : NULL;
+    if (!list)
+        return NULL;
+    int64_t rc = ft_ckpt_gc(ctx, dir, gc_note, list); /* the GIL held: gc_note appends */
+    if (rc < 0) {
+        Py_DECREF(list);
+        return raise_ft((int)rc, dir);
+    }
+    return list;
+}
+
+static PyMethodDef checkpoint_methods[] = {
+    {"ckpt_shard_fd", py_ckpt_shard_fd, METH_VARARGS, "ckpt_shard_fd(ckpt, shard) -> int"},
+    {"ckpt_gc", py_ckpt_gc, METH_VARARGS, "ckpt_gc(ctx, dir) -> [removed paths]"},
+    {"ckpt_save", py_ckpt_save, METH_VARARGS, "ckpt_save(ctx, path, tensors, meta, ...)"},
+    {"ckpt_open", py_ckpt_open, METH_VARARGS, "ckpt_open(ctx, path) -> ckpt"},
+    {"ckpt_describe", py_ckpt_describe, METH_VARARGS, "ckpt_describe(ckpt) -> (...)"},
+    {"ckpt_load_shard", py_ckpt_load_shard, METH_VARARGS, "ckpt_load_shard(...) -> int"},
+    {"ckpt_read", py_ckpt_read, METH_VARARGS, "ckpt_read(ckpt, index, offset, ...) -> int"},
+    {"ckpt_read_shard", py_ckpt_read_shard, METH_VARARGS,
+     "ckpt_read_shard(ckpt, shard, offset, ...) -> int"},
+    {"ckpt_verify", py_ckpt_verify, METH_VARARGS, "ckpt_verify(ckpt, engine)"},
+    {"ckpt_shard_cached", py_ckpt_shard_cached, METH_VARARGS,
+     "ckpt_shard_cached(ckpt, shard) -> bool"},
+    {"ckpt_shard_prefetch", py_ckpt_shard_prefetch, METH_VARARGS,
+     "ckpt_shard_prefetch(ckpt, shard, cache) -> bool"},
+    {NULL, NULL, 0, NULL},
+};
+
+int checkpoint_add_functions(PyObject *module)
+{
+    return PyModule_AddFunctions(module, checkpoint_methods);
+}
