@@ -265,6 +265,24 @@ def test_safe_open_reads_the_next_window_ahead(tmp, monkeypatch, device):
     assert len(threads) >= 3
 
 
+def _loop_with_small_windows(t, path, monkeypatch):
+    """Save ``t`` to ``path``, then get every tensor in file order through safe_open with
+    read-ahead windows of 16 KiB first, 1 MiB at most; each byte-exact. (The names in file
+    order, the counted reads.)"""
+    import fastensor._safe as safe
+    ft.save_file(t, path)
+    monkeypatch.setattr(safe, "_WINDOW_FIRST", 16 << 10)
+    monkeypatch.setattr(safe, "_WINDOW_MOST", 1 << 20)
+    counter = _CountingC(safe._C)
+    monkeypatch.setattr(safe, "_C", counter)
+    with fastensor.safe_open(path, framework="pt", device="cpu", engine="posix") as f:
+        names = f.offset_keys()
+        got = {k: f.get_tensor(k) for k in names}
+    for k in t:
+        assert same(got[k], t[k]), k
+    return names, counter
+
+
 def test_safe_open_window_takes_a_tensor_larger_than_its_room(tmp, monkeypatch):
     """A tensor larger than a window's room is read in a window with the ones after it (not
     alone, without read-ahead), within the most a window may take."""
@@ -273,17 +291,8 @@ def test_safe_open_window_takes_a_tensor_larger_than_its_room(tmp, monkeypatch):
     t = {"a0": torch.randn(256, generator=g), "a1": torch.randn(64, 400, generator=g)}
     t.update({f"b{i}": torch.randn(300, generator=g) for i in range(6)})
     p = os.path.join(tmp, "big.safetensors")
-    ft.save_file(t, p)
-    monkeypatch.setattr(safe, "_WINDOW_FIRST", 16 << 10)
-    monkeypatch.setattr(safe, "_WINDOW_MOST", 1 << 20)
-    counter = _CountingC(safe._C)
-    monkeypatch.setattr(safe, "_C", counter)
-    with fastensor.safe_open(p, framework="pt", device="cpu", engine="posix") as f:
-        names = f.offset_keys()
-        assert names.index("a1") == 1  # (the layout: by name)
-        got = {k: f.get_tensor(k) for k in names}
-    for k in t:
-        assert same(got[k], t[k]), k
+    names, counter = _loop_with_small_windows(t, p, monkeypatch)
+    assert names.index("a1") == 1  # (the layout: by name)
     assert counter.reads["ckpt_read"][0] == 1, counter.reads  # the first tensor alone
     assert counter.reads["ckpt_read_shard"][0] >= 1
     monkeypatch.setattr(safe, "_WINDOW_MOST", 64 << 10)  # a1 (100 KiB) over the most
@@ -299,23 +308,13 @@ def test_safe_open_window_takes_a_tensor_larger_than_its_room(tmp, monkeypatch):
 def test_safe_open_window_room_grows_only_when_read(tmp, monkeypatch):
     """A tensor read alone, because the one after it does not fit its window, leaves the next
     window's room as it was: the room doubles only when a window is read."""
-    import fastensor._safe as safe
     g = torch.Generator().manual_seed(5)
     t = {"a0": torch.randn(256, generator=g), "a1": torch.randn(3 << 10, generator=g),
          "a2": torch.randn(10 << 10, generator=g)}
     t.update({f"b{i:02d}": torch.randn(300, generator=g) for i in range(20)})
-    p = os.path.join(tmp, "room.safetensors")
-    ft.save_file(t, p)
-    monkeypatch.setattr(safe, "_WINDOW_FIRST", 16 << 10)
-    monkeypatch.setattr(safe, "_WINDOW_MOST", 1 << 20)
-    counter = _CountingC(safe._C)
-    monkeypatch.setattr(safe, "_C", counter)
-    with fastensor.safe_open(p, framework="pt", device="cpu", engine="posix") as f:
-        names = f.offset_keys()
-        assert names[:3] == ["a0", "a1", "a2"]  # (the layout: by name)
-        got = {k: f.get_tensor(k) for k in names}
-    for k in t:
-        assert same(got[k], t[k]), k
+    names, counter = _loop_with_small_windows(t, os.path.join(tmp, "room.safetensors"),
+                                              monkeypatch)
+    assert names[:3] == ["a0", "a1", "a2"]  # (the layout: by name)
     assert counter.reads["ckpt_read"][0] == 2, counter.reads  # a0, then a1 alone
     # a2 (40 KiB) is read with the 16 KiB room after it, not 32 KiB (all 24 KiB of b*)
     assert (40 << 10) < counter.windows[0] <= (56 << 10) + 4096, counter.windows
