@@ -152,14 +152,8 @@ gather_plane(const uint8_t *restrict src, size_t n, unsigned e, unsigned k,
 
 /* Encode plane @p s (@p n bytes, histogram @p count) into @p out (room for 1 + n bytes: it
  * is kept only when smaller than raw). @return the bytes written. */
-static size_t encode_plane(const uint8_t *s, size_t n, const uint64_t count[256], uint8_t *out,
-                           bool store)
+static size_t encode_plane(const uint8_t *s, size_t n, const uint64_t count[256], uint8_t *out)
 {
-    if (store) {
-        out[0] = MODE_RAW;
-        memcpy(out + 1, s, n);
-        return 1 + n;
-    }
     unsigned used = 0;
     for (unsigned v = 0; v < 256; v++)
         used += count[v] != 0;
@@ -238,17 +232,26 @@ static int64_t encode_block(void *arg, unsigned b)
     size_t len = (size_t)FT__MIN((uint64_t)j->block, j->nbytes - off);
     size_t n = len / j->esize;
     const uint8_t *src = j->src + off;
-    uint8_t *plane = ft__codec_scratch(n ? n : 1);
+    uint8_t *plane = j->store ? NULL : ft__codec_scratch(n ? n : 1);
     uint8_t *out = j->room ? j->room + (uint64_t)b * block_room(j, b)
                            : malloc(j->esize * (n + 1) + 1);
-    if (!plane || !out) {
+    if ((!plane && !j->store) || !out) {
         if (!j->room)
             free(out);
         return -ENOMEM;
     }
     size_t at = 0;
     unsigned e = j->esize;
-    for (unsigned k = 0; k < e; k++) {
+    for (unsigned k = 0; k < e && j->store; k++) { /* raw planes: no counting, no scratch */
+        out[at] = MODE_RAW;
+        if (e == 1)
+            memcpy(out + at + 1, src, n);
+        else
+            for (size_t i = 0; i < n; i++)
+                out[at + 1 + i] = src[i * e + k];
+        at += 1 + n;
+    }
+    for (unsigned k = 0; k < e && !j->store; k++) {
         uint64_t count[256];
         switch (e) { /* constant element sizes: the gather's strides are immediates */
         case 1: gather_plane(src, n, 1, k, plane, count); break;
@@ -256,7 +259,7 @@ static int64_t encode_block(void *arg, unsigned b)
         case 4: gather_plane(src, n, 4, k, plane, count); break;
         default: gather_plane(src, n, 8, k, plane, count); break;
         }
-        at += encode_plane(plane, n, count, out + at, j->store);
+        at += encode_plane(plane, n, count, out + at);
     }
     if (!j->room)
         j->bufs[b] = out;
@@ -280,8 +283,11 @@ static int64_t place_block(void *arg, unsigned i)
 {
     enc_job *j = arg;
     uint32_t b = j->wave + i;
+    uint8_t *from = j->room ? j->room + (uint64_t)b * block_room(j, b) : NULL;
+    if (from == j->out + j->at[b]) /* already there (a stored block, every one before too) */
+        return 0;
     if (j->room)
-        memmove(j->out + j->at[b], j->room + (uint64_t)b * block_room(j, b), j->sizes[b]);
+        memmove(j->out + j->at[b], from, j->sizes[b]);
     else
         memcpy(j->out + j->at[b], j->bufs[b], j->sizes[b]);
     return 0;
