@@ -136,3 +136,60 @@ def test_cli_escapes_control_characters(tmp):
     out = subprocess.run([cli, "inspect", p], capture_output=True, text=True, check=True).stdout
     assert "\x1b" not in out and "\x07" not in out and "\r" not in out
     assert "evil\\x1b[2J\\x07name" in out and "k\\x1b = v\\x0d\\x0a" in out
+
+
+def test_installing_frees_the_replaced_file_off_the_callers_thread(tmp, monkeypatch):
+    """A Python-side install (.fst saves, DCP's small files) holds the file it replaces until
+    after the rename and drops that last reference on another thread (where its blocks are
+    freed); a failed install keeps the old file and leaks no descriptor; a name that is a
+    link is replaced as a name (the link's target is untouched)."""
+    from fastensor import _ckpt
+    path = os.path.join(tmp, "x.bin")
+    with open(path, "wb") as f:
+        f.write(b"old" * 1000)
+    old_ino = os.stat(path).st_ino
+    closed, real_close = [], os.close
+
+    def spy(fd):
+        try:
+            closed.append((os.fstat(fd).st_ino, threading.current_thread().name))
+        except OSError:
+            pass
+        real_close(fd)
+    fds = len(os.listdir("/proc/self/fd"))
+    monkeypatch.setattr(_ckpt.os, "close", spy)
+    with _ckpt.installing(path) as t:
+        with open(t, "wb") as f:
+            f.write(b"new")
+    for th in threading.enumerate():
+        if th.name == "fastensor-free":
+            th.join()
+    with open(path, "rb") as f:
+        assert f.read() == b"new"
+    held = [c for c in closed if c[0] == old_ino]
+    assert held and held[0][1] == "fastensor-free", closed
+    assert held[0][1] != threading.current_thread().name
+    # a failed install: the old file stays, its hold is closed, nothing is left behind
+    with pytest.raises(RuntimeError):
+        with _ckpt.installing(path) as t:
+            with open(t, "wb") as f:
+                f.write(b"newer")
+            raise RuntimeError("failed before the rename")
+    with open(path, "rb") as f:
+        assert f.read() == b"new"
+    assert os.listdir(tmp) == ["x.bin"]
+    assert len(os.listdir("/proc/self/fd")) == fds
+    # a link at the name: the name is replaced, the target keeps its bytes
+    target = os.path.join(tmp, "target.bin")
+    with open(target, "wb") as f:
+        f.write(b"target")
+    link = os.path.join(tmp, "link.bin")
+    os.symlink(target, link)
+    with _ckpt.installing(link) as t:
+        with open(t, "wb") as f:
+            f.write(b"via link")
+    assert not os.path.islink(link)
+    with open(link, "rb") as f:
+        assert f.read() == b"via link"
+    with open(target, "rb") as f:
+        assert f.read() == b"target"
