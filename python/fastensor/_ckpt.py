@@ -39,6 +39,19 @@ def _free_later(fd):
                          name="fastensor-free").start()
 
 
+def remove(path):
+    """Unlink ``path`` (FileNotFoundError where it is gone), its blocks freed off the caller's
+    path where this held its last reference."""
+    held = _hold(path)
+    try:
+        os.unlink(path)
+    except BaseException:
+        if held is not None:
+            os.close(held)
+        raise
+    _free_later(held)
+
+
 @contextlib.contextmanager
 def installing(path):
     """Write a file under a temporary name (the library's, so that :func:`gc` removes it after

@@ -374,8 +374,8 @@ class FastensorWriter(_Directory, StorageWriter, AsyncStager):
                 continue
             if rank is not None and int(m.group(1)) != rank:
                 continue
-            try:
-                os.unlink(os.path.join(self.path, entry))
+            try:  # (freed off this path: a replaced checkpoint's data may be GiBs)
+                _ckpt.remove(os.path.join(self.path, entry))
             except FileNotFoundError:
                 pass
 

@@ -193,3 +193,32 @@ def test_installing_frees_the_replaced_file_off_the_callers_thread(tmp, monkeypa
         assert f.read() == b"via link"
     with open(target, "rb") as f:
         assert f.read() == b"target"
+
+
+def test_remove_frees_the_file_off_the_callers_thread(tmp, monkeypatch):
+    """_ckpt.remove (DCP's removal of a replaced checkpoint's data files) drops the file's last
+    reference on another thread; a missing file is FileNotFoundError, no descriptor leaked."""
+    from fastensor import _ckpt
+    path = os.path.join(tmp, "old.bin")
+    with open(path, "wb") as f:
+        f.write(b"x" * 4096)
+    ino = os.stat(path).st_ino
+    closed, real_close = [], os.close
+
+    def spy(fd):
+        try:
+            closed.append((os.fstat(fd).st_ino, threading.current_thread().name))
+        except OSError:
+            pass
+        real_close(fd)
+    fds = len(os.listdir("/proc/self/fd"))
+    monkeypatch.setattr(_ckpt.os, "close", spy)
+    _ckpt.remove(path)
+    for th in threading.enumerate():
+        if th.name == "fastensor-free":
+            th.join()
+    assert not os.path.exists(path)
+    assert [c[1] for c in closed if c[0] == ino] == ["fastensor-free"], closed
+    with pytest.raises(FileNotFoundError):
+        _ckpt.remove(path)
+    assert len(os.listdir("/proc/self/fd")) == fds
