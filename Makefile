@@ -155,9 +155,12 @@ demo: deps venv
 	$(MAKE) --no-print-directory all
 	$(BUILD)/fastensor demo
 
-# The Python extension, built in place (python/fastensor/_C.abi3.so) for $(PYTHON).
+# The Python extension, built in place (python/fastensor/_C.abi3.so) for $(PYTHON), and the
+# package byte-compiled as an installed one is (with PYTHONDONTWRITEBYTECODE set, every
+# process would compile the sources on import).
 python: lib cli venv
 	FT_REMAKE=0 $(PYTHON) setup.py -q build_ext --inplace --force
+	$(PYTHON) -m compileall -q python/fastensor
 
 bench: all python
 	bench/vs-fio.sh

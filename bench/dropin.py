@@ -113,6 +113,8 @@ def main():
         return
     mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
     size = int(float(a.size[:-1]) * mult[a.size[-1]]) if a.size[-1] in mult else int(a.size)
+    from scenarios import compile_sources
+    compile_sources(os.path.join(os.path.dirname(HERE), "python"))  # (as installed: compiled)
     work = tempfile.mkdtemp(prefix="ft-dropin-", dir=a.dir)
     path = os.path.join(work, "model.safetensors")
     import fastensor.torch as ft
