@@ -563,7 +563,8 @@ int ft_ckpt_shard_cached(const ft_ckpt *ckpt, unsigned shard);
 /**
  * Bring shard @p shard's data section into the page cache, if the cache mode keeps it there
  * (@p cache; FT_CACHE_AUTO: the context's setting, which keeps a checkpoint that fits, see
- * ft_cache_mode): parallel readahead in chunk-sized pieces, the data copied nowhere. For
+ * ft_cache_mode): parallel readahead in chunk-sized pieces, each waited for through a
+ * read-only mapping of it (MADV_POPULATE_READ; no copy), else read through a buffer. For
  * mapping the file instead of reading it: the Python host loaders then view the page cache
  * (no copy, no fresh memory), and several processes loading one checkpoint read it from the
  * disk once.

@@ -190,7 +190,8 @@ static void case_shard_cached(void)
 
 /* ft_ckpt_prefetch: keep reads an evicted shard into the page cache (cached when the call
  * returns), bypass leaves it out, auto keeps a checkpoint this small; bad arguments and
- * failed reads are refused. */
+ * failed reads are refused; where the wait through a mapping fails, a read-through does the
+ * work. */
 static void case_prefetch(void)
 {
     size_t n = 16;
@@ -232,10 +233,22 @@ static void case_prefetch(void)
             T_EQ(ft_ckpt_prefetch(c, 0, FT_CACHE_KEEP), -EIO);
             T_TRUE(strstr(ft_last_error(), "readahead") != NULL);
             T_TRUE(t_fault_clear() >= 1);
-            t_fault_set(T_OP_PREAD, T_FAULT_ERRNO, EIO, 1, 0); /* the read-through */
-            T_EQ(ft_ckpt_prefetch(c, 0, FT_CACHE_KEEP), -EIO);
-            T_TRUE(strstr(ft_last_error(), "readahead") != NULL);
-            T_TRUE(t_fault_clear() >= 1);
+            /* the wait through a mapping failing (mapping, populating, unmapping): read
+             * through instead, or (unmapping) nothing lost; then both ways failing */
+            static const enum t_fault_op ways[] = {T_OP_MMAP, T_OP_MADVISE, T_OP_MUNMAP};
+            for (unsigned w = 0; w < 3 && t_evict(path); w++) {
+                t_fault_set(ways[w], T_FAULT_ERRNO, ways[w] == T_OP_MMAP ? ENOMEM : EIO, 1, 0);
+                T_EQ(ft_ckpt_prefetch(c, 0, FT_CACHE_KEEP), 1);
+                T_TRUE(t_fault_clear() >= 1);
+                T_EQ(ft_ckpt_shard_cached(c, 0), 1);
+            }
+            if (t_evict(path)) {
+                t_fault_set(T_OP_MADVISE, T_FAULT_ERRNO, EIO, 1, 0);
+                t_fault_also(1ull << T_OP_PREAD); /* the read-through fails too */
+                T_EQ(ft_ckpt_prefetch(c, 0, FT_CACHE_KEEP), -EIO);
+                T_TRUE(strstr(ft_last_error(), "readahead") != NULL);
+                T_TRUE(t_fault_clear() >= 1);
+            }
         }
         ft_ckpt_close(c);
     }

