@@ -203,12 +203,13 @@ static void case_prefetch(void)
     static const struct { ft_cache_mode mode; int rc, cached; } runs[] = {
         {FT_CACHE_BYPASS, 0, 0}, {FT_CACHE_KEEP, 1, 1}, {FT_CACHE_AUTO, 1, 1}};
     for (unsigned i = 0; i < sizeof runs / sizeof *runs; i++) {
-        if (!t_evict(path)) {
-            printf("  (eviction did not take here: not judged)\n");
-            break;
-        }
         ft_ckpt *c;
         T_EQ(ft_ckpt_open(ctx, &c, path), 0);
+        if (!t_evict(path)) { /* (after the open: its header read may read ahead) */
+            printf("  (eviction did not take here: not judged)\n");
+            ft_ckpt_close(c);
+            break;
+        }
         T_EQ(ft_ckpt_shard_cached(c, 0), 0);
         T_EQ(ft_ckpt_prefetch(c, 0, runs[i].mode), runs[i].rc);
         T_EQ(ft_ckpt_shard_cached(c, 0), runs[i].cached); /* in the cache when it returns */
@@ -233,10 +234,10 @@ static void case_prefetch(void)
             T_EQ(ft_ckpt_prefetch(c, 0, FT_CACHE_KEEP), -EIO);
             T_TRUE(strstr(ft_last_error(), "readahead") != NULL);
             T_TRUE(t_fault_clear() >= 1);
-            /* the wait through a mapping failing (mapping, populating, unmapping): read
-             * through instead, or (unmapping) nothing lost; then both ways failing */
-            static const enum t_fault_op ways[] = {T_OP_MMAP, T_OP_MADVISE, T_OP_MUNMAP};
-            for (unsigned w = 0; w < 3 && t_evict(path); w++) {
+            /* the wait through a mapping failing (mapping, populating): read through
+             * instead; then both ways failing */
+            static const enum t_fault_op ways[] = {T_OP_MMAP, T_OP_MADVISE};
+            for (unsigned w = 0; w < 2 && t_evict(path); w++) {
                 t_fault_set(ways[w], T_FAULT_ERRNO, ways[w] == T_OP_MMAP ? ENOMEM : EIO, 1, 0);
                 T_EQ(ft_ckpt_prefetch(c, 0, FT_CACHE_KEEP), 1);
                 T_TRUE(t_fault_clear() >= 1);
@@ -248,6 +249,9 @@ static void case_prefetch(void)
                 T_EQ(ft_ckpt_prefetch(c, 0, FT_CACHE_KEEP), -EIO);
                 T_TRUE(strstr(ft_last_error(), "readahead") != NULL);
                 T_TRUE(t_fault_clear() >= 1);
+                /* its readahead may still be in flight: waited for, so that the next
+                 * eviction takes */
+                T_EQ(ft_ckpt_prefetch(c, 0, FT_CACHE_KEEP), 1);
             }
         }
         ft_ckpt_close(c);

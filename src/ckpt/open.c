@@ -614,7 +614,7 @@ static int populate_cached(int fd, uint64_t at, uint64_t end)
     if (m == MAP_FAILED)
         return 1;
     int r = ft__sys.madvise(m, (size_t)(end - lo), MADV_POPULATE_READ);
-    (void)ft__sys.munmap(m, (size_t)(end - lo)); /* fails only for a bad range */
+    (void)ft__sys.munmap(m, (size_t)(end - lo)); /* no fault test: fails only for a bad range */
     return r == 0 ? 0 : 1;
 #else
     (void)fd, (void)at, (void)end;
