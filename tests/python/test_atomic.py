@@ -138,6 +138,27 @@ def test_cli_escapes_control_characters(tmp):
     assert "evil\\x1b[2J\\x07name" in out and "k\\x1b = v\\x0d\\x0a" in out
 
 
+def _spy_closes(monkeypatch):
+    """The (inode, thread name) of every descriptor _ckpt closes from now on."""
+    from fastensor import _ckpt
+    closed, real_close = [], os.close
+
+    def spy(fd):
+        try:
+            closed.append((os.fstat(fd).st_ino, threading.current_thread().name))
+        except OSError:
+            pass
+        real_close(fd)
+    monkeypatch.setattr(_ckpt.os, "close", spy)
+    return closed
+
+
+def _join_free_threads():
+    for th in threading.enumerate():
+        if th.name == "fastensor-free":
+            th.join()
+
+
 def test_installing_frees_the_replaced_file_off_the_callers_thread(tmp, monkeypatch):
     """A Python-side install (.fst saves, DCP's small files) holds the file it replaces until
     after the rename and drops that last reference on another thread (where its blocks are
@@ -148,22 +169,12 @@ def test_installing_frees_the_replaced_file_off_the_callers_thread(tmp, monkeypa
     with open(path, "wb") as f:
         f.write(b"old" * 1000)
     old_ino = os.stat(path).st_ino
-    closed, real_close = [], os.close
-
-    def spy(fd):
-        try:
-            closed.append((os.fstat(fd).st_ino, threading.current_thread().name))
-        except OSError:
-            pass
-        real_close(fd)
+    closed = _spy_closes(monkeypatch)
     fds = len(os.listdir("/proc/self/fd"))
-    monkeypatch.setattr(_ckpt.os, "close", spy)
     with _ckpt.installing(path) as t:
         with open(t, "wb") as f:
             f.write(b"new")
-    for th in threading.enumerate():
-        if th.name == "fastensor-free":
-            th.join()
+    _join_free_threads()
     with open(path, "rb") as f:
         assert f.read() == b"new"
     held = [c for c in closed if c[0] == old_ino]
@@ -203,20 +214,10 @@ def test_remove_frees_the_file_off_the_callers_thread(tmp, monkeypatch):
     with open(path, "wb") as f:
         f.write(b"x" * 4096)
     ino = os.stat(path).st_ino
-    closed, real_close = [], os.close
-
-    def spy(fd):
-        try:
-            closed.append((os.fstat(fd).st_ino, threading.current_thread().name))
-        except OSError:
-            pass
-        real_close(fd)
+    closed = _spy_closes(monkeypatch)
     fds = len(os.listdir("/proc/self/fd"))
-    monkeypatch.setattr(_ckpt.os, "close", spy)
     _ckpt.remove(path)
-    for th in threading.enumerate():
-        if th.name == "fastensor-free":
-            th.join()
+    _join_free_threads()
     assert not os.path.exists(path)
     assert [c[1] for c in closed if c[0] == ino] == ["fastensor-free"], closed
     with pytest.raises(FileNotFoundError):
