@@ -285,10 +285,13 @@ class SafeOpen(Opened):
         """Drop the windows being read ahead, once their reads have ended (their memory is
         the reads' destination until then); their errors, if any, are not the caller's."""
         while self._ahead:
+            window = self._ahead[0]  # held (with its buffer) until its read has ended
             try:
-                self._ahead.popleft()[5].result()
+                window[5].result()
             except Exception:  # noqa: BLE001 (no one asked for those tensors)
                 pass
+            self._ahead.popleft()
+            del window
 
     def _mapping(self, shard):
         """The uint8 view of shard ``shard``'s data section in a private mapping, or None."""

@@ -214,6 +214,15 @@ def test_safe_open_reads_the_next_window_ahead(tmp, monkeypatch, device):
     monkeypatch.setattr(safe, "_WINDOW_FIRST", 16 << 10)
     monkeypatch.setattr(safe, "_WINDOW_MOST", 64 << 10)
     real, threads, fail = safe._C, [], []
+    # each window buffer by address: a read whose buffer is gone writes into freed memory
+    import weakref
+    buffers, freed, real_empty = {}, [], ft._Arrays.empty
+
+    def empty(*a):
+        out = real_empty(*a)
+        buffers[out[1]] = weakref.ref(out[0])
+        return out
+    monkeypatch.setattr(ft._Arrays, "empty", staticmethod(empty))
     lock, inflight = threading.Lock(), [0, 0]  # reads now, most at once
 
     class Spy(_CountingC):
@@ -230,6 +239,8 @@ def test_safe_open_reads_the_next_window_ahead(tmp, monkeypatch, device):
                     n = len(threads)
                 try:
                     time.sleep(0.02)  # long enough for the next read to start meanwhile
+                    if args[3] in buffers and buffers[args[3]]() is None:
+                        freed.append(args[3])
                     if fail and n == fail[0]:
                         raise OSError(5, "injected")
                     return fn(*args)
@@ -263,6 +274,7 @@ def test_safe_open_reads_the_next_window_ahead(tmp, monkeypatch, device):
             for k in f.offset_keys():
                 f.get_tensor(k)
     assert len(threads) >= 3
+    assert not freed, "a window's buffer was freed while its read was in flight"
 
 
 def _loop_with_small_windows(t, path, monkeypatch):
