@@ -131,6 +131,13 @@ int64_t ft__pread_full(int fd, void *buf, uint64_t len, uint64_t off);
 int ft__open_retry(const char *path, int flags, mode_t mode);
 /** @return len or -errno (a write making no progress gives -EIO). */
 int64_t ft__pwrite_full(int fd, const void *buf, uint64_t len, uint64_t off);
+/**
+ * Map the pages of a mapped range [from, from+len) in one call (MADV_POPULATE_READ, Linux
+ * 5.14) instead of a fault per few pages, reading those not cached.
+ * @return 0, or -errno (-EINVAL where the kernel or the build has no such advice, -EFAULT
+ * for pages beyond the file's end, -EIO).
+ */
+int ft__populate(const void *from, uint64_t len);
 
 
 #endif

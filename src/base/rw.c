@@ -4,6 +4,8 @@
 #include "syscall.h"
 
 #include <errno.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 int64_t ft__rw_full(int fd, int unaligned_fd, void *buf, uint64_t len, uint64_t off, bool write)
 {
@@ -60,4 +62,18 @@ int ft__dir_next(DIR *d, struct dirent **e)
     errno = 0;
     *e = ft__sys.readdir(d);
     return *e ? 1 : errno ? -errno : 0;
+}
+
+int ft__populate(const void *from, uint64_t len)
+{
+#ifdef MADV_POPULATE_READ
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t start = (uintptr_t)from / page * page;
+    if (ft__sys.madvise((void *)start, (uintptr_t)from + len - start, MADV_POPULATE_READ))
+        return -errno;
+    return 0;
+#else
+    (void)from, (void)len;
+    return -EINVAL;
+#endif
 }

@@ -608,18 +608,13 @@ typedef struct prefetch_job {
  * says, an I/O error: the caller reads them, which reports what went wrong). */
 static int populate_cached(int fd, uint64_t at, uint64_t end)
 {
-#ifdef MADV_POPULATE_READ
     uint64_t lo = at & ~(uint64_t)4095;
     void *m = ft__sys.mmap(NULL, (size_t)(end - lo), PROT_READ, MAP_SHARED, fd, (off_t)lo);
     if (m == MAP_FAILED)
         return 1;
-    int r = ft__sys.madvise(m, (size_t)(end - lo), MADV_POPULATE_READ);
+    int r = ft__populate(m, end - lo);
     (void)ft__sys.munmap(m, (size_t)(end - lo)); /* no fault test: fails only for a bad range */
     return r == 0 ? 0 : 1;
-#else
-    (void)fd, (void)at, (void)end;
-    return 1;
-#endif
 }
 
 /* One piece: readahead asked for all of it at once, then waited for, so it is in the page

@@ -74,24 +74,12 @@ static int map_range(const ft__io *io, bool write, mapping *m)
     return 0;
 }
 
-/* Map this piece's pages in one call (MADV_POPULATE_READ, Linux 5.14) instead of a fault per
- * few pages; each thread populates its own piece, so cold pieces are read in parallel. */
-static void populate(uint8_t *from, uint64_t len)
-{
-#ifdef MADV_POPULATE_READ
-    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
-    uintptr_t start = (uintptr_t)from / page * page;
-    (void)ft__sys.madvise((void *)start, (uintptr_t)from + len - start, MADV_POPULATE_READ);
-#else
-    (void)from;
-    (void)len;
-#endif
-}
-
 static int64_t copy_out(const ft__io *io, uint8_t *ptr, uint64_t off, uint64_t len)
 {
     const mapping *m = io->aux;
-    populate(m->at_off + (off - io->off), len);
+    /* one call maps the piece's pages, not a fault per few; each thread its own piece, so
+     * cold pieces are read in parallel (a failure leaves the faults to memcpy) */
+    (void)ft__populate(m->at_off + (off - io->off), len);
     memcpy(ptr, m->at_off + (off - io->off), (size_t)len);
     return (int64_t)len;
 }
