@@ -7,6 +7,7 @@ import ctypes
 import itertools
 import mmap as _mmap
 import os
+import queue
 import threading
 import warnings
 
@@ -31,12 +32,53 @@ def _hold(path):
         return None
 
 
+_freeing = None  # the queue of descriptors the "fastensor-free" thread closes, once started
+_freeing_lock = threading.Lock()
+
+
+def _free_worker(q):
+    while True:
+        item = q.get()
+        if isinstance(item, int):
+            os.close(item)
+        else:
+            item.set()  # _wait_freed's mark: everything queued before it is closed
+
+
+def _wait_freed():
+    """Wait until every descriptor handed to :func:`_free_later` so far is closed."""
+    with _freeing_lock:
+        q = _freeing
+    if q is not None:
+        done = threading.Event()
+        q.put(done)
+        done.wait()
+
+
 def _free_later(fd):
-    """Close ``fd`` on a thread of its own: where it is the last reference of a replaced
-    file, the file's blocks are freed there, off the caller's path."""
-    if fd is not None:
-        threading.Thread(target=os.close, args=(fd,), daemon=True,
-                         name="fastensor-free").start()
+    """Close ``fd`` on the one "fastensor-free" thread: where it is the last reference of a
+    replaced file, the file's blocks are freed there, off the caller's path (one after
+    another: frees of one filesystem do not run faster side by side, and a DCP save
+    replacing hundreds of files starts no more threads)."""
+    global _freeing
+    if fd is None:
+        return
+    with _freeing_lock:
+        if _freeing is None:
+            q = queue.SimpleQueue()
+            threading.Thread(target=_free_worker, args=(q,), daemon=True,
+                             name="fastensor-free").start()
+            _freeing = q
+        _freeing.put(fd)
+
+
+def _forget_free_worker():
+    """In a forked child: the worker thread did not come along; the next free starts one."""
+    global _freeing, _freeing_lock
+    _freeing, _freeing_lock = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_free_worker)
 
 
 def remove(path):

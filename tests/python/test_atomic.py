@@ -154,9 +154,8 @@ def _spy_closes(monkeypatch):
 
 
 def _join_free_threads():
-    for th in threading.enumerate():
-        if th.name == "fastensor-free":
-            th.join()
+    from fastensor import _ckpt
+    _ckpt._wait_freed()
 
 
 def test_installing_frees_the_replaced_file_off_the_callers_thread(tmp, monkeypatch):
@@ -170,6 +169,7 @@ def test_installing_frees_the_replaced_file_off_the_callers_thread(tmp, monkeypa
         f.write(b"old" * 1000)
     old_ino = os.stat(path).st_ino
     closed = _spy_closes(monkeypatch)
+    _join_free_threads()  # an earlier test's frees: closed before the count
     fds = len(os.listdir("/proc/self/fd"))
     with _ckpt.installing(path) as t:
         with open(t, "wb") as f:
@@ -215,6 +215,7 @@ def test_remove_frees_the_file_off_the_callers_thread(tmp, monkeypatch):
         f.write(b"x" * 4096)
     ino = os.stat(path).st_ino
     closed = _spy_closes(monkeypatch)
+    _join_free_threads()  # an earlier test's frees: closed before the count
     fds = len(os.listdir("/proc/self/fd"))
     _ckpt.remove(path)
     _join_free_threads()
@@ -223,3 +224,15 @@ def test_remove_frees_the_file_off_the_callers_thread(tmp, monkeypatch):
     with pytest.raises(FileNotFoundError):
         _ckpt.remove(path)
     assert len(os.listdir("/proc/self/fd")) == fds
+    # many files (a DCP save replacing hundreds): one freeing thread, every file closed
+    before = len(closed)
+    for i in range(40):
+        p = os.path.join(tmp, f"many{i}.bin")
+        with open(p, "wb") as f:
+            f.write(b"y" * 4096)
+        _ckpt.remove(p)
+    _join_free_threads()
+    assert sum(th.name == "fastensor-free" for th in threading.enumerate()) == 1
+    assert [c[1] for c in closed[before:]] == ["fastensor-free"] * 40, closed[before:]
+    assert len(os.listdir("/proc/self/fd")) == fds
+    assert os.listdir(tmp) == []
