@@ -596,6 +596,8 @@ const char *ft__shard_tensor_at(const ft__shard *s, uint64_t at)
     return lo < h->ntensors ? h->tensors[lo].name : "(none)";
 }
 
+#define PREFETCH_PIECE (16u << 20)
+
 typedef struct prefetch_job {
     ft_ctx *ctx;
     int fd;
@@ -655,9 +657,13 @@ int ft_ckpt_prefetch(ft_ckpt *c, unsigned k, ft_cache_mode cache)
         return 1;
     if (!ft__auto_keeps(s->file, (int)cache))
         return 0;
-    /* pieces in parallel: one thread's readahead keeps a few requests in flight at most */
+    /* Pieces in parallel: one thread's readahead keeps a few requests in flight at most.
+     * Small pieces keep the threads' reads near each other, one sequential stream to the
+     * disk: on the development machine (virtio disk) 16 MiB pieces loaded 1 GiB cold 1.8x as
+     * fast as 64 MiB ones, four processes at once 1.5x (4 and 8 MiB: between the two). */
     prefetch_job j = {.ctx = c->ctx, .fd = s->file->fd, .start = s->data_start,
-                      .len = s->data_size, .piece = ft__spread_piece(c->ctx, s->data_size)};
+                      .len = s->data_size,
+                      .piece = FT__MIN(ft__spread_piece(c->ctx, s->data_size), PREFETCH_PIECE)};
     unsigned n = (unsigned)((j.len + j.piece - 1) / j.piece);
     int64_t *results = calloc(n, sizeof *results);
     if (!results)
