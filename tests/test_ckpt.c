@@ -6,6 +6,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -256,6 +257,93 @@ static void case_prefetch(void)
         }
         ft_ckpt_close(c);
     }
+    close(fd);
+    free(list);
+    free_tensors(o, n);
+}
+
+static long minor_faults(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return ru.ru_minflt;
+}
+
+/* Read a byte of every page of [p, p+len): the minor faults that took (0 when mapped in). */
+static long faults_to_touch(const uint8_t *p, size_t len)
+{
+    long before = minor_faults();
+    unsigned sum = 0;
+    for (size_t i = 0; i < len; i += 4096)
+        sum += ((volatile const uint8_t *)p)[i];
+    (void)sum;
+    return minor_faults() - before;
+}
+
+/* ft_ckpt_prefetch_map: an evicted shard is read into the page cache and mapped into the
+ * caller's mapping (touching it then faults no page in), byte-exact; a cached shard is mapped
+ * in too; bypass leaves the mapping alone; a file shorter than its header says is left to
+ * the read (0); bad arguments and a failed fstat are refused. */
+static void case_prefetch_map(void)
+{
+    size_t n = 24;
+    owned_tensor *o = make_tensors(n, FT_DTYPE_F32, 7, 1 << 17);
+    ft_tensor *list = list_of(o, n);
+    const char *path = t_path("prefetch-map.safetensors");
+    T_EQ(ft_ckpt_save(ctx, path, list, n, NULL), 0);
+    int fd = open(path, O_RDONLY);
+    size_t size = (size_t)lseek(fd, 0, SEEK_END);
+    uint8_t *back = malloc(size);
+    T_EQ(pread(fd, back, size, 0), (ssize_t)size);
+    ft_ckpt *c;
+    T_EQ(ft_ckpt_open(ctx, &c, path), 0);
+    static const struct { ft_cache_mode mode; bool evict; int rc; } runs[] = {
+        {FT_CACHE_KEEP, true, 1}, {FT_CACHE_AUTO, false, 1}, {FT_CACHE_BYPASS, true, 0}};
+    for (unsigned i = 0; i < sizeof runs / sizeof *runs; i++) {
+        uint8_t *m = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
+        T_TRUE(m != MAP_FAILED);
+        if (runs[i].evict && !t_evict(path)) {
+            printf("  (eviction did not take here: not judged)\n");
+            munmap(m, size);
+            continue;
+        }
+        T_EQ(ft_ckpt_prefetch_map(c, 0, runs[i].mode, m), runs[i].rc);
+        if (runs[i].rc == 1) {
+            T_EQ(ft_ckpt_shard_cached(c, 0), 1);
+            /* the data section's pages (the header's page may not be) */
+            size_t from = 8192;
+            long faults = faults_to_touch(m + from, size - from);
+            T_TRUE(faults <= 2);
+            if (faults > 2)
+                printf("  %ld faults touching %zu pages\n", faults, (size - from) / 4096);
+        } else {
+            T_EQ(ft_ckpt_shard_cached(c, 0), 0);
+        }
+        T_MEMEQ(m, back, size);
+        munmap(m, size);
+    }
+    uint8_t *m = mmap(NULL, size, PROT_READ, MAP_SHARED, fd, 0);
+    T_TRUE(m != MAP_FAILED);
+    T_EQ(ft_ckpt_prefetch_map(NULL, 0, FT_CACHE_KEEP, m), -EINVAL);
+    T_EQ(ft_ckpt_prefetch_map(c, 1, FT_CACHE_KEEP, m), -EINVAL);
+    T_EQ(ft_ckpt_prefetch_map(c, 0, (ft_cache_mode)9, m), -EINVAL);
+    T_EQ(ft_ckpt_prefetch_map(c, 0, FT_CACHE_KEEP, NULL), -EINVAL);
+    t_fault_set(T_OP_FSTAT, T_FAULT_ERRNO, EIO, 1, 0);
+    T_EQ(ft_ckpt_prefetch_map(c, 0, FT_CACHE_KEEP, m), -EIO);
+    T_TRUE(strstr(ft_last_error(), "fstat") != NULL);
+    T_TRUE(t_fault_clear() >= 1);
+    ft_ckpt_close(c);
+    /* a copy cut short after it was opened: left to the read (which reports it) */
+    const char *cut = t_path("prefetch-map-cut.safetensors");
+    int cfd = open(cut, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    T_EQ(write(cfd, back, size), (ssize_t)size);
+    T_EQ(ft_ckpt_open(ctx, &c, cut), 0);
+    T_EQ(ftruncate(cfd, (off_t)(size - 4096)), 0);
+    close(cfd);
+    T_EQ(ft_ckpt_prefetch_map(c, 0, FT_CACHE_KEEP, m), 0);
+    ft_ckpt_close(c);
+    munmap(m, size);
+    free(back);
     close(fd);
     free(list);
     free_tensors(o, n);
@@ -1020,6 +1108,7 @@ int main(void)
         {"5000 small tensors, 4K checksum blocks", case_many_small},
         {"whether a shard is in the page cache", case_shard_cached},
         {"prefetch: keep reads a shard into the page cache, bypass does not", case_prefetch},
+        {"prefetch_map: pieces mapped into the caller's mapping as they arrive", case_prefetch_map},
         {"checksums are plain XXH3-64 of each block", case_checksums_are_xxh3},
         {"sharded save, load by index and directory", case_sharded},
         {"hand-built files: unaligned data, no metadata, > 4 GiB offsets", case_foreign_files},

@@ -309,21 +309,25 @@ static PyObject *py_ckpt_shard_cached(PyObject *self, PyObject *args)
     return rc < 0 ? raise_ft(rc, NULL) : PyBool_FromLong(rc);
 }
 
-/* (ckpt, shard, cache) -> whether the shard is (being read) in the page cache */
+/* (ckpt, shard, cache[, address]) -> whether the shard is (being read) in the page cache;
+ * with the address of a mapping of the shard's file, its pages are mapped in too */
 static PyObject *py_ckpt_shard_prefetch(PyObject *self, PyObject *args)
 {
     (void)self;
     PyObject *cap;
     unsigned shard;
     int cache;
-    if (!PyArg_ParseTuple(args, "OIi", &cap, &shard, &cache))
+    unsigned long long addr = 0;
+    if (!PyArg_ParseTuple(args, "OIi|K", &cap, &shard, &cache, &addr))
         return NULL;
     ft_ckpt *c = cap_get(cap, CAP_CKPT);
     if (!c)
         return NULL;
+    const void *map = (const void *)(uintptr_t)addr;
     int rc;
     Py_BEGIN_ALLOW_THREADS
-    rc = ft_ckpt_prefetch(c, shard, (ft_cache_mode)cache);
+    rc = map ? ft_ckpt_prefetch_map(c, shard, (ft_cache_mode)cache, map)
+             : ft_ckpt_prefetch(c, shard, (ft_cache_mode)cache);
     Py_END_ALLOW_THREADS
     return rc < 0 ? raise_ft(rc, NULL) : PyBool_FromLong(rc);
 }
@@ -384,7 +388,7 @@ static PyMethodDef checkpoint_methods[] = {
     {"ckpt_shard_cached", py_ckpt_shard_cached, METH_VARARGS,
      "ckpt_shard_cached(ckpt, shard) -> bool"},
     {"ckpt_shard_prefetch", py_ckpt_shard_prefetch, METH_VARARGS,
-     "ckpt_shard_prefetch(ckpt, shard, cache) -> bool"},
+     "ckpt_shard_prefetch(ckpt, shard, cache[, map_address]) -> bool"},
     {NULL, NULL, 0, NULL},
 };
 

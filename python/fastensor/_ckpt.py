@@ -183,20 +183,26 @@ def mapped_shard(ck, shard, info, *, engine="auto", verify=False, mmap=None, cac
     path, size, start = info
     if mmap is False or verify or size == 0 or start % 8:
         return None
-    if mmap is None and (engine != "auto" or
-                         not _C.ckpt_shard_prefetch(ck, shard, cache_id(cache))):
+    if mmap is None and engine != "auto":
         return None
     fd = _C.ckpt_shard_fd(ck, shard)
     if os.fstat(fd).st_size < start + size:
         return None
     m = _mmap.mmap(fd, start + size, flags=_mmap.MAP_PRIVATE,
                    prot=_mmap.PROT_READ | _mmap.PROT_WRITE)
-    # Map the cached pages in now, read-only (MAP_POPULATE on a writable private mapping
-    # would copy every page up front), in parallel; kernels before 5.14 fault them in on
-    # first use.
+    # Map the pages in now, read-only (MAP_POPULATE on a writable private mapping would copy
+    # every page up front), in parallel: with mmap=None as each piece of the shard's parallel
+    # readahead arrives (where the cache mode keeps it; else it is read instead).
     view = ctypes.c_char.from_buffer(m)
     try:
-        _C.map_populate(context(), ctypes.addressof(view), start + size)
+        if mmap is None:
+            kept = _C.ckpt_shard_prefetch(ck, shard, cache_id(cache), ctypes.addressof(view))
+        else:
+            _C.map_populate(context(), ctypes.addressof(view), start + size)
+            kept = True
     finally:
         del view  # (a live export would keep the mapping from closing)
+    if not kept:
+        m.close()
+        return None
     return m

@@ -175,6 +175,8 @@ int ft__fsync_dir(const char *dir);
 int ft__after_commit(ft_ctx *ctx, ft__ckpt_name *n, bool sharded, const char *const *keep,
                      size_t nkeep, bool sync);
 
+/** Read a byte of every page of a mapped range (and its last byte): faults map them in. */
+void ft__touch_pages(const void *from, uint64_t len);
 /** *bytes = the data bytes of a tensor of @p d and @p shape. @return 0, -EINVAL (unknown
  * dtype), -EOVERFLOW, or -EDOM (packed elements that do not fill whole bytes). */
 int ft__tensor_bytes(ft_dtype d, const uint64_t *shape, unsigned ndim, uint64_t *bytes);

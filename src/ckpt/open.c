@@ -602,6 +602,7 @@ typedef struct prefetch_job {
     ft_ctx *ctx;
     int fd;
     uint64_t start, len, piece;
+    const uint8_t *map; /* ft_ckpt_prefetch_map's mapping of the file (offset 0), or NULL */
 } prefetch_job;
 
 /* Wait for bytes [at, end) of @p fd to be in the page cache without copying them: a
@@ -632,29 +633,37 @@ static int64_t prefetch_piece(void *arg, unsigned i)
     int e = ft__sys.fadvise(j->fd, (off_t)at, (off_t)(end - at), POSIX_FADV_WILLNEED);
     if (e)
         return -e;
-    if (populate_cached(j->fd, at, end) == 0)
-        return 0;
-    uint8_t *buf = ft__bufpool_get(j->ctx->bounce);
-    if (!buf)
-        return -ENOMEM;
-    uint64_t step = ft__bufpool_size(j->ctx->bounce);
-    int64_t r = 0;
-    for (; at < end && r >= 0; at += step) {
-        r = ft__pread_full(j->fd, buf, FT__MIN(step, end - at), at);
-        if (r >= 0 && (uint64_t)r < FT__MIN(step, end - at))
-            break; /* the file ended early: the load reports it */
+    if (populate_cached(j->fd, at, end) != 0) {
+        uint8_t *buf = ft__bufpool_get(j->ctx->bounce);
+        if (!buf)
+            return -ENOMEM;
+        uint64_t step = ft__bufpool_size(j->ctx->bounce);
+        int64_t r = 0;
+        for (uint64_t o = at; o < end && r >= 0; o += step) {
+            r = ft__pread_full(j->fd, buf, FT__MIN(step, end - o), o);
+            if (r >= 0 && (uint64_t)r < FT__MIN(step, end - o))
+                break; /* the file ended early: the load reports it */
+        }
+        ft__bufpool_put(j->ctx->bounce, buf);
+        if (r < 0)
+            return r;
     }
-    ft__bufpool_put(j->ctx->bounce, buf);
-    return r < 0 ? r : 0;
+    if (j->map) /* cached now: mapped in while the other pieces are still read */
+        ft__touch_pages(j->map + at, end - at);
+    return 0;
 }
 
-int ft_ckpt_prefetch(ft_ckpt *c, unsigned k, ft_cache_mode cache)
+/* ft_ckpt_prefetch, and with @p map ft_ckpt_prefetch_map */
+static int prefetch(ft_ckpt *c, unsigned k, ft_cache_mode cache, const uint8_t *map)
 {
-    if (!c || k >= c->nshards || (unsigned)cache >= FT_CACHE_COUNT)
-        return ft__err(-EINVAL, "ft_ckpt_prefetch: bad checkpoint, shard or cache mode");
     ft__shard *s = &c->shards[k];
-    if (!s->data_size || ft_ckpt_shard_cached(c, k) == 1)
+    if (!s->data_size)
         return 1;
+    if (ft_ckpt_shard_cached(c, k) == 1) {
+        if (map)
+            ft_map_populate(c->ctx, map + s->data_start, (size_t)s->data_size);
+        return 1;
+    }
     if (!ft__auto_keeps(s->file, (int)cache))
         return 0;
     /* Pieces in parallel: one thread's readahead keeps a few requests in flight at most.
@@ -663,7 +672,8 @@ int ft_ckpt_prefetch(ft_ckpt *c, unsigned k, ft_cache_mode cache)
      * fast as 64 MiB ones, four processes at once 1.5x (4 and 8 MiB: between the two). */
     prefetch_job j = {.ctx = c->ctx, .fd = s->file->fd, .start = s->data_start,
                       .len = s->data_size,
-                      .piece = FT__MIN(ft__spread_piece(c->ctx, s->data_size), PREFETCH_PIECE)};
+                      .piece = FT__MIN(ft__spread_piece(c->ctx, s->data_size), PREFETCH_PIECE),
+                      .map = map};
     unsigned n = (unsigned)((j.len + j.piece - 1) / j.piece);
     int64_t *results = calloc(n, sizeof *results);
     if (!results)
@@ -675,4 +685,25 @@ int ft_ckpt_prefetch(ft_ckpt *c, unsigned k, ft_cache_mode cache)
                          ft_strerror((int)results[i]));
     free(results);
     return rc < 0 ? rc : 1;
+}
+
+int ft_ckpt_prefetch(ft_ckpt *c, unsigned k, ft_cache_mode cache)
+{
+    if (!c || k >= c->nshards || (unsigned)cache >= FT_CACHE_COUNT)
+        return ft__err(-EINVAL, "ft_ckpt_prefetch: bad checkpoint, shard or cache mode");
+    return prefetch(c, k, cache, NULL);
+}
+
+int ft_ckpt_prefetch_map(ft_ckpt *c, unsigned k, ft_cache_mode cache, const void *map)
+{
+    if (!c || k >= c->nshards || (unsigned)cache >= FT_CACHE_COUNT || !map)
+        return ft__err(-EINVAL, "ft_ckpt_prefetch_map: bad checkpoint, shard, cache mode or "
+                                "mapping");
+    ft__shard *s = &c->shards[k];
+    struct stat st;
+    if (ft__sys.fstat(s->file->fd, &st) < 0)
+        return ft__err(-errno, "%s: fstat: %s", s->path, strerror(errno));
+    if ((uint64_t)st.st_size < s->data_start + s->data_size)
+        return 0; /* shorter than its header says: read, which reports it */
+    return prefetch(c, k, cache, map);
 }
