@@ -34,7 +34,8 @@
 #         rounds; FT_SCEN_DEVICE cuda or cpu (cuda), FT_SCEN_SIZE (2G), FT_SCEN_ROUNDS (3),
 #         FT_SCEN_TOOLS (fastensor,safetensors,torch,raw), FT_SCEN_LIST
 #         (save,cold,repeat2,repeat3,procs), FT_SCEN_LIMIT seconds before the last round starts
-#         (400)); JSON in $OUT/scenarios-<device>.json, then the decision overhead.
+#         (400), FT_SCEN_BASE: a built checkout of another commit for a paired comparison,
+#         scenarios.py --base); JSON in $OUT/scenarios-<device>.json, then the decision overhead.
 # --dropin: only the drop-in tests on CUDA (test_dropin.py's safe_open and save_file_async
 #         cases), then the drop-in benchmark (bench/dropin.py: get_tensor of every tensor through
 #         one safe_open into CUDA against load_file and safetensors, fresh processes, warm
@@ -190,7 +191,7 @@ if [ $SCEN = 1 ]; then
         --size "${FT_SCEN_SIZE:-2G}" --rounds "${FT_SCEN_ROUNDS:-3}" --dir "$WORK" \
         --tools "${FT_SCEN_TOOLS:-fastensor,safetensors,torch,raw}" \
         --scenarios "${FT_SCEN_LIST:-save,cold,repeat2,repeat3,procs}" \
-        --time-limit "${FT_SCEN_LIMIT:-400}" --json "$OUT/scenarios-$dev.json" 2>"$OUT/scenarios-$dev.log" \
+        --time-limit "${FT_SCEN_LIMIT:-400}" ${FT_SCEN_BASE:+--base "$FT_SCEN_BASE"} --json "$OUT/scenarios-$dev.json" 2>"$OUT/scenarios-$dev.log" \
         | tee -a "$OUT/summary.txt"
     (cd "$WORK" && "$here/$BUILD/fastensor" bench --overhead) | tee -a "$OUT/summary.txt"
 fi
