@@ -563,7 +563,7 @@ int ft_ckpt_shard_cached(const ft_ckpt *ckpt, unsigned shard);
 /**
  * Bring shard @p shard's data section into the page cache, if the cache mode keeps it there
  * (@p cache; FT_CACHE_AUTO: the context's setting, which keeps a checkpoint that fits, see
- * ft_cache_mode): parallel readahead in chunk-sized pieces, each waited for through a
+ * ft_cache_mode): parallel readahead in pieces of at most 16 MiB, each waited for through a
  * read-only mapping of it (MADV_POPULATE_READ; no copy), else read through a buffer. For
  * mapping the file instead of reading it: the Python host loaders then view the page cache
  * (no copy, no fresh memory), and several processes loading one checkpoint read it from the
@@ -612,8 +612,11 @@ typedef struct ft_load_opts {
  * Read shard @p shard's whole data section into @p dst (dst->len must be at least
  * ft_ckpt_shard_size) with one large parallel read: the fastest path. Tensor i of the shard
  * then sits at dst->ptr + info.data_offset. With FT_LOAD_VERIFY, blocks are checked as they
- * arrive (no second read). @return the bytes read, or -errno; -EBADMSG when a checksum does
- * not match (ft_last_error names the block and the tensor).
+ * arrive (no second read). Into device memory with engine AUTO, an uncached shard the cache
+ * mode keeps is read into the page cache as ft_ckpt_prefetch reads it, and each 64 MiB part
+ * is copied to the device as soon as it is cached, while the disk reads the rest.
+ * @return the bytes read, or -errno; -EBADMSG when a checksum does not match (ft_last_error
+ * names the block and the tensor); a failed readahead is the load's error.
  */
 int64_t ft_ckpt_load_shard(ft_ckpt *ckpt, unsigned shard, const ft_buf *dst,
                            const ft_load_opts *opts);
