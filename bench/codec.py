@@ -279,7 +279,8 @@ def main():
         from fastensor import _fst
         rates = _fst._measure(a.dir)
         auto = {"encode_gbps": rates[0], "decode_gbps": rates[1], "write_gbps": rates[2],
-                "read_gbps": rates[3], "codes": _fst.coding_pays(a.dir)}
+                "read_gbps": rates[3], "codes": _fst.coding_pays(a.dir),
+                "fp32_encode_gbps": _fst._sample(4)[0], "codes_fp32": _fst.coding_pays(a.dir, 4)}
         ceiling = raw_read_ceiling(os.path.join(a.dir, f"codec-ceiling-{os.getpid()}"),
                                    min(size, 2 << 30))
     def cell(v):
@@ -317,9 +318,12 @@ def main():
             lines.append(f"| {k} | {cell(v)} | {ratio_raw} | "
                          f"{statistics.median(v) / statistics.median(base):.2f}x |")
     if auto:
-        lines += ["", f"compression=\"auto\" here: {'codes' if auto['codes'] else 'stores'} "
-                  f"(codec {auto['encode_gbps']:.2f} / {auto['decode_gbps']:.2f} GB/s encode / "
-                  f"decode, disk {auto['write_gbps']:.2f} / {auto['read_gbps']:.2f} write / read)"]
+        verdict = lambda yes: "codes" if yes else "stores"  # noqa: E731
+        lines += ["", f"compression=\"auto\" here: bf16 {verdict(auto['codes'])}, fp32 "
+                  f"{verdict(auto['codes_fp32'])} (codec {auto['encode_gbps']:.2f} / "
+                  f"{auto['decode_gbps']:.2f} GB/s encode / decode bf16, "
+                  f"{auto['fp32_encode_gbps']:.2f} encode fp32; disk {auto['write_gbps']:.2f} / "
+                  f"{auto['read_gbps']:.2f} write / read)"]
     table = "\n".join(lines)
     head = (f"{os.cpu_count()} CPUs, {a.rounds} rounds, median (range); raw O_DIRECT read "
             f"ceiling {ceiling:.2f} GB/s" if ceiling else f"{os.cpu_count()} CPUs, no ceiling")

@@ -92,9 +92,11 @@ def main():
             if os.path.exists(p):
                 os.unlink(p)
     enc, dec, write, read = _fst._measure(a.dir)
-    print(f'compression="auto" measures encode {enc:.2f}, decode {dec:.2f}, write {write:.2f}, '
-          f"read {read:.2f} GB/s (encode / write {enc / write:.2f}): "
-          f"{'codes' if _fst.coding_pays(a.dir) else 'stores'}")
+    enc4 = _fst._sample(4)[0]
+    print(f'compression="auto" measures encode {enc:.2f} (fp32 {enc4:.2f}), decode {dec:.2f}, '
+          f"write {write:.2f}, read {read:.2f} GB/s (encode / write {enc / write:.2f}): bf16 "
+          f"{'codes' if _fst.coding_pays(a.dir) else 'stores'}, fp32 "
+          f"{'codes' if _fst.coding_pays(a.dir, 4) else 'stores'}")
 
 
 if __name__ == "__main__":

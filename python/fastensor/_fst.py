@@ -262,9 +262,51 @@ COMPRESSION = ("auto", "always", "none")
 _rates = {}  # st_dev of a directory -> (encode, decode, write, read) GB/s, measured once
 
 
+def _weights(elem, n):
+    """``n`` bytes of normal(0, 0.02) weights (a layer's init) in the float type of ``elem``
+    bytes: 2 bf16, 4 fp32, 8 fp64, 1 fp8 e5m2 (fp16's high byte). A million values repeated
+    (the codec's blocks are coded apart: as compressible as that many fresh ones)."""
+    g = np.random.default_rng(0)
+    count = min(n // elem, 1 << 20)
+    if elem == 8:
+        w = (g.standard_normal(count) * 0.02).view(np.uint8)
+    else:
+        v = g.standard_normal(count, dtype=np.float32) * 0.02
+        w = (v.view(np.uint8) if elem == 4 else
+             (v.view(np.uint32) >> 16).astype(np.uint16).view(np.uint8) if elem == 2 else
+             (v.astype(np.float16).view(np.uint16) >> 8).astype(np.uint8))
+    return np.resize(w, n)
+
+
+def _encoded(sample, elem, buf):
+    """(encode GB/s, coded size) of ``sample`` through the context's threads, after a first
+    call on a quarter of it that warms them and the buffers."""
+    ctx, n = context(), sample.size
+    _C.codec_encode(ctx, sample.ctypes.data, n // 4 // elem * elem, elem, _BLOCK, 0,
+                    buf.ctypes.data, buf.size)
+    t0 = time.perf_counter()
+    m = _C.codec_encode(ctx, sample.ctypes.data, n, elem, _BLOCK, 0, buf.ctypes.data, buf.size)
+    return n / (time.perf_counter() - t0) / 1e9, m
+
+
+_samples = {}  # element size -> (encode GB/s, coded share) of weights of that size
+
+
+def _sample(elem):
+    """(encode GB/s, coded share) of 32 MiB of weights of ``elem``-byte floats on this
+    machine, measured once per process (bf16's by :func:`_measure` where that ran first)."""
+    if elem not in _samples:
+        n = 32 << 20
+        sample = _weights(elem, n)
+        buf = np.empty(_C.codec_bound(n, elem, _BLOCK), dtype=np.uint8)
+        enc, m = _encoded(sample, elem, buf)
+        _samples[elem] = (enc, m / n)
+    return _samples[elem]
+
+
 def _measure(directory):
     """(encode, decode, write, read) GB/s on this machine and the disk of ``directory``: the
-    codec on 32 MiB of bf16-like data through the context's threads (after a first call that
+    codec on 32 MiB of bf16 weights through the context's threads (after a first call that
     warms them and the buffers), then 64 MiB written with O_DIRECT as a save writes (pieces
     of _PIECE bytes, _WRITES at once) and fdatasync, and read back with O_DIRECT (the device,
     not the page cache). Measured once per filesystem per process (0.3-1 s on two cores)."""
@@ -272,14 +314,11 @@ def _measure(directory):
     if key in _rates:
         return _rates[key]
     ctx, n = context(), 32 << 20
-    g = np.random.default_rng(0)
-    sample = (g.standard_normal(n // 2, dtype=np.float32) * 0.02).view(np.uint32)
-    sample = (sample >> 16).astype(np.uint16)  # bf16 of normal(0, 0.02): weights
+    sample = _weights(2, n)
     buf = np.empty(_C.codec_bound(n, 2, _BLOCK), dtype=np.uint8)
     out = np.empty(n, dtype=np.uint8)
-    _C.codec_encode(ctx, sample.ctypes.data, n // 4, 2, _BLOCK, 0, buf.ctypes.data, buf.size)
-    t0 = time.perf_counter()
-    m = _C.codec_encode(ctx, sample.ctypes.data, n, 2, _BLOCK, 0, buf.ctypes.data, buf.size)
+    enc, m = _encoded(sample, 2, buf)
+    _samples.setdefault(2, (enc, m / n))
     t1 = time.perf_counter()
     _C.codec_decode(ctx, buf[:m], out.ctypes.data, n)
     t2 = time.perf_counter()
@@ -302,32 +341,44 @@ def _measure(directory):
         except OSError:
             pass
     gb = 1e9
-    _rates[key] = (n / (t1 - t0) / gb, n / (t2 - t1) / gb, disk.size / (t4 - t3) / gb,
+    _rates[key] = (enc, n / (t2 - t1) / gb, disk.size / (t4 - t3) / gb,
                    disk.size / (t5 - t4) / gb)
     return _rates[key]
 
 
-# A save codes only where the codec's measured encode rate is this many times the disk's
-# measured write rate: a save's encode-and-write pipeline reaches less than the codec call's
-# own rate (fresh output buffers, the writes beside it), by the factor that the H200 runs in
-# docs/benchmarks/codec-h200.json showed with the one-write-at-a-time save (encode / write
-# 1.49 gave 0.64x the uncompressed save: 1.49 / 0.64 = 2.3 breaks even; the development
-# machine, 2 cores: 1.93 gives 0.6x). Not yet re-measured with the parallel piece writes and
-# the parallel write measurement (which reads a higher write rate: auto codes less often).
-_SAVE_MARGIN = 2.3
+# A save codes a float type only where the write time coding saves, (1 - coded share) of the
+# bytes at the disk's write rate, is at least this share of the time encoding them takes:
+# encode rate x (1 - share) >= _SAVE_GAIN x write rate. Encodes overlap the writes of the
+# streams before them, so the saving need not pay for the whole encode. The figure is the
+# earlier bf16 rule's, encode >= 2.3 x write at bf16's share 0.67 (2.3 x 0.33), which the H200
+# runs in docs/benchmarks/codec-h200.json set (encode / write 1.49 gave 0.64x the
+# uncompressed save with one write at a time: 2.3 breaks even; the development machine, 2
+# cores: 1.93 gives 0.6x). fp32 codes to about 0.83: it saves half of bf16's bytes for the
+# same encode work, and coded fp32 saves ran 0.54x and 0.76x the uncompressed save on the H200
+# machine (c1c0383, 8e81ea8) where bf16's ran 0.78x and 1.29x.
+_SAVE_GAIN = 0.76
 
 
-def coding_pays(directory) -> bool:
-    """Whether coding float tensors pays on this machine for files in ``directory``: the
-    codec encodes enough faster than the disk writes that a save takes no longer
-    (``_SAVE_MARGIN``), and decodes at least as fast as the disk reads (a load then takes
-    about the compressed bytes' read time). Measured (:func:`_measure`); a directory where
-    O_DIRECT cannot be used: False."""
+def coding_pays(directory, elem=2) -> bool:
+    """Whether coding floats of ``elem`` bytes (2: bf16/fp16, 4: fp32) pays on this machine
+    for files in ``directory``: the write time their coded share saves is worth the encode
+    (``_SAVE_GAIN``: a save takes no longer), and the codec decodes at least as fast as the
+    disk reads (a load then takes about the coded bytes' read time). Measured (:func:`_measure`
+    for the disk and bf16, :func:`_sample` for the other sizes); a directory where O_DIRECT
+    cannot be used: False."""
     try:
         enc, dec, write, read = _measure(directory)
     except OSError:
         return False
-    return enc >= _SAVE_MARGIN * write and dec >= read
+    share = _sample(elem)[1]
+    if elem != 2:
+        enc = _sample(elem)[0]
+    return enc * (1 - share) >= _SAVE_GAIN * write and dec >= read
+
+
+def _coded_elem(dtype):
+    """The element size the codec groups a float type's bytes by (complex64: its floats)."""
+    return 4 if dtype == "C64" else _elem(dtype)
 
 
 def save(path, items, metadata, *, compression="auto", engine="auto", cache="auto"):
@@ -352,8 +403,9 @@ def save(path, items, metadata, *, compression="auto", engine="auto", cache="aut
             raise ValueError(f"{n!r} is reserved in a container's header")
     path = os.fspath(path)
     ctx = context()
-    code = compression == "always" or (
-        compression == "auto" and coding_pays(os.path.dirname(os.path.abspath(path)) or "."))
+    where = os.path.dirname(os.path.abspath(path)) or "."
+    code = {e: compression == "always" or (compression == "auto" and coding_pays(where, e))
+            for e in {_coded_elem(it[1]) for it in items if it[1] in _FLOATS}}
 
     spare, spare_lock = [], threading.Lock()  # stream buffers whose write is done
 
@@ -371,10 +423,8 @@ def save(path, items, metadata, *, compression="auto", engine="auto", cache="aut
 
     def encode(item):
         name, dtype, shape, addr, nbytes = item
-        compress = code and dtype in _FLOATS
-        e = _elem(dtype) if compress else 1
-        if dtype == "C64":
-            e = 4
+        compress = dtype in _FLOATS and code[_coded_elem(dtype)]
+        e = _coded_elem(dtype) if compress or dtype == "C64" else 1
         flags = 0 if compress else _C.CODEC_STORE
         buf = buffer(max(1, _C.codec_bound(nbytes, e, _BLOCK)))
         n = _C.codec_encode(ctx, addr, nbytes, e, _BLOCK, flags, buf.ctypes.data, buf.size)

@@ -123,6 +123,32 @@ def test_auto_codes_where_the_codec_outruns_the_disk(tmp, monkeypatch):
     assert fastensor.inspect(p)["tensors"]["w"]["compressed"]
 
 
+def test_auto_weighs_each_float_size_by_what_coding_saves(tmp, monkeypatch):
+    """fp32 codes to about 0.83 where bf16 codes to 0.67: the same encode rate saves half the
+    write time, so auto codes bf16 and stores fp32 in one save until fp32 encodes fast
+    enough; each size's sample is measured (coded share as the real weights')."""
+    enc4, share4 = _fst._sample(4)
+    assert enc4 > 0 and 0.78 < share4 < 0.88  # normal(0, 0.02) fp32, as GPT-2's 0.833
+    assert 0.6 < _fst._sample(2)[1] < 0.72  # bf16, as a Llama's 0.670
+    sd = {"h": (torch.randn(1 << 16) * 0.02).to(torch.bfloat16),
+          "f": torch.randn(1 << 15) * 0.02}
+    p = os.path.join(tmp, "sizes.fst")
+    key = os.stat(tmp).st_dev
+    _fst._measure(tmp)
+    monkeypatch.setitem(_fst._rates, key, (5.0, 8.0, 2.0, 2.0))
+    monkeypatch.setitem(_fst._samples, 2, (5.0, 0.67))
+    monkeypatch.setitem(_fst._samples, 4, (5.0, 0.83))  # 5 x 0.17 < 0.76 x 2: stores
+    ft.save_file(sd, p)
+    t = fastensor.inspect(p)["tensors"]
+    assert t["h"]["compressed"] and not t["f"]["compressed"]
+    same(ft.load_file(p), sd)
+    monkeypatch.setitem(_fst._samples, 4, (12.0, 0.83))  # 12 x 0.17 >= 0.76 x 2: codes
+    ft.save_file(sd, p)
+    t = fastensor.inspect(p)["tensors"]
+    assert t["h"]["compressed"] and t["f"]["compressed"]
+    same(ft.load_file(p), sd)
+
+
 def test_safe_open_slices_and_numpy(tmp):
     sd = state(2)
     p = os.path.join(tmp, "s.fst")
