@@ -13,7 +13,7 @@ kernel's rate, with the host's checks) and from pinned host memory (with the cop
 
 State dicts (random init from a config, as the architectures ship it; no download):
   llama-bf16  a Llama-style decoder in bf16 (transformers' LlamaForCausalLM where installed,
-              else the same shapes, normal(0, 0.02)), about --size bytes
+              else the same shapes, normal(0, 0.02)), at least --size bytes
   gpt2-fp32   transformers' GPT-2 (124M) in fp32
   vit-fp32    torchvision's ViT-B/16 in fp32 (where torchvision is installed)
 
@@ -46,7 +46,7 @@ def llama(size):
         LlamaConfig = None
     d, ffn, vocab = 2048, 5504, 32000
     per_layer = 4 * d * d + 3 * d * ffn
-    layers = max(1, (size // 2 - 2 * vocab * d) // per_layer)
+    layers = max(1, -(-(size // 2 - 2 * vocab * d) // per_layer))  # at least size bytes
     if LlamaConfig is not None:
         cfg = LlamaConfig(hidden_size=d, intermediate_size=ffn, num_hidden_layers=int(layers),
                           num_attention_heads=16, num_key_value_heads=16, vocab_size=vocab)
@@ -55,10 +55,11 @@ def llama(size):
             m = LlamaForCausalLM(cfg).to(torch.bfloat16)
         return {k: v.contiguous() for k, v in m.state_dict().items()}
     g = torch.Generator().manual_seed(0)
-    return {f"layers.{i}.{n}": (torch.randn(shape, generator=g) * 0.02).to(torch.bfloat16)
-            for i in range(int(layers)) for n, shape in
-            (("q", (d, d)), ("k", (d, d)), ("v", (d, d)), ("o", (d, d)), ("gate", (ffn, d)),
-             ("up", (ffn, d)), ("down", (d, ffn)))}
+    shapes = [(f"layers.{i}.{n}", shape) for i in range(int(layers)) for n, shape in
+              (("q", (d, d)), ("k", (d, d)), ("v", (d, d)), ("o", (d, d)), ("gate", (ffn, d)),
+               ("up", (ffn, d)), ("down", (d, ffn)))]
+    shapes += [("embed", (vocab, d)), ("head", (vocab, d))]
+    return {n: (torch.randn(shape, generator=g) * 0.02).to(torch.bfloat16) for n, shape in shapes}
 
 
 def gpt2():
@@ -208,7 +209,7 @@ def gpu_decode(sd, streams, rounds):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--size", default="1G", help="bytes of the bf16 Llama-style state dict")
+    ap.add_argument("--size", default="1G", help="bytes of the bf16 Llama-style state dict (at least)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--models", default="llama-bf16,gpt2-fp32,vit-fp32")
     ap.add_argument("--dir", default=None, help="a directory on the disk for the ceiling")
