@@ -141,7 +141,7 @@ static int prefetch(ft_ckpt *c, unsigned k, ft_cache_mode cache, const uint8_t *
             ft_map_populate(c->ctx, map + s->data_start, (size_t)s->data_size);
         return 1;
     }
-    if (!worth_prefetching(c, k, cache))
+    if (!ft__auto_keeps(s->file, (int)cache))
         return 0;
     prefetch_job j;
     unsigned n = prefetch_job_of(c, k, map, &j);
