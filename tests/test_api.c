@@ -1,9 +1,12 @@
 /* The API's edges: settings and environment, names, bad arguments, file errors, sizes,
  * durability calls, and filesystems without O_DIRECT. */
 #include "testlib.h"
+#include "../src/base/base.h" /* the thread pool */
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <time.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -226,11 +229,100 @@ static void case_no_odirect(void)
     free(dst);
 }
 
+
+/* The pool: a thread's groups queued ahead (ft__pool_first) are the next free worker's. */
+typedef struct {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    bool worker_go, a_started, a_go, b1_ran, b1_in_time;
+    ft__pool *pool;
+} pool_gates;
+
+static void wait_gate(pool_gates *g, const bool *flag, int seconds)
+{
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += seconds;
+    pthread_mutex_lock(&g->lock);
+    while (!*flag && pthread_cond_timedwait(&g->cond, &g->lock, &until) == 0)
+        ;
+    pthread_mutex_unlock(&g->lock);
+}
+
+static void open_gate(pool_gates *g, bool *flag)
+{
+    pthread_mutex_lock(&g->lock);
+    *flag = true;
+    pthread_cond_broadcast(&g->cond);
+    pthread_mutex_unlock(&g->lock);
+}
+
+static void hold_worker(void *arg)
+{
+    pool_gates *g = arg;
+    wait_gate(g, &g->worker_go, 30);
+}
+
+static int64_t task_a(void *arg, unsigned i)
+{
+    pool_gates *g = arg;
+    if (i == 0)
+        open_gate(g, &g->a_started);
+    wait_gate(g, &g->a_go, 30);
+    return 0;
+}
+
+static void *run_a(void *arg)
+{
+    pool_gates *g = arg;
+    int64_t results[3];
+    ft__pool_run(g->pool, 3, task_a, g, results);
+    return NULL;
+}
+
+/* B0 (run by its caller) frees the worker and waits for B1, which only the worker can run:
+ * in time when B1 is ahead of A's queued tasks (each of which holds the worker). */
+static int64_t task_b(void *arg, unsigned i)
+{
+    pool_gates *g = arg;
+    if (i == 1) {
+        open_gate(g, &g->b1_ran);
+        return 0;
+    }
+    open_gate(g, &g->worker_go);
+    wait_gate(g, &g->b1_ran, 5);
+    pthread_mutex_lock(&g->lock);
+    g->b1_in_time = g->b1_ran; /* (late, B1 runs on this thread after B0) */
+    pthread_mutex_unlock(&g->lock);
+    return 0;
+}
+
+static void case_pool_first(void)
+{
+    pool_gates g = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
+    T_EQ(ft__pool_create(&g.pool, 1), 0);
+    T_EQ(ft__pool_post(g.pool, hold_worker, &g), 0);
+    pthread_t a;
+    T_EQ(pthread_create(&a, NULL, run_a, &g), 0);
+    wait_gate(&g, &g.a_started, 30); /* A0 runs on A's thread; A1, A2 are queued */
+    T_TRUE(g.a_started);
+    T_EQ(ft__pool_first(true), false);
+    int64_t results[2];
+    T_EQ(ft__pool_run(g.pool, 2, task_b, &g, results), 0);
+    T_EQ(ft__pool_first(false), true);
+    bool in_time = g.b1_in_time;
+    open_gate(&g, &g.a_go);
+    pthread_join(a, NULL);
+    ft__pool_destroy(g.pool);
+    T_TRUE(in_time);
+}
+
 int main(void)
 {
     ctx = t_ctx(2);
     const t_case cases[] = {
         {"ft_parse_size", case_parse_size},
+        {"the pool runs a thread's groups queued ahead first", case_pool_first},
         {"settings from FASTENSOR_* and validation", case_config_env},
         {"engine names and availability", case_engine_names},
         {"ft_strerror, ft_version", case_errors_text},

@@ -75,6 +75,9 @@ void ft__pool_destroy(ft__pool *pool);
 int ft__pool_run(ft__pool *pool, unsigned n, int64_t (*fn)(void *arg, unsigned i), void *arg,
                  int64_t *results);
 
+/** Whether the calling thread's groups (ft__pool_run) are queued ahead of the work already
+ * queued (@p on) or behind it (the default). @return the previous setting. */
+bool ft__pool_first(bool on);
 /** The pool's worker threads (0: tasks run on their callers only). */
 unsigned ft__pool_workers(const ft__pool *pool);
 /** Queue a detached task: fn(arg) runs once on a worker (before the pool is destroyed).

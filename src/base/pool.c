@@ -3,7 +3,8 @@
  * tasks, the caller waits) or as detached tasks (ft__pool_post). A waiting caller runs queued
  * tasks of its own group while it waits: its group can always finish even when every worker
  * is itself waiting inside a task, so nested use from workers (async requests) cannot
- * deadlock.
+ * deadlock. A thread that asked for it (ft__pool_first) queues its groups ahead of the
+ * queue: the next free workers take them.
  */
 #include "base.h"
 
@@ -43,6 +44,27 @@ static void queue_push(ft__pool *p, ft__task *t)
     else
         p->head = t;
     p->tail = t;
+}
+
+/* Whether this thread's groups go ahead of the queue (ft__pool_first). */
+static _Thread_local bool queue_first;
+
+bool ft__pool_first(bool on)
+{
+    bool was = queue_first;
+    queue_first = on;
+    return was;
+}
+
+/* Queue tasks @p t[0..n) ahead of those queued, in their order. */
+static void queue_push_front(ft__pool *p, ft__task *t, unsigned n)
+{
+    for (unsigned i = 0; i + 1 < n; i++)
+        t[i].next = &t[i + 1];
+    t[n - 1].next = p->head;
+    if (!p->head)
+        p->tail = &t[n - 1];
+    p->head = &t[0];
 }
 
 /* Remove and return the first queued task of @p g (any task when g is NULL). */
@@ -157,8 +179,11 @@ int ft__pool_run(ft__pool *p, unsigned n, int64_t (*fn)(void *arg, unsigned i), 
     pthread_mutex_lock(&p->lock);
     for (unsigned i = 0; i < n; i++) {
         tasks[i] = (ft__task){.group = &g, .index = i};
-        queue_push(p, &tasks[i]);
+        if (!queue_first)
+            queue_push(p, &tasks[i]);
     }
+    if (queue_first)
+        queue_push_front(p, tasks, n);
     pthread_cond_broadcast(&p->work);
     while (g.pending > 0) {
         ft__task *t = queue_take(p, &g);

@@ -166,8 +166,9 @@ static void *run_streamed(void *arg)
 }
 
 /* How much of the shard the reader copies at once: four pieces. Each copy is one transfer
- * (a cached read into device memory: cachedma's workers or pinned staging), after its
- * pieces are in the cache and while the pieces after them are still read from the disk. */
+ * (a cached read into device memory: cachedma's workers or pinned staging, on the pool's
+ * threads ahead of the pieces queued), after its pieces are in the cache and while the
+ * pieces after them are still read from the disk. */
 #define READ_SPAN (4 * PREFETCH_PIECE)
 
 int64_t ft__ckpt_prefetch_read(ft_ckpt *c, unsigned k, const ft_buf *dst, const ft_io_opts *io)
@@ -200,7 +201,12 @@ int64_t ft__ckpt_prefetch_read(ft_ckpt *c, unsigned k, const ft_buf *dst, const 
             ft_buf part = *dst;
             part.ptr = (uint8_t *)dst->ptr + at;
             part.len = (size_t)len;
+            /* the copy's tasks ahead of the pieces still queued: otherwise the pool's
+             * workers start it only after the last piece has started, and until then this
+             * thread copies alone */
+            bool was = ft__pool_first(true);
             r = ft__transfer(s->file, &part, s->data_start + at, io, false);
+            ft__pool_first(was);
             if (r >= 0 && (uint64_t)r != len)
                 r = ft__err(-EIO, "%s: the file ended early", s->path);
         }
