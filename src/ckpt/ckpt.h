@@ -108,6 +108,9 @@ void ft__shard_tensors_in(const ft__shard *s, uint64_t from, uint64_t to, char *
                           size_t len);
 /** The name of the tensor overlapping data byte @p at of shard @p s (for messages). */
 const char *ft__shard_tensor_at(const ft__shard *s, uint64_t at);
+/** Read @p dst->len bytes of shard @p s's data from data byte @p at into @p dst with @p io.
+ * @return dst->len, or -errno (-EIO where the file ends first). */
+int64_t ft__shard_read(ft__shard *s, const ft_buf *dst, uint64_t at, const ft_io_opts *io);
 
 /* ---- reading small files and indexes (open.c) ---- */
 

@@ -25,6 +25,15 @@ typedef struct verify_job {
     ft__first_err failed;  /* the first piece that failed to read or copy */
 } verify_job;
 
+int64_t ft__shard_read(ft__shard *s, const ft_buf *dst, uint64_t at, const ft_io_opts *io)
+{
+    int64_t r = ft__transfer(s->file, dst, s->data_start + at, io, false);
+    if (r >= 0 && (uint64_t)r < dst->len)
+        r = ft__err(-EIO, "%s: the file ended early (at data byte %llu)", s->path,
+                    (unsigned long long)(at + (uint64_t)r));
+    return r;
+}
+
 static int64_t verify_piece(void *arg, unsigned i)
 {
     verify_job *j = arg;
@@ -35,10 +44,7 @@ static int64_t verify_piece(void *arg, unsigned i)
     if (!buf)
         return ft__err(-ENOMEM, "verify buffer");
     ft_buf b = ft_host_buf(buf, (size_t)len);
-    int64_t r = ft__transfer(s->file, &b, s->data_start + at, j->io, false);
-    if (r >= 0 && (uint64_t)r < len)
-        r = ft__err(-EIO, "%s: the file ended early (at data byte %llu)", s->path,
-                    (unsigned long long)(at + (uint64_t)r));
+    int64_t r = ft__shard_read(s, &b, at, j->io);
     uint64_t block = s->header.csum_block;
     for (uint64_t o = 0; r >= 0 && o < len; o += block) {
         uint64_t k = (at + o) / block;
@@ -294,10 +300,7 @@ int64_t ft_ckpt_load_shard(ft_ckpt *c, unsigned k, const ft_buf *dst, const ft_l
     }
     ft_buf part = *dst;
     part.len = (size_t)s->data_size;
-    int64_t r = ft__transfer(s->file, &part, s->data_start, &io, false);
-    if (r >= 0 && (uint64_t)r != s->data_size)
-        return ft__err(-EIO, "%s: the file ended early", s->path);
-    return r;
+    return ft__shard_read(s, &part, 0, &io);
 }
 
 typedef struct load_all_job {
@@ -368,9 +371,7 @@ static int64_t read_part(ft__shard *s, uint64_t begin, const ft_buf *dst, const 
     uint64_t block = s->header.csum_block;
     prepare_host_dst(s->file->ctx, dst, n); /* a fresh tensor's pages, faulted in parallel */
     if (!(o && (o->flags & FT_LOAD_VERIFY)) || !block || n == 0) {
-        int64_t r = ft__transfer(s->file, dst, s->data_start + begin, &io, false);
-        return r >= 0 && (uint64_t)r != n ? ft__err(-EIO, "%s: the file ended early", s->path)
-                                          : r;
+        return ft__shard_read(s, dst, begin, &io);
     }
     int device;
     int64_t r = ft__buf_device(dst, &device);
@@ -383,9 +384,7 @@ static int64_t read_part(ft__shard *s, uint64_t begin, const ft_buf *dst, const 
         return ft__err(-ENOMEM, "%s: %llu bytes to verify", s->path,
                        (unsigned long long)(to - from));
     ft_buf part = ft_host_buf(tmp, (size_t)(to - from));
-    r = ft__transfer(s->file, &part, s->data_start + from, &io, false);
-    if (r >= 0 && (uint64_t)r != to - from)
-        r = ft__err(-EIO, "%s: the file ended early", s->path);
+    r = ft__shard_read(s, &part, from, &io);
     for (uint64_t at = from; r >= 0 && at < to; at += block)
         if (ft__csum(tmp + (at - from), (size_t)FT__MIN(block, to - at)) !=
             s->header.csums[at / block])

@@ -186,8 +186,8 @@ int64_t ft__ckpt_prefetch_read(ft_ckpt *c, unsigned k, const ft_buf *dst, const 
     pthread_t thread;
     int64_t r = 0;
     if (pthread_create(&thread, NULL, run_streamed, &st) != 0) {
-        r = prefetch(c, k, io->cache, NULL); /* no thread to spare: all first, then read */
-        r = r < 0 ? r : 0;
+        r = run_pieces(s, &st.job, st.n, prefetch_piece); /* no thread to spare: all first */
+        r = r < 0 ? r : 0;                                 /* (the caller reads them) */
     } else {
         uint64_t span = FT__MAX(READ_SPAN / st.job.piece, 1) * st.job.piece;
         for (uint64_t at = 0; r >= 0 && at < s->data_size; at += span) {
@@ -205,10 +205,8 @@ int64_t ft__ckpt_prefetch_read(ft_ckpt *c, unsigned k, const ft_buf *dst, const 
              * workers start it only after the last piece has started, and until then this
              * thread copies alone */
             bool was = ft__pool_first(true);
-            r = ft__transfer(s->file, &part, s->data_start + at, io, false);
+            r = ft__shard_read(s, &part, at, io);
             ft__pool_first(was);
-            if (r >= 0 && (uint64_t)r != len)
-                r = ft__err(-EIO, "%s: the file ended early", s->path);
         }
         if (r < 0)
             atomic_store(&st.job.stop, true);
