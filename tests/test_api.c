@@ -1,5 +1,5 @@
 /* The API's edges: settings and environment, names, bad arguments, file errors, sizes,
- * durability calls, and filesystems without O_DIRECT. */
+ * durability calls, and filesystems without O_DIRECT; and the thread pool's queue order. */
 #include "testlib.h"
 #include "../src/base/base.h" /* the thread pool */
 
@@ -228,7 +228,6 @@ static void case_no_odirect(void)
     free(src);
     free(dst);
 }
-
 
 /* The pool: a thread's groups queued ahead (ft__pool_first) are the next free worker's. */
 typedef struct {

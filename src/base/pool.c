@@ -177,13 +177,13 @@ int ft__pool_run(ft__pool *p, unsigned n, int64_t (*fn)(void *arg, unsigned i), 
         return -ENOMEM;
     ft__group g = {.fn = fn, .arg = arg, .results = results, .pending = n};
     pthread_mutex_lock(&p->lock);
-    for (unsigned i = 0; i < n; i++) {
+    for (unsigned i = 0; i < n; i++)
         tasks[i] = (ft__task){.group = &g, .index = i};
-        if (!queue_first)
-            queue_push(p, &tasks[i]);
-    }
     if (queue_first)
         queue_push_front(p, tasks, n);
+    else
+        for (unsigned i = 0; i < n; i++)
+            queue_push(p, &tasks[i]);
     pthread_cond_broadcast(&p->work);
     while (g.pending > 0) {
         ft__task *t = queue_take(p, &g);
