@@ -36,16 +36,6 @@ struct ft__pool {
     pthread_t *threads;
 };
 
-static void queue_push(ft__pool *p, ft__task *t)
-{
-    t->next = NULL;
-    if (p->tail)
-        p->tail->next = t;
-    else
-        p->head = t;
-    p->tail = t;
-}
-
 /* Whether this thread's groups go ahead of the queue (ft__pool_first). */
 static _Thread_local bool queue_first;
 
@@ -56,15 +46,26 @@ bool ft__pool_first(bool on)
     return was;
 }
 
-/* Queue tasks @p t[0..n) ahead of those queued, in their order. */
-static void queue_push_front(ft__pool *p, ft__task *t, unsigned n)
+/* Queue tasks @p t[0..n) (n >= 1), in their order, behind those queued or, with @p front,
+ * ahead of them. */
+static void queue_push(ft__pool *p, ft__task *t, unsigned n, bool front)
 {
     for (unsigned i = 0; i + 1 < n; i++)
         t[i].next = &t[i + 1];
-    t[n - 1].next = p->head;
-    if (!p->head)
-        p->tail = &t[n - 1];
-    p->head = &t[0];
+    ft__task *last = &t[n - 1];
+    if (front) {
+        last->next = p->head;
+        if (!p->head)
+            p->tail = last;
+        p->head = t;
+    } else {
+        last->next = NULL;
+        if (p->tail)
+            p->tail->next = t;
+        else
+            p->head = t;
+        p->tail = last;
+    }
 }
 
 /* Remove and return the first queued task of @p g (any task when g is NULL). */
@@ -179,11 +180,7 @@ int ft__pool_run(ft__pool *p, unsigned n, int64_t (*fn)(void *arg, unsigned i), 
     pthread_mutex_lock(&p->lock);
     for (unsigned i = 0; i < n; i++)
         tasks[i] = (ft__task){.group = &g, .index = i};
-    if (queue_first)
-        queue_push_front(p, tasks, n);
-    else
-        for (unsigned i = 0; i < n; i++)
-            queue_push(p, &tasks[i]);
+    queue_push(p, tasks, n, queue_first);
     pthread_cond_broadcast(&p->work);
     while (g.pending > 0) {
         ft__task *t = queue_take(p, &g);
@@ -210,7 +207,7 @@ int ft__pool_post(ft__pool *p, void (*fn)(void *arg), void *arg)
     t->detached = fn;
     t->arg = arg;
     pthread_mutex_lock(&p->lock);
-    queue_push(p, t);
+    queue_push(p, t, 1, false);
     pthread_cond_signal(&p->work);
     pthread_mutex_unlock(&p->lock);
     return 0;
