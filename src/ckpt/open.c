@@ -67,6 +67,38 @@ static const char *foreign_kind(const uint8_t *head)
     return "";
 }
 
+/* The header of a file already known to be at least 8 bytes long, whose first 8 bytes say
+ * @p n: read and parsed into s->header. */
+static int shard_parse(ft__shard *s, uint64_t n, int64_t size)
+{
+    if (n > FT__ST_HEADER_MAX)
+        return ft__err(-EBADMSG, "%s: not a safetensors file: its first 8 bytes, read as "
+                                 "safetensors' header length, say %llu, over the format's "
+                                 "limit of %llu", s->path, (unsigned long long)n,
+                       FT__ST_HEADER_MAX);
+    if (n + 8 > (uint64_t)size)
+        return ft__err(-EBADMSG, "%s: the file is truncated: its header needs %llu bytes, the "
+                                 "file holds %lld", s->path, (unsigned long long)n + 8,
+                       (long long)size);
+    char *json = malloc(n ? (size_t)n : 1);
+    if (!json)
+        return ft__err(-ENOMEM, "%s: header", s->path);
+    ft_buf b = ft_host_buf(json, (size_t)n);
+    ft_io_opts o = {.engine = FT_ENGINE_POSIX};
+    int64_t r = ft_read(s->file, &b, 8, &o);
+    int rc;
+    if (r == (int64_t)n) {
+        size_t len = (size_t)n; /* safetensors pads with spaces; JSON allows them anyway */
+        s->data_start = 8 + n;
+        s->data_size = (uint64_t)size - s->data_start;
+        rc = ft__st_parse(json, len, s->data_size, s->path, &s->header);
+    } else {
+        rc = r < 0 ? (int)r : ft__err(-EIO, "%s: short header read", s->path);
+    }
+    free(json);
+    return rc;
+}
+
 static int shard_open(ft_ctx *ctx, ft__shard *s)
 {
     int rc = ft_file_open(ctx, &s->file, s->path, FT_OPEN_READ, 0);
@@ -84,32 +116,12 @@ static int shard_open(ft_ctx *ctx, ft__shard *s)
     uint64_t n = 0;
     for (int k = 7; k >= 0; k--)
         n = n << 8 | le[k];
-    const char *kind = foreign_kind(le);
+    /* The real parse decides; the first bytes only name what an invalid file is. A valid
+     * header length can begin with any bytes (0x580 reads as a pickle's "80 05"). */
+    rc = shard_parse(s, n, size);
+    const char *kind = rc == -EBADMSG || rc == -EINVAL ? foreign_kind(le) : "";
     if (*kind)
         return ft__err(-EBADMSG, "%s: not a safetensors file%s", s->path, kind);
-    if (n > FT__ST_HEADER_MAX)
-        return ft__err(-EBADMSG, "%s: not a safetensors file: its first 8 bytes, read as "
-                                 "safetensors' header length, say %llu, over the format's "
-                                 "limit of %llu", s->path, (unsigned long long)n,
-                       FT__ST_HEADER_MAX);
-    if (n + 8 > (uint64_t)size)
-        return ft__err(-EBADMSG, "%s: the file is truncated: its header needs %llu bytes, the "
-                                 "file holds %lld", s->path, (unsigned long long)n + 8,
-                       (long long)size);
-    char *json = malloc(n ? (size_t)n : 1);
-    if (!json)
-        return ft__err(-ENOMEM, "%s: header", s->path);
-    b = ft_host_buf(json, (size_t)n);
-    int64_t r = ft_read(s->file, &b, 8, &o);
-    if (r == (int64_t)n) {
-        size_t len = (size_t)n; /* safetensors pads with spaces; JSON allows them anyway */
-        s->data_start = 8 + n;
-        s->data_size = (uint64_t)size - s->data_start;
-        rc = ft__st_parse(json, len, s->data_size, s->path, &s->header);
-    } else {
-        rc = r < 0 ? (int)r : ft__err(-EIO, "%s: short header read", s->path);
-    }
-    free(json);
     return rc;
 }
 
