@@ -2,7 +2,8 @@
  * replacing the other form of its name, both forms refused in a directory, errors that leave
  * the previous checkpoint installed, post-commit failures as warnings, cleanup of dead saves
  * (ft_ckpt_gc), FIFOs refused, and SIGKILL trials: at random moments and at each rename,
- * fsync and unlink, never a mixed checkpoint, never a leftover after gc. */
+ * fsync and unlink, never a mixed checkpoint, never a leftover after gc; loads racing
+ * re-saves of the name, and two saves of one name at once. */
 #include "fixture.h"
 #include "../src/base/syscall.h"
 
@@ -337,6 +338,198 @@ static void case_kill_at_steps(void)
     T_TRUE(trials >= 20);
 }
 
+/* ---- concurrent saves and loads ---- */
+
+static atomic_uint open_delay_us, opens_vanished;
+
+/* A slow reader: each open waits first (the audit's way of widening the window between
+ * reading an index and opening its shards); counts the opens that found no file. */
+static int slow_open(const char *p, int flags, mode_t mode)
+{
+    unsigned us = atomic_load(&open_delay_us);
+    if (us)
+        usleep(us);
+    int fd = ft__sys_real.open(p, flags, mode);
+    if (fd < 0 && errno == ENOENT)
+        atomic_fetch_add(&opens_vanished, 1);
+    return fd;
+}
+
+static unsigned env_trials(const char *name, unsigned full, unsigned quick)
+{
+    const char *env = getenv(name);
+    return env ? (unsigned)atoi(env) : t_large_tests() ? full : quick;
+}
+
+/* A child re-saves versions 0 and 1 (sharded) without pause while this process loads the
+ * name with every open slowed: each load holds one version whole, or fails saying the
+ * checkpoint was replaced while it was opened. */
+static void case_load_during_resaves(void)
+{
+    if (!t_fork_threads_ok())
+        return;
+    unsigned trials = env_trials("FT_RESAVE_TRIALS", 200, 40);
+    char dir[4200], path[4300], index[4400];
+    fresh("resave", dir, path, index);
+    T_EQ(fx_save(ctx, st, path, 0, SHARD), 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        ft_ctx *cc = t_ctx(2);
+        for (unsigned i = 0;; i++)
+            fx_save(cc, st, path, (int)(i % 2), SHARD);
+    }
+    unsigned saw[2] = {0, 0}, stale = 0, bad = 0;
+    atomic_store(&opens_vanished, 0);
+    atomic_store(&open_delay_us, 3000);
+    ft__sys.open = slow_open;
+    for (unsigned r = 0; r < trials; r++) {
+        int v = fx_which(ctx, st, r % 2 ? dir : path);
+        if (v == 0 || v == 1)
+            saw[v]++;
+        else if (v == -ESTALE && strstr(ft_last_error(), "replaced by a save"))
+            stale++;
+        else if (++bad <= 3)
+            fprintf(stderr, "  load %u: %d (%s)\n", r, v, ft_last_error());
+    }
+    ft__sys.open = ft__sys_real.open;
+    atomic_store(&open_delay_us, 0);
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    printf("  %u loads during re-saves: versions %u/%u, %u opens found a shard gone, %u gave "
+           "up (replaced 3 times), %u failed or mixed\n", trials, saw[0], saw[1],
+           atomic_load(&opens_vanished), stale, bad);
+    T_EQ(bad, 0);
+    T_TRUE(saw[0] + saw[1] > 0);
+}
+
+/* Two processes save versions 1 and 2 of one name (sharded) at the same moment: both
+ * succeed, one version is installed whole, and no file of the other is left, without gc. */
+static void case_concurrent_saves(void)
+{
+    if (!t_fork_threads_ok())
+        return;
+    unsigned trials = env_trials("FT_DOUBLE_SAVE_TRIALS", 100, 30), orphaned = 0, failed = 0;
+    unsigned saw[2] = {0, 0};
+    char dir[4200], path[4300], index[4400];
+    fresh("double", dir, path, index);
+    T_EQ(fx_save(ctx, st, path, 0, SHARD), 0);
+    for (unsigned r = 0; r < trials; r++) {
+        int go[2];
+        T_EQ(pipe(go), 0);
+        pid_t kids[2];
+        for (int k = 0; k < 2; k++)
+            if ((kids[k] = fork()) == 0) {
+                char c;
+                close(go[1]);
+                if (read(go[0], &c, 1) != 1)
+                    _exit(4);
+                ft_ctx *cc = t_ctx(2);
+                /* every third trial one of them saves a single file over the shards */
+                _exit(fx_save(cc, st, path, 1 + k, r % 3 == 2 && k ? 0 : SHARD) < 0 ? 3 : 0);
+            }
+        close(go[0]);
+        T_EQ(write(go[1], "gg", 2), 2);
+        close(go[1]);
+        for (int k = 0; k < 2; k++) {
+            int status;
+            waitpid(kids[k], &status, 0);
+            failed += !WIFEXITED(status) || WEXITSTATUS(status) != 0;
+        }
+        int v = fx_which(ctx, st, dir);
+        if (v == 1 || v == 2)
+            saw[v - 1]++;
+        else
+            failed++;
+        struct stat sb;
+        if (!fx_only(ctx, dir, stat(index, &sb) == 0 ? index : path))
+            orphaned++;
+        ft_ckpt_gc(ctx, dir, NULL, NULL); /* the next trial starts clean either way */
+    }
+    printf("  %u double saves: installed 1: %u, 2: %u; %u failed, %u left files behind\n",
+           trials, saw[0], saw[1], failed, orphaned);
+    T_EQ(failed, 0);
+    T_EQ(orphaned, 0);
+}
+
+/* ---- a writer that does not take the commit lock ---- */
+
+static char foreign_src[3][4200];
+static const char *foreign_dst;
+static unsigned foreign_left, foreign_next;
+
+/* Install the checkpoint of directory @p src in @p dst the way another tool might, without
+ * the commit lock: its shards moved in, its index renamed over, the old shards removed. */
+static void foreign_install(const char *src, const char *dst)
+{
+    char old[64][256], from[4200 + 260], to[4200 + 260];
+    unsigned nold = 0;
+    DIR *d = opendir(dst);
+    struct dirent *e;
+    while (d && (e = readdir(d)) && nold < 64)
+        if (strstr(e->d_name, "-of-"))
+            snprintf(old[nold++], sizeof old[0], "%s", e->d_name);
+    closedir(d);
+    d = opendir(src);
+    while (d && (e = readdir(d)))
+        if (strstr(e->d_name, "-of-")) {
+            if (snprintf(from, sizeof from, "%s/%s", src, e->d_name) < (int)sizeof from &&
+                snprintf(to, sizeof to, "%s/%s", dst, e->d_name) < (int)sizeof to)
+                rename(from, to);
+        }
+    closedir(d);
+    snprintf(from, sizeof from, "%s/model.safetensors.index.json", src);
+    snprintf(to, sizeof to, "%s/model.safetensors.index.json", dst);
+    rename(from, to);
+    for (unsigned i = 0; i < nold; i++) {
+        if (snprintf(to, sizeof to, "%s/%s", dst, old[i]) < (int)sizeof to)
+            unlink(to);
+    }
+}
+
+/* The first open of a shard in foreign_dst installs the next foreign checkpoint there. */
+static int replacing_open(const char *p, int flags, mode_t mode)
+{
+    if (foreign_left && strstr(p, "-of-") && !strncmp(p, foreign_dst, strlen(foreign_dst))) {
+        foreign_left--;
+        foreign_install(foreign_src[foreign_next++], foreign_dst);
+    }
+    return ft__sys_real.open(p, flags, mode);
+}
+
+/* A load whose index is replaced (by a writer without the lock) between its reading and the
+ * opening of its shards starts again on the new index; three times in a row, it fails
+ * saying so. */
+static void case_replaced_while_opened(void)
+{
+    char dir[4200], path[4300], index[4400];
+    for (unsigned times = 1; times <= 3; times++) {
+        char tag[32];
+        snprintf(tag, sizeof tag, "foreign%u", times);
+        fresh(tag, dir, path, index);
+        T_EQ(fx_save(ctx, st, path, 0, SHARD), 0);
+        for (unsigned k = 0; k < times; k++) {
+            char p[4300];
+            snprintf(tag, sizeof tag, "foreign%u-src%u", times, k);
+            fresh(tag, foreign_src[k], p, index);
+            T_EQ(fx_save(ctx, st, p, 1 + (int)(k % 2), SHARD), 0);
+        }
+        foreign_dst = dir;
+        foreign_left = times;
+        foreign_next = 0;
+        ft__sys.open = replacing_open;
+        int v = fx_which(ctx, st, path);
+        ft__sys.open = ft__sys_real.open;
+        if (times < 3) {
+            T_EQ(v, 1 + (int)((times - 1) % 2)); /* the last one installed, whole */
+        } else {
+            T_EQ(v, -ESTALE);
+            T_TRUE(strstr(ft_last_error(), "replaced by a save of the same name while it was "
+                                            "being opened (3 times)") != NULL);
+        }
+        T_EQ(foreign_left, 0);
+    }
+}
+
 int main(void)
 {
     if (!t_have_odirect())
@@ -357,6 +550,9 @@ int main(void)
         {"a FIFO is refused, not waited on", case_fifo},
         {"SIGKILL at random moments", case_kill_random},
         {"SIGKILL at each rename, fsync and unlink", case_kill_at_steps},
+        {"a load during re-saves holds one version", case_load_during_resaves},
+        {"two concurrent saves leave one checkpoint and no orphan", case_concurrent_saves},
+        {"a load restarts on an index replaced while it opened", case_replaced_while_opened},
     };
     int rc = t_run(cases, sizeof cases / sizeof *cases);
     fx_free(st);

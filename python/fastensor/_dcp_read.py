@@ -3,6 +3,7 @@ exports it) and the reads of one data file."""
 from __future__ import annotations
 
 import bisect
+import errno
 import io
 import math
 import os
@@ -26,6 +27,17 @@ _DIRECT_RUNS = 64
 # Spans read into temporary memory (destinations that are not dense, other dtypes) are
 # read in groups of at most this many bytes.
 _SPAN_GROUP = 512 << 20
+# A checkpoint of at most this many data files has them all opened as its metadata is read,
+# so a save replacing it during the load cannot remove them; larger ones open each file when
+# it is read (and a file removed by such a save fails the load, saying so).
+_HOLD_MAX = 256
+# Starts over on metadata replaced between its reading and the opening of its files.
+_OPEN_TRIES = 3
+
+
+def _same_file(a, b) -> bool:
+    return (a.st_dev, a.st_ino, a.st_mtime_ns, a.st_size) == \
+        (b.st_dev, b.st_ino, b.st_mtime_ns, b.st_size)
 
 
 class _Directory:
@@ -63,8 +75,19 @@ class FastensorReader(_Directory, StorageReader):
         self.chunks = {}
         self.load_id = uuid.uuid4().hex
         self.rank = None
+        self._held = {}  # data file (relative path) -> descriptor open since read_metadata
+        self._metadata_stat = None  # (path, os.stat_result) of the metadata read
+
+    def _release(self):
+        held, self._held = getattr(self, "_held", {}), {}
+        for fd in held.values():
+            os.close(fd)
+
+    def __del__(self):
+        self._release()
 
     def reset(self, checkpoint_id=None) -> None:
+        self._release()
         self.storage_data, self.chunks = {}, {}
         if checkpoint_id:
             self.path = os.fspath(checkpoint_id)
@@ -73,8 +96,31 @@ class FastensorReader(_Directory, StorageReader):
     def read_metadata(self, *args, **kwargs) -> Metadata:
         rank = kwargs.get("rank")
         path = os.path.join(self.path, METADATA if rank is None else f"__{rank}{METADATA}")
+        for tries in range(1, _OPEN_TRIES + 1):
+            metadata, seen = self._unpickle(path)
+            try:
+                self._hold(metadata)
+                break
+            except FileNotFoundError as e:
+                if not self._replaced(path, seen):
+                    raise FileNotFoundError(e.errno, f"{self.path}: a data file of the "
+                                                     f"checkpoint is missing ({e.filename})") \
+                        from None
+                if tries == _OPEN_TRIES:
+                    raise OSError(errno.ESTALE, f"{self.path}: the checkpoint was replaced by "
+                                                f"a save while it was being opened ({tries} "
+                                                "times): load it again") from None
+        self._metadata_stat = (path, seen)
+        if getattr(metadata, "storage_meta", None) is None:
+            metadata.storage_meta = StorageMeta()
+        metadata.storage_meta.load_id = self.load_id
+        return metadata
+
+    def _unpickle(self, path):
+        """The metadata at ``path`` and what the file was when it was read."""
         try:
             with open(path, "rb") as f:
+                seen = os.fstat(f.fileno())
                 metadata = pickle.load(f)
         except FileNotFoundError:
             raise FileNotFoundError(f"{self.path}: no DCP checkpoint here ({path} is missing)") \
@@ -84,10 +130,34 @@ class FastensorReader(_Directory, StorageReader):
         if not isinstance(metadata, Metadata):
             raise ValueError(f"{path}: not a DCP checkpoint's metadata "
                              f"({type(metadata).__name__})")
-        if getattr(metadata, "storage_meta", None) is None:
-            metadata.storage_meta = StorageMeta()
-        metadata.storage_meta.load_id = self.load_id
-        return metadata
+        return metadata, seen
+
+    def _hold(self, metadata):
+        """Open the data files the metadata names (at most _HOLD_MAX of them): from here on
+        their descriptors keep this version readable whatever a save does to the names."""
+        self._release()
+        names = {i.relative_path for i in (metadata.storage_data or {}).values()}
+        if len(names) > _HOLD_MAX:
+            return
+        try:
+            for n in sorted(names):
+                self._held[n] = os.open(os.path.join(self.path, n), os.O_RDONLY | os.O_CLOEXEC)
+        except BaseException:
+            self._release()
+            raise
+
+    @staticmethod
+    def _replaced(path, seen) -> bool:
+        try:
+            return not _same_file(os.stat(path), seen)
+        except FileNotFoundError:
+            return True
+
+    def _data_path(self, relative):
+        """Where to open a data file: the descriptor held since the metadata was read (the
+        same file whatever happened to its name since), else its name."""
+        fd = self._held.get(relative)
+        return f"/proc/self/fd/{fd}" if fd is not None else os.path.join(self.path, relative)
 
     def set_up_storage_reader(self, metadata: Metadata, is_coordinator: bool, *args,
                               **kwargs) -> None:
@@ -137,11 +207,18 @@ class FastensorReader(_Directory, StorageReader):
         return fut
 
     def _read_file(self, relative, reqs, planner):
-        path = os.path.join(self.path, relative)
+        path = self._data_path(relative)
         try:
             if not relative.endswith(".safetensors"):
                 return self._read_torch_save(path, reqs, planner)
             return _FileRead(self, path, planner).run(reqs)
+        except FileNotFoundError as e:
+            if self._metadata_stat and self._replaced(*self._metadata_stat):
+                raise OSError(errno.ESTALE, f"{self._where(relative, reqs)}: the checkpoint "
+                                            "was replaced by a save during this load: load it "
+                                            "again") from e
+            raise FileNotFoundError(e.errno, f"{self._where(relative, reqs)}: "
+                                             f"{e.strerror or e}") from e
         except OSError as e:
             raise OSError(e.errno, f"{self._where(relative, reqs)}: {e.strerror or e}") from e
         except (ValueError, RuntimeError, AssertionError) as e:

@@ -170,6 +170,16 @@ char *ft__shard_name(const ft__ckpt_name *n, unsigned k, unsigned nshards, uint3
 /** fsync a directory. @return 0 or -errno. */
 int ft__fsync_dir(const char *dir);
 /**
+ * Take the commit lock of directory @p dir (a flock of the directory itself, waited for):
+ * exclusive, commits into one directory and ft_ckpt_gc's sweeps take turns under it; @p
+ * shared, a load holds it from reading an index until its shards are open, so no commit
+ * removes them in between. *fd is the descriptor to give ft__commit_unlock, -1 where the
+ * filesystem has no flock. @return 0 or -errno (nothing is held then).
+ */
+int ft__commit_lock(const char *dir, bool shared, int *fd);
+/** Release a lock of ft__commit_lock (-1: none). */
+void ft__commit_unlock(int fd);
+/**
  * After the commit: make it durable (when @p sync), remove the other form of the name (the
  * index and its shards after a single-file save, the file after a sharded one), the previous
  * index's shards not in @p keep (plain names), and leftovers of dead saves of this name.

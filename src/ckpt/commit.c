@@ -11,6 +11,13 @@
  * Leftovers of saves that died (their temporaries, shards of generations no index lists) are
  * removed by the next save of the name and by ft_ckpt_gc; a file whose flock is held or whose
  * pid is alive belongs to a save in progress and is left alone.
+ *
+ * Commits into one directory take turns under the directory's commit lock: the rename that
+ * installs a checkpoint, the removal of what it replaced and the release of the save's own
+ * locks, and every sweep for leftovers. So of two concurrent saves of one name, the later
+ * commit finds the earlier one's shards unlocked and no longer listed, and removes them; and
+ * no index can be installed between a sweep's reading of the indexes and its removals. A load
+ * of an index holds the lock shared until its shards are open (ckpt open.c).
  */
 #include "ckpt.h"
 #include "../base/syscall.h"
@@ -114,6 +121,11 @@ int ft__name_installed(ft_ctx *ctx, ft__ckpt_name *n)
 {
     /* Only whether each form can be told matters: the cleanup after the commit tries to
      * remove the other form whether or not it was seen. */
+    for (size_t i = 0; i < n->nold; i++) /* a second look replaces the first */
+        free(n->old[i]);
+    free(n->old);
+    n->old = NULL;
+    n->nold = 0;
     int single = present(n->path), index = single < 0 ? single : present(n->index);
     if (single < 0 || index <= 0)
         return single < 0 ? single : index;
@@ -195,6 +207,36 @@ int ft__fsync_dir(const char *dir)
         }
     ft__sys.close(fd);
     return rc;
+}
+
+void ft__commit_unlock(int fd)
+{
+    if (fd < 0)
+        return;
+    int saved = errno; /* a caller's errno outlives the release */
+    ft__sys.close(fd); /* the flock goes with the descriptor */
+    errno = saved;
+}
+
+int ft__commit_lock(const char *dir, bool shared, int *fd)
+{
+    *fd = -1;
+    int d = ft__sys.open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
+    if (d < 0)
+        return errno == EACCES ? 0 /* a directory we may write but not list: no lock */
+                               : ft__err(-errno, "cannot open directory %s to lock it", dir);
+    while (ft__sys.flock(d, shared ? LOCK_SH : LOCK_EX) != 0) {
+        int e = errno;
+        if (e == EINTR)
+            continue;
+        ft__commit_unlock(d);
+        /* filesystems without flock (some network ones): commits as before, unserialized */
+        if (e == EOPNOTSUPP || e == ENOLCK || e == ENOSYS || e == EINVAL || e == EBADF)
+            return 0;
+        return ft__err(-e, "cannot lock directory %s", dir);
+    }
+    *fd = d;
+    return 0;
 }
 
 /* ---- leftovers ---- */
@@ -375,7 +417,11 @@ int64_t ft_ckpt_gc(ft_ctx *ctx, const char *dir,
     if (!S_ISDIR(st.st_mode))
         return ft__err(-ENOTDIR, "%s is not a directory", dir);
     sweep w = {.ctx = ctx, .dir = dir, .removed = removed, .arg = arg};
-    int rc = sweep_dir(&w);
+    int lock;
+    int rc = ft__commit_lock(dir, false, &lock);
+    if (rc == 0)
+        rc = sweep_dir(&w);
+    ft__commit_unlock(lock);
     if (rc == 0 && w.count)
         rc = ft__fsync_dir(dir);
     return rc < 0 ? rc : w.count;

@@ -280,13 +280,13 @@ static int index_check(const ft_ckpt *c, const char *path, const ft__json *root)
     for (unsigned k = 0; k < c->nshards; k++)
         for (size_t i = 0; i < c->shards[k].header.ntensors; i++)
             bytes += c->shards[k].header.tensors[i].end - c->shards[k].header.tensors[i].begin;
-    if (ft__json_type(total) != FT__JSON_INT || ft__json_int_value(total) < 0 ||
-        (uint64_t)ft__json_int_value(total) != bytes)
-        return ft__err(-EBADMSG, "%s: metadata.total_size is %s%lld but the shards' tensors "
-                                 "hold %llu bytes (an index of another checkpoint?)", path,
-                       ft__json_type(total) == FT__JSON_INT ? "" : "not an integer: ",
-                       (long long)ft__json_int_value(total),
-                       (unsigned long long)bytes);
+    if (ft__json_type(total) != FT__JSON_INT || ft__json_int_value(total) < 0)
+        return ft__err(-EBADMSG, "%s: metadata.total_size is not a byte count (a "
+                                 "non-negative integer)", path);
+    if ((uint64_t)ft__json_int_value(total) != bytes)
+        return ft__err(-EBADMSG, "%s: metadata.total_size says %lld bytes, the shards' "
+                                 "tensors hold %llu (an index of another checkpoint?)", path,
+                       (long long)ft__json_int_value(total), (unsigned long long)bytes);
     return 0;
 }
 
@@ -393,10 +393,31 @@ static int ckpt_index(ft_ckpt *c)
     return 0;
 }
 
-int ft_ckpt_open(ft_ctx *ctx, ft_ckpt **out, const char *path_in)
+/* How many times ft_ckpt_open starts again over an index replaced while it was opened. */
+#define FT__OPEN_TRIES 3
+
+/* (one call site for both looks at an index: the fault sweep reaches it through the first) */
+static int index_stat(const char *path, struct stat *st)
 {
-    if (!ctx || !out || !path_in || !*path_in)
-        return ft__err(-EINVAL, "ft_ckpt_open: missing context, output or path");
+    return ft__sys.stat(path, st);
+}
+
+/* Whether the file at @p path is no longer the one @p was (renamed over, or removed). */
+static bool index_replaced(const char *path, const struct stat *was)
+{
+    struct stat now;
+    if (index_stat(path, &now) != 0)
+        return errno == ENOENT;
+    return now.st_ino != was->st_ino || now.st_dev != was->st_dev ||
+           now.st_mtim.tv_sec != was->st_mtim.tv_sec ||
+           now.st_mtim.tv_nsec != was->st_mtim.tv_nsec || now.st_size != was->st_size;
+}
+
+/* One try at opening @p path_in. Where it read an index, *index_out is its path (the
+ * caller frees it) and *seen what the file was when it was read. */
+static int open_once(ft_ctx *ctx, ft_ckpt **out, const char *path_in, char **index_out,
+                     struct stat *seen)
+{
     struct stat st;
     char *picked = NULL;
     int rc = 0;
@@ -420,8 +441,18 @@ int ft_ckpt_open(ft_ctx *ctx, ft_ckpt **out, const char *path_in)
     }
     c->ctx = ctx;
     ft__json_doc *index = NULL;
+    int lock = -1;
     if (ends_with(path, ".index.json")) {
-        rc = index_load(c, path, &index);
+        char *dir = dir_of(path);
+        if (!(*index_out = strdup(path)) || !dir)
+            rc = ft__err(-ENOMEM, "checkpoint");
+        else if ((rc = ft__commit_lock(dir, true, &lock)) < 0)
+            ;
+        else if (index_stat(path, seen) != 0)
+            rc = ft__err(-errno, "cannot open checkpoint index %s", path);
+        else
+            rc = index_load(c, path, &index);
+        free(dir);
     } else if (!(c->shards = calloc(1, sizeof *c->shards)) ||
                !(c->shards[0].path = strdup(path))) {
         rc = ft__err(-ENOMEM, "checkpoint");
@@ -430,6 +461,7 @@ int ft_ckpt_open(ft_ctx *ctx, ft_ckpt **out, const char *path_in)
     }
     for (unsigned k = 0; rc == 0 && k < c->nshards; k++)
         rc = shard_open(ctx, &c->shards[k]);
+    ft__commit_unlock(lock); /* the descriptors hold this version from here on */
     if (rc == 0 && index)
         rc = index_check(c, path, ft__json_root(index));
     if (rc == 0)
@@ -447,6 +479,30 @@ int ft_ckpt_open(ft_ctx *ctx, ft_ckpt **out, const char *path_in)
     }
     *out = c;
     return 0;
+}
+
+int ft_ckpt_open(ft_ctx *ctx, ft_ckpt **out, const char *path_in)
+{
+    if (!ctx || !out || !path_in || !*path_in)
+        return ft__err(-EINVAL, "ft_ckpt_open: missing context, output or path");
+    /* Our saves wait for the open of an index's shards (the directory's commit lock, held
+     * shared); a writer that does not (or a filesystem without flock) can install a new index
+     * and remove the shards of the one just read before they are opened. Once open, the
+     * descriptors hold that version: a vanished shard of an index that has changed since is
+     * a replaced checkpoint, opened again. */
+    for (int tries = 1;; tries++) {
+        struct stat seen;
+        char *index = NULL;
+        int rc = open_once(ctx, out, path_in, &index, &seen);
+        bool replaced = rc == -ENOENT && index && index_replaced(index, &seen);
+        if (replaced && tries == FT__OPEN_TRIES)
+            rc = ft__err(-ESTALE, "%s: the checkpoint was replaced by a save of the same name "
+                                  "while it was being opened (%d times): open it again", index,
+                         tries);
+        free(index);
+        if (!replaced || tries == FT__OPEN_TRIES)
+            return rc;
+    }
 }
 
 void ft_ckpt_close(ft_ckpt *c)

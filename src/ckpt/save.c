@@ -571,11 +571,19 @@ static int save_laid_out(ft_ctx *ctx, const char *path, const ft_tensor *tensors
     rc = plan_shards(&job, &nm, tensors, count, opts ? opts->shard_size : 0);
     if (rc == 0)
         rc = write_shards(&job);
+    int lock = -1;
+    if (rc == 0)
+        rc = ft__commit_lock(nm.dir, false, &lock);
+    if (rc == 0) /* what is installed now: a concurrent save may have committed meanwhile */
+        rc = ft__name_installed(ctx, &nm);
     if (rc == 0)
         rc = commit(&job, &nm, sync);
     if (rc == 0 && after_commit(&job, &nm, sync) < 0)
         rc = FT_SAVE_WARNING; /* installed; the detail says which step after it failed */
-    FT__KEEPING_DETAIL(free_job(&job); ft__name_release(&nm, ctx->pool); ft__name_free(&nm));
+    /* The shards' locks go before the directory's: the next commit removes them once no
+     * installed index lists them. */
+    FT__KEEPING_DETAIL(free_job(&job); ft__commit_unlock(lock);
+                       ft__name_release(&nm, ctx->pool); ft__name_free(&nm));
     return rc;
 }
 

@@ -235,6 +235,38 @@ def test_overwrite_replaces_atomically_and_removes_old_files(tmp):
     assert_same(flat(got), flat(small_state(1)))
 
 
+@pytest.mark.parametrize("verify", [False, True])
+def test_a_save_during_a_load_leaves_the_load_its_version(tmp, verify):
+    """A save replacing the checkpoint after the load read its metadata (and removing the
+    old data files) changes nothing for that load: it reads the version it started with."""
+    ck = os.path.join(tmp, "ck")
+    dcp.save(small_state(0), storage_writer=fdcp.FastensorWriter(ck))
+    old_files = {n for n in os.listdir(ck) if n.endswith(".safetensors")}
+
+    class Racing(fdcp.FastensorReader):
+        def set_up_storage_reader(self, *a, **k):
+            super().set_up_storage_reader(*a, **k)
+            dcp.save(small_state(1), storage_writer=fdcp.FastensorWriter(ck))
+
+    got = zeros_like_state(small_state(0))
+    dcp.load(got, storage_reader=Racing(ck, verify=verify))
+    assert not old_files & set(os.listdir(ck))  # the save did remove them
+    assert_same(flat(got), flat(small_state(0)))
+    got = zeros_like_state(small_state(1))
+    dcp.load(got, storage_reader=fdcp.FastensorReader(ck))
+    assert_same(flat(got), flat(small_state(1)))
+
+
+def test_a_data_file_missing_from_the_start_is_named(tmp):
+    ck = os.path.join(tmp, "ck")
+    dcp.save(small_state(0), storage_writer=fdcp.FastensorWriter(ck))
+    for n in os.listdir(ck):
+        if n.endswith(".safetensors"):
+            os.unlink(os.path.join(ck, n))
+    with pytest.raises(FAIL, match="a data file of the checkpoint is missing"):
+        dcp.load(zeros_like_state(small_state(0)), storage_reader=fdcp.FastensorReader(ck))
+
+
 def test_reads_dcp_default_writer_checkpoints(tmp):
     s = small_state(4)
     ck = os.path.join(tmp, "ck")
