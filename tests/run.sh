@@ -50,6 +50,10 @@ for s in "$here"/check-*.sh; do
 done
 if [ -z "${SAN:-}" ] && [ -z "${FT_NO_PYTEST:-}" ] && [ -d "$here/python" ]; then
     run_one "pytest" "$here/../scripts/pytest.sh"
+    # safetensors' own suite, the real package's run and fastensor's (tests/conformance)
+    run_one "safetensors-conformance" "$here/conformance/run.sh"
+    grep -E '^(safetensors|fastensor): ' "$FT_TEST_DIR/safetensors-conformance.log" |
+        sed 's/^/      /'
 fi
 echo
 [ ${#failed_names[@]} -gt 0 ] && echo "failed: ${failed_names[*]}"

@@ -276,20 +276,29 @@ def convert(src, dst, *, compression: str = "auto", engine: str = "auto") -> Non
 
 def safe_open(filename, framework: str, device="cpu", **kwargs):
     """``safetensors.safe_open``: a checkpoint (file, index or directory) held open, tensors
-    read one at a time or in slices. ``framework``: "pt" (torch tensors) or "np"/"numpy";
-    see :func:`fastensor.torch.safe_open` for the rest."""
+    read one at a time or in slices. ``framework``: "pt" (torch tensors), "np" (numpy), or
+    one of "tf", "flax"/"jax", "mlx", "paddle" (numpy arrays handed to that framework);
+    ``backend="mmap" | "pread"`` as safetensors'; see :func:`fastensor.torch.safe_open` for
+    the rest."""
     if framework in ("pt", "torch", "pytorch"):
         from .torch import safe_open as opener
-    elif framework in ("np", "numpy"):
+    elif framework in ("np", "numpy") or framework in _frameworks.CONVERTERS:
         from .numpy import safe_open as opener
     else:
-        raise ValueError(f"framework {framework!r}: \"pt\" or \"np\"")
+        raise SafetensorValueError(f"framework {framework} is invalid")
+    if framework in _frameworks.CONVERTERS:
+        return _frameworks.Converted(opener(filename, "np", device, **kwargs), framework)
     return opener(filename, framework, device, **kwargs)
 
 
 from .store import SpillStore  # noqa: E402  (needs the helpers above)
 from ._ckpt import SaveWarning, gc  # noqa: E402
+from . import _frameworks  # noqa: E402
+from ._st import (SafetensorError, SafetensorKeyError, SafetensorValueError,  # noqa: E402
+                  TensorSpec, _safe_open_handle, deserialize, serialize,  # noqa: F401
+                  serialize_file)
 
 __all__ = ["File", "Request", "SaveWarning", "SpillStore", "configure", "context", "convert",
-           "gc", "safe_open",
-           "inspect", "verify", "ENGINES"]
+           "gc", "safe_open", "inspect", "verify", "ENGINES",
+           "SafetensorError", "SafetensorKeyError", "SafetensorValueError", "TensorSpec",
+           "serialize", "serialize_file", "deserialize"]

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import atexit
 import concurrent.futures
+import os
+import signal
 import sys
 import threading
 import time
@@ -57,9 +59,108 @@ def release_snapshot_memory() -> None:
     _snapshots.release()
 
 
+class _TermGuard:
+    """SIGTERM (what a scheduler sends before preemption) while saves are in flight: the
+    saves running on other threads are finished first, then the handler that was there
+    before is restored and honoured (the default one ends the process by SIGTERM, as it
+    would have). Installed by the first save begun on the main thread (Python handlers can
+    only be set there); where it finds no save in flight it hands the signal on at once.
+    A save running on the main thread itself when the signal comes is finished before the
+    signal is honoured. ``FASTENSOR_SIGTERM=default`` leaves SIGTERM alone. SIGKILL and
+    ``os._exit`` cannot be caught: a save they stop leaves the previous checkpoint, and
+    temporaries that ``fastensor gc`` (or the next save of the name) removes."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.ops = {}            # token -> (thread, done event, what)
+        self.previous = None     # the handler ours replaced
+        self.installed = False
+        self.deferred = None     # a signal that came while the main thread was saving
+
+    def begin(self, what, thread=None):
+        """A save that ``thread`` (this one by default) runs: SIGTERM waits for it."""
+        token = object()
+        with self.lock:
+            self.ops[token] = (thread or threading.current_thread(), threading.Event(), what)
+        self.arm()
+        return token
+
+    def arm(self):
+        """Install the handler, where this is the main thread (a writer whose saves run on
+        other threads arms it when it is made)."""
+        if not self.installed and os.environ.get("FASTENSOR_SIGTERM", "finish") != "default" \
+                and threading.current_thread() is threading.main_thread():
+            try:
+                self.previous = signal.getsignal(signal.SIGTERM)
+                signal.signal(signal.SIGTERM, self._on_term)
+                self.installed = True
+            except (ValueError, OSError):  # not the main interpreter
+                pass
+
+    def end(self, token):
+        with self.lock:
+            _, done, _ = self.ops.pop(token)
+            done.set()
+            honour = None
+            if self.deferred is not None and not self._mine_left():
+                honour, self.deferred = self.deferred, None
+        if honour is not None:
+            self._honour(*honour)
+
+    def _mine_left(self):
+        """Whether a save of this thread is in flight (the handler runs on the main thread,
+        so only the main thread defers a signal, and only it honours one deferred)."""
+        me = threading.current_thread()
+        return me is not threading.main_thread() or any(t is me for t, _, _ in
+                                                         self.ops.values())
+
+    def _on_term(self, signum, frame):
+        with self.lock:
+            others = [(d, w) for t, d, w in self.ops.values()
+                      if t is not threading.current_thread()]
+        if others:
+            print(f"fastensor: SIGTERM: finishing {len(others)} checkpoint save(s) in flight "
+                  f"first: {', '.join(sorted(str(w) for _, w in others))}", file=sys.stderr,
+                  flush=True)
+            for done, _ in others:
+                done.wait()
+        with self.lock:
+            if self._mine_left():  # this thread is inside a save: honoured when it ends
+                self.deferred = (signum, frame)
+                return
+        self._honour(signum, frame)
+
+    def _honour(self, signum, frame):
+        previous, self.previous = self.previous, None
+        self.installed = False
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
+        if callable(previous):
+            previous(signum, frame)
+        elif previous in (signal.SIG_DFL, None):
+            os.kill(os.getpid(), signal.SIGTERM)
+
+
+_term = _TermGuard()
+
+
+class in_flight:
+    """``with in_flight(what):`` a save that SIGTERM waits for (see :class:`_TermGuard`)."""
+
+    def __init__(self, what):
+        self.what = what
+
+    def __enter__(self):
+        self.token = _term.begin(self.what)
+
+    def __exit__(self, *exc):
+        _term.end(self.token)
+
+
 def _finish_pending_saves():
     """At interpreter exit: saves still running are finished (their threads are daemons,
-    which the interpreter would otherwise stop mid-write)."""
+    which the interpreter would otherwise stop mid-write); failed saves whose future no one
+    asked for their result are reported, and the exit status says so."""
     with _pending_lock:
         running = [f for f in _pending if not f.done()]
     if running:
@@ -68,8 +169,27 @@ def _finish_pending_saves():
               f"{names}", file=sys.stderr, flush=True)
         for f in running:
             f._thread.join()
+    with _pending_lock:
+        unseen = sorted(_unchecked, key=lambda f: str(f.filename))
+        _unchecked.clear()
+    if not unseen:
+        return
+    for f in unseen:
+        print(f"fastensor: the checkpoint save to {f.filename} failed, and its result was "
+              f"never checked: {type(f._exc).__name__}: {f._exc}", file=sys.stderr)
+    if os.environ.get("FASTENSOR_UNCHECKED_SAVE", "fail") != "warn":
+        # no silent success: the process ends with status 1 (after the logs are written)
+        if "logging" in sys.modules:
+            sys.modules["logging"].shutdown()
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError, AttributeError):
+                pass
+        os._exit(1)
 
 
+_unchecked = set()  # failed SaveFutures whose error no one has asked for
 atexit.register(_finish_pending_saves)
 
 
@@ -86,6 +206,37 @@ class SaveFuture(concurrent.futures.Future):
         self.blocked_seconds = blocked_seconds
         self.snapshot = "host"
         self._thread = None
+        self._exc = None
+
+    def _seen(self):
+        with _pending_lock:
+            _unchecked.discard(self)
+
+    def result(self, timeout=None):
+        try:
+            return super().result(timeout)
+        finally:
+            if self.done():
+                self._seen()
+
+    def exception(self, timeout=None):
+        try:
+            return super().exception(timeout)
+        finally:
+            if self.done():
+                self._seen()
+
+    def add_done_callback(self, fn):
+        self._seen()  # (the callback is handed the future: its error is the callback's)
+        super().add_done_callback(fn)
+
+    def _failed(self, error):
+        """Fail the future; its error is reported at exit unless someone asks for it."""
+        self._exc = error
+        with _pending_lock:
+            if not self._done_callbacks:
+                _unchecked.add(self)
+        self.set_exception(error)
 
 
 AsyncSave = SaveFuture  # the earlier name
@@ -179,8 +330,13 @@ def save_file_async(tensors: dict, filename, metadata: dict | None = None, *,
     host. "none": no copy (no memory beyond the save's own), the save reads the caller's
     tensors: the caller must not change or free them until the future is done (what was
     queued on their CUDA streams is waited for first). A save still running when the
-    interpreter exits is finished first (a line on stderr says so); a failed save leaves the
-    previous checkpoint and no temporary file."""
+    interpreter exits is finished first (a line on stderr says so); so is one running when
+    the process gets SIGTERM, before the signal is honoured (:class:`_TermGuard`; a call from
+    the main thread installs the handler; ``FASTENSOR_SIGTERM=default`` leaves SIGTERM alone).
+    A failed save leaves the previous checkpoint and no temporary file; one whose future no
+    one asks for its result (``result()``, ``exception()``, a done callback) is reported on
+    stderr at exit, and the process exits with status 1 (``FASTENSOR_UNCHECKED_SAVE=warn``:
+    reported only)."""
     if snapshot not in ("auto", "host", "device", "none"):
         raise ValueError(f"snapshot must be 'auto', 'host', 'device' or 'none', "
                          f"not {snapshot!r}")
@@ -221,11 +377,13 @@ def save_file_async(tensors: dict, filename, metadata: dict | None = None, *,
             with _pending_lock:
                 _pending.discard(fut)
         if ran and error is not None:
-            fut.set_exception(error)
+            fut._failed(error)
         elif ran:
             fut.set_result(None)
+        _term.end(token)  # (a SIGTERM that came meanwhile is honoured from here)
 
     fut._thread = threading.Thread(target=run, daemon=True, name="fastensor-save")
+    token = _term.begin(filename, fut._thread)  # from here SIGTERM finishes the save first
     with _pending_lock:
         _pending.add(fut)
     fut._thread.start()

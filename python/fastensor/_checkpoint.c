@@ -57,7 +57,7 @@ static PyObject *py_ckpt_save(PyObject *self, PyObject *args)
         int d = ft_dtype_from_name(dtype);
         Py_ssize_t ndim = PyTuple_Check(shape) ? PyTuple_Size(shape) : -1;
         if (d < 0 || ndim < 0 || ndim > FT_MAX_DIMS) {
-            PyErr_Format(PyExc_ValueError, "tensor '%s': bad dtype '%s' or shape", name, dtype);
+            PyErr_Format(ft_py_value_error, "tensor '%s': bad dtype '%s' or shape", name, dtype);
             goto out;
         }
         for (Py_ssize_t k = 0; k < ndim; k++) {
@@ -237,7 +237,7 @@ static PyObject *ckpt_read_part(PyObject *args, bool whole_shard)
     if (!c)
         return NULL;
     if (whole_shard && index > UINT_MAX) {
-        PyErr_Format(PyExc_ValueError, "shard %llu: the checkpoint has no such shard", index);
+        PyErr_Format(ft_py_value_error, "shard %llu: the checkpoint has no such shard", index);
         return NULL;
     }
     ft_buf b = load_buf(&a);

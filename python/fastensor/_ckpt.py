@@ -153,8 +153,15 @@ def gc(directory) -> list:
 
 
 def open_checkpoint(path):
-    """(handle, tensors, metadata, shards) of a file, index or directory."""
-    ck = _C.ckpt_open(context(), os.fspath(path))
+    """(handle, tensors, metadata, shards) of a file, index or directory (a path that does
+    not exist: FileNotFoundError with safetensors' text)."""
+    try:
+        ck = _C.ckpt_open(context(), os.fspath(path))
+    except FileNotFoundError:
+        if os.path.lexists(path) or os.path.lexists(f"{os.fspath(path)}.index.json"):
+            raise
+        from ._st import not_found
+        raise not_found(path) from None
     tensors, meta, shards, _ = _C.ckpt_describe(ck)
     return ck, tensors, meta, shards
 

@@ -19,12 +19,14 @@
 
 #define CAP_REQ "fastensor.req"
 
+PyObject *ft_py_error, *ft_py_value_error, *ft_py_key_error;
+
 PyObject *raise_ft(int err, const char *path)
 {
     int e = err < 0 ? -err : err;
     const char *detail = ft_last_error();
     if (e == EBADMSG || e == EINVAL || e == ERANGE || e == ENODATA) {
-        PyErr_Format(PyExc_ValueError, "%s%s%s", detail && *detail ? detail : ft_strerror(err),
+        PyErr_Format(ft_py_value_error, "%s%s%s", detail && *detail ? detail : ft_strerror(err),
                      path && !strstr(detail, path) ? ": " : "",
                      path && !strstr(detail, path) ? path : "");
         return NULL;
@@ -85,7 +87,7 @@ void *cap_get(PyObject *cap, const char *name)
 {
     void *p = PyCapsule_GetPointer(cap, name);
     if (!p && !PyErr_Occurred())
-        PyErr_Format(PyExc_ValueError, "%s is closed", name);
+        PyErr_Format(ft_py_value_error, "%s is closed", name);
     return p;
 }
 
@@ -352,11 +354,47 @@ static struct PyModuleDef module = {
 };
 
 PyMODINIT_FUNC PyInit__C(void);
+/* The error classes, named as fastensor's (the package re-exports them). */
+static int add_errors(PyObject *m)
+{
+    ft_py_error = PyErr_NewExceptionWithDoc(
+        "fastensor.SafetensorError", "safetensors' error class: invalid files, arguments "
+        "and names (as SafetensorValueError and SafetensorKeyError, which are also ValueError "
+        "and KeyError).", PyExc_Exception, NULL);
+    PyObject *vb = ft_py_error ? PyTuple_Pack(2, ft_py_error, PyExc_ValueError) : NULL;
+    PyObject *kb = ft_py_error ? PyTuple_Pack(2, ft_py_error, PyExc_KeyError) : NULL;
+    ft_py_value_error = vb ? PyErr_NewExceptionWithDoc(
+        "fastensor.SafetensorValueError", "An invalid file or argument: a SafetensorError and "
+        "a ValueError.", vb, NULL) : NULL;
+    /* str() of it is its message, as SafetensorError's (KeyError's own quotes it) */
+    PyObject *str = PyObject_GetAttrString(PyExc_Exception, "__str__");
+    PyObject *kd = str ? Py_BuildValue("{sO}", "__str__", str) : NULL;
+    Py_XDECREF(str);
+    ft_py_key_error = kb && kd ? PyErr_NewExceptionWithDoc(
+        "fastensor.SafetensorKeyError", "A tensor name the checkpoint lacks: a "
+        "SafetensorError and a KeyError.", kb, kd) : NULL;
+    Py_XDECREF(kd);
+    Py_XDECREF(vb);
+    Py_XDECREF(kb);
+    if (!ft_py_value_error || !ft_py_key_error)
+        return -1;
+    Py_INCREF(ft_py_error);
+    Py_INCREF(ft_py_value_error);
+    Py_INCREF(ft_py_key_error);
+    if (PyModule_AddObject(m, "SafetensorError", ft_py_error) < 0 ||
+        PyModule_AddObject(m, "SafetensorValueError", ft_py_value_error) < 0 ||
+        PyModule_AddObject(m, "SafetensorKeyError", ft_py_key_error) < 0)
+        return -1;
+    return 0;
+}
+
 PyMODINIT_FUNC PyInit__C(void)
 {
     PyObject *m = PyModule_Create(&module);
-    if (!m)
+    if (!m || add_errors(m) < 0) {
+        Py_XDECREF(m);
         return NULL;
+    }
     PyModule_AddIntConstant(m, "OPEN_READ", FT_OPEN_READ);
     PyModule_AddIntConstant(m, "OPEN_WRITE", FT_OPEN_WRITE);
     PyModule_AddIntConstant(m, "OPEN_CREATE", FT_OPEN_CREATE);

@@ -6,8 +6,13 @@
 #define CAP_FILE "fastensor.file"
 #define CAP_CKPT "fastensor.ckpt"
 
-/** Raise for a failed call: ValueError for invalid data/arguments, else OSError(errno)
- * with the library's detail and @p path (may be NULL). @return NULL. */
+/** safetensors' error classes: SafetensorError (an Exception), and its subclasses that are
+ * also ValueError (invalid files and arguments) and KeyError (a name a checkpoint lacks):
+ * `except SafetensorError` and `except ValueError` / `KeyError` both catch them. */
+extern PyObject *ft_py_error, *ft_py_value_error, *ft_py_key_error;
+
+/** Raise for a failed call: SafetensorValueError for invalid data/arguments, else
+ * OSError(errno) with the library's detail and @p path (may be NULL). @return NULL. */
 PyObject *raise_ft(int err, const char *path);
 
 /** The capsule's pointer, or NULL with ValueError("<name> is closed"). */

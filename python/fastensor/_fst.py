@@ -28,7 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from . import File, _C, _ckpt, context
+from . import File, _C, _ckpt, _st, context
 from ._safe import _BYTES, _PACKED_BITS, Opened
 
 MAGIC = b"FASTENSZ"
@@ -176,7 +176,7 @@ class Container:
         try:
             return self.by_name[name]
         except KeyError:
-            raise KeyError(f"{self.path}: no tensor named {name!r}") from None
+            raise _st.SafetensorKeyError(f"File does not contain tensor {name}") from None
 
     def decode_into(self, targets, device=None, stream=0):
         """Decode tensors into memory: ``targets`` maps a name to the address of room for its
@@ -563,13 +563,14 @@ class FstOpen(Opened):
         self._c = Container(filename, engine=engine, cache=cache)
         self._filename = self._c.path
         self._open_ = True
+        self._torch_indexing = adapter.torch_indexing
 
     def close(self):
         self._open_ = False
 
     def _open(self):
         if not self._open_:
-            raise ValueError(f"{self._filename}: the checkpoint is closed")
+            raise _st.SafetensorValueError(f"{self._filename}: the checkpoint is closed")
         return self._c
 
     def keys(self) -> list:

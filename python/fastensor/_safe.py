@@ -9,7 +9,7 @@ import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
-from . import _C, _ckpt, cache_id, engine_id
+from . import _C, _ckpt, _st, cache_id, engine_id
 
 # Runs of a slice closer than this are read as one span (they share pages anyway).
 _MERGE_GAP = 4096
@@ -32,40 +32,6 @@ _PACKED_BITS = {"F4": 4, "F6_E2M3": 6, "F6_E3M2": 6}
 _BYTES = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E5M2": 1, "F8_E4M3": 1, "F8_E8M0": 1,
           "F8_E4M3FNUZ": 1, "F8_E5M2FNUZ": 1, "I16": 2, "U16": 2, "F16": 2, "BF16": 2,
           "I32": 4, "U32": 4, "F32": 4, "C64": 8, "F64": 8, "I64": 8, "U64": 8}
-
-
-def normalize_index(key, shape):
-    """Basic indexing of a tensor of ``shape`` (ints, slices with a positive step, one
-    Ellipsis) as [(start, stop, step, keep_dim)] per dimension."""
-    if not isinstance(key, tuple):
-        key = (key,)
-    if sum(k is Ellipsis for k in key) > 1:
-        raise IndexError("an index can only have a single ellipsis ('...')")
-    if Ellipsis in key:
-        at = key.index(Ellipsis)
-        fill = len(shape) - (len(key) - 1)
-        key = key[:at] + (slice(None),) * max(fill, 0) + key[at + 1:]
-    if len(key) > len(shape):
-        raise IndexError(f"too many indices: {len(key)} for a tensor of {len(shape)} "
-                         "dimensions")
-    key = key + (slice(None),) * (len(shape) - len(key))
-    out = []
-    for d, (k, n) in enumerate(zip(key, shape)):
-        if isinstance(k, slice):
-            start, stop, step = k.indices(n)
-            if step <= 0:
-                raise ValueError(f"dimension {d}: only positive slice steps are supported")
-            out.append((start, max(stop, start), step, True))
-        elif isinstance(k, int) or hasattr(k, "__index__"):
-            i = k.__index__()
-            if not -n <= i < n:
-                raise IndexError(f"index {i} is out of bounds for dimension {d} of size {n}")
-            i %= n
-            out.append((i, i + 1, 1, False))
-        else:
-            raise TypeError(f"dimension {d}: unsupported index {k!r} (ints, slices and "
-                            "'...' are)")
-    return out
 
 
 def runs_of(shape, box, esize):
@@ -96,7 +62,11 @@ def runs_of(shape, box, esize):
 
 class Opened:
     """What every ``safe_open`` handle shares: the context manager and lazy slices (the
-    handle gives ``_entry(name)``, ``read_box(name, box)``, ``_adapter``, ``_device``)."""
+    handle gives ``_entry(name)``, ``read_box(name, box)``, ``_adapter``, ``_device``, and
+    ``_torch_indexing``: whether slices index as torch does, as safetensors' own do for
+    torch tensors of its default backend, or by safetensors' strict rules)."""
+
+    _torch_indexing = False
 
     def __enter__(self):
         return self
@@ -105,8 +75,7 @@ class Opened:
         self.close()
 
     def get_slice(self, name):
-        """A lazy view of tensor ``name``: ``get_shape()``, ``get_dtype()``, and ``[...]``
-        (basic indexing)."""
+        """A lazy view of tensor ``name``: ``get_shape()``, ``get_dtype()``, and ``[...]``."""
         self._entry(name)
         return _Slice(self, name)
 
@@ -116,7 +85,7 @@ class SafeOpen(Opened):
     ``get_slice(name)[...]``. ``adapter`` makes arrays for the framework."""
 
     def __init__(self, filename, adapter, device, *, engine="auto", verify=False,
-                 cache="auto"):
+                 cache="auto", backend="mmap"):
         self._adapter = adapter
         self._device = adapter.device(device)
         self._engine, self._verify, self._cache = engine_id(engine), bool(verify), cache_id(cache)
@@ -139,8 +108,9 @@ class SafeOpen(Opened):
         self._window_lock = threading.Lock()
         # host tensors of a shard the cache mode keeps view a private mapping of it, as
         # load_file's do (no copy, no fresh memory); None: read instead
-        self._maps = {} if adapter.is_host(self._device) and engine == "auto" and not verify \
-            else None
+        self._maps = {} if adapter.is_host(self._device) and engine == "auto" and \
+            not verify and backend == "mmap" else None
+        self._torch_indexing = adapter.torch_indexing and backend == "mmap"
         self._engine_name, self._cache_name = engine, cache
 
     def close(self):
@@ -155,7 +125,7 @@ class SafeOpen(Opened):
 
     def _open(self):
         if self._ck is None:
-            raise ValueError(f"{self._filename}: the checkpoint is closed")
+            raise _st.SafetensorValueError(f"{self._filename}: the checkpoint is closed")
         return self._ck
 
     # ---- what the file says ----
@@ -185,7 +155,7 @@ class SafeOpen(Opened):
         try:
             return self._info[name]
         except KeyError:
-            raise KeyError(f"{self._filename}: no tensor named {name!r}") from None
+            raise _st.SafetensorKeyError(f"File does not contain tensor {name}") from None
 
     # ---- reads ----
     def _read(self, index, offset, address, nbytes, cuda_device=None, stream=0, shard=False):
@@ -364,11 +334,54 @@ class _Slice:
         return shape[0]
 
     def __getitem__(self, key):
-        shape = self._owner._entry(self._name)[2]
-        sel = normalize_index(key, shape)
+        """torch's indexing for torch tensors of the "mmap" backend (as safetensors gives
+        them: ints, slices, ``...``, ``None``, lists, tensors), else safetensors' strict
+        rules (ints, slices with a positive step that stay inside the tensor, one ``...``, an
+        empty list; SafetensorError for the rest). Only the bytes of the box a basic index
+        selects are read; other indexes read the tensor, then index it."""
+        owner = self._owner
+        shape = owner._entry(self._name)[2]
+        if owner._torch_indexing:
+            sel = _basic_index(key, shape)
+            if sel is None:  # torch's rules and errors, on the whole tensor
+                return owner._adapter.select(owner.get_tensor(self._name), key, owner._device)
+        else:
+            sel = _st.resolve_index(_st.parse_index(key, shape), shape)
         box = [(lo, (lo + ((hi - lo - 1) // st) * st + 1) if hi > lo else lo)
                for lo, hi, st, _ in sel]
-        part = self._owner.read_box(self._name, box)
+        part = owner.read_box(self._name, box)
         rel = tuple(slice(0, hi2 - lo, st) if keep else 0
                     for (lo, hi, st, keep), (_, hi2) in zip(sel, box))
-        return self._owner._adapter.select(part, rel, self._owner._device)
+        return owner._adapter.select(part, rel, owner._device)
+
+
+def _basic_index(key, shape):
+    """[(start, stop, step, keeps the dimension)] per dimension for a key torch would index
+    the same way as Python sequences (ints in range, slices with a positive step, one
+    ``...``), bounds clamped as torch clamps them; None for any other key."""
+    items = key if isinstance(key, tuple) else (key,)
+    if sum(k is Ellipsis for k in items) > 1:
+        return None
+    if Ellipsis in items:
+        at = items.index(Ellipsis)
+        items = items[:at] + (slice(None),) * (len(shape) - len(items) + 1) + items[at + 1:]
+    if len(items) > len(shape):
+        return None
+    out = []
+    for k, n in zip(items + (slice(None),) * (len(shape) - len(items)), shape):
+        if isinstance(k, slice):
+            if k.step is not None and (not hasattr(k.step, "__index__") or k.step <= 0):
+                return None
+            if any(v is not None and not hasattr(v, "__index__") for v in (k.start, k.stop)):
+                return None
+            start, stop, step = k.indices(n)
+            out.append((start, max(stop, start), step, True))
+        elif not isinstance(k, bool) and hasattr(k, "__index__") and \
+                not (hasattr(k, "dim") and k.dim() > 0):
+            i = k.__index__()
+            if not -n <= i < n:
+                return None
+            out.append((i % n, i % n + 1, 1, False))
+        else:
+            return None
+    return out

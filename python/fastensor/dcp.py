@@ -53,7 +53,7 @@ from torch.distributed.checkpoint.storage import StorageWriter, WriteResult
 from torch.distributed.tensor import DTensor
 from torch.futures import Future
 
-from . import _ckpt, cache_id, engine_id
+from . import _async, _ckpt, cache_id, engine_id
 from ._dcp_read import METADATA, FastensorReader, _Directory
 from ._gpumem import device_room
 from .torch import _TO_ST, _items
@@ -244,6 +244,9 @@ class FastensorWriter(_Directory, StorageWriter, AsyncStager):
         self.use_collectives = True
         self._staged = []  # (signature, staged dict, where, had CUDA) lent to saves, oldest first
         self._staged_lock = threading.Lock()
+        # SIGTERM finishes this writer's saves in flight first (async_save writes on a
+        # thread of its own, where no signal handler can be installed)
+        _async._term.arm()
 
     # -- StorageWriter --
     def reset(self, checkpoint_id=None) -> None:
@@ -277,7 +280,8 @@ class FastensorWriter(_Directory, StorageWriter, AsyncStager):
 
     def write_data(self, plan: SavePlan, planner) -> Future:
         try:
-            results = self._write(plan, planner)
+            with _async.in_flight(self.path):  # (dcp.async_save runs it on a thread of its own)
+                results = self._write(plan, planner)
         finally:
             self._unlend()
         fut = Future()
@@ -349,6 +353,10 @@ class FastensorWriter(_Directory, StorageWriter, AsyncStager):
                 for n, it in zip(names, items)]
 
     def finish(self, metadata: Metadata, results: list) -> None:
+        with _async.in_flight(self.path):
+            self._finish(metadata, results)
+
+    def _finish(self, metadata, results):
         metadata.version = "1.0.0"
         metadata.storage_data = {wr.index: wr.storage_data for rs in results for wr in rs}
         metadata.storage_meta = self.storage_meta()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _ckpt, _fst
+from . import _ckpt, _fst, _st
 
 _TO_ST = {np.dtype(np.bool_): "BOOL", np.dtype(np.uint8): "U8", np.dtype(np.int8): "I8",
           np.dtype(np.uint16): "U16", np.dtype(np.int16): "I16", np.dtype(np.float16): "F16",
@@ -16,13 +16,14 @@ _FROM_ST = {v: k for k, v in _TO_ST.items()}
 
 def _prepare(tensors):
     if not isinstance(tensors, dict):
-        raise TypeError("tensors must be a dict of name -> numpy.ndarray")
+        raise ValueError(f"Expected a dict of [str, np.ndarray] but received {type(tensors)}")
     items, keep = [], []
     for name, arr in tensors.items():
         if not isinstance(name, str):
             raise TypeError(f"tensor names must be str, not {type(name).__name__}")
         if not isinstance(arr, np.ndarray):
-            raise TypeError(f"{name!r}: expected numpy.ndarray, got {type(arr).__name__}")
+            raise ValueError(f"Key `{name}` is invalid, expected np.ndarray but received "
+                             f"{type(arr)}")
         dt = arr.dtype.newbyteorder("=") if arr.dtype.byteorder not in "=|" else arr.dtype
         if dt not in _TO_ST:
             raise ValueError(f"{name!r}: dtype {arr.dtype} has no safetensors equivalent")
@@ -45,6 +46,7 @@ def save_file(tensors: dict, filename, metadata: dict | None = None, *, engine: 
     if compression not in _fst.COMPRESSION:
         raise ValueError(f"compression must be one of {', '.join(map(repr, _fst.COMPRESSION))}"
                          f", not {compression!r}")
+    _st.layout([], metadata)  # (metadata: str -> str, as safetensors takes it)
     items, keep = _prepare(tensors)
     if str(filename).endswith(_fst.SUFFIX):
         if shard_size is not None:
@@ -57,11 +59,29 @@ def save_file(tensors: dict, filename, metadata: dict | None = None, *, engine: 
     del keep
 
 
-def load_file(filename, *, engine: str = "auto", verify: bool = False, mmap=None,
-              cache: str = "auto") -> dict:
+def save(tensors: dict, metadata: dict | None = None) -> bytes:
+    """The safetensors bytes of ``tensors``, the same bytes ``safetensors.numpy.save`` gives
+    (big-endian arrays stored little-endian)."""
+    items, keep = _prepare(tensors)
+    out = _st.pack(items, metadata)
+    del keep
+    return out
+
+
+def load(data: bytes) -> dict:
+    """Arrays of safetensors bytes (as ``safetensors.numpy.load``), validated as a file is
+    (SafetensorError naming what is wrong): they live in memory of their own."""
+    return _st.in_memory(data, lambda p: load_file(p, mmap=False))
+
+
+def load_file(filename, *, backend: str = "mmap", engine: str = "auto", verify: bool = False,
+              mmap=None, cache: str = "auto") -> dict:
     """Load a safetensors file, index or directory into numpy arrays (views into one buffer
     per shard; a shard in the page cache is mapped instead of read, as in
-    :func:`fastensor.torch.load_file`, whose ``mmap`` and ``cache`` these are)."""
+    :func:`fastensor.torch.load_file`, whose ``backend``, ``mmap`` and ``cache`` these
+    are)."""
+    if _st.check_backend(backend) == "pread" and mmap is None:
+        mmap = False
     if _fst.is_container(filename):
         c = _fst.Container(filename, engine=engine, cache=cache)
         arrays = {}
@@ -96,6 +116,8 @@ def load_file(filename, *, engine: str = "auto", verify: bool = False, mmap=None
 
 class _Arrays:
     """How :class:`fastensor._safe.SafeOpen` makes numpy arrays (host memory only)."""
+
+    torch_indexing = False  # get_slice takes safetensors' strict indexing
 
     @staticmethod
     def device(device):
@@ -151,16 +173,19 @@ class _Arrays:
         return np.ascontiguousarray(part[rel]) if part[rel].ndim else part[rel].copy()
 
 
-def safe_open(filename, framework: str = "np", device="cpu", *, engine: str = "auto",
-              verify: bool = False, cache: str = "auto"):
+def safe_open(filename, framework: str = "np", device="cpu", *, backend: str = "mmap",
+              engine: str = "auto", verify: bool = False, cache: str = "auto"):
     """``safe_open`` for numpy arrays (see :func:`fastensor.torch.safe_open`)."""
     if framework not in ("np", "numpy"):
-        raise ValueError(f"framework {framework!r}: fastensor.numpy.safe_open serves \"np\"")
+        raise _st.SafetensorValueError(f"framework {framework!r}: fastensor.numpy.safe_open "
+                                       "serves \"np\"")
+    _st.check_backend(backend)
     if _fst.is_container(filename):
         return _fst.FstOpen(filename, _Arrays, device, engine=engine, verify=verify,
                             cache=cache)
     from ._safe import SafeOpen
-    return SafeOpen(filename, _Arrays, device, engine=engine, verify=verify, cache=cache)
+    return SafeOpen(filename, _Arrays, device, engine=engine, verify=verify, cache=cache,
+                    backend=backend)
 
 
-__all__ = ["save_file", "load_file", "safe_open"]
+__all__ = ["save_file", "load_file", "safe_open", "save", "load"]

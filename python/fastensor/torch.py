@@ -12,12 +12,11 @@ staging pipeline or cuFile), one transfer per shard.
 """
 from __future__ import annotations
 
-import json
 import math
 
 import torch
 
-from . import _ckpt, _fst
+from . import _ckpt, _fst, _st
 from ._async import (AsyncSave, SaveFuture, _snapshots, release_snapshot_memory,  # noqa: F401
                      save_file_async)
 from ._gpumem import gpu_memory_limit  # noqa: F401 (fastensor.torch.gpu_memory_limit)
@@ -26,60 +25,102 @@ from .offload import offload_activations
 _TO_ST = {torch.bool: "BOOL", torch.uint8: "U8", torch.int8: "I8", torch.int16: "I16",
           torch.int32: "I32", torch.int64: "I64", torch.float16: "F16", torch.bfloat16: "BF16",
           torch.float32: "F32", torch.float64: "F64", torch.complex64: "C64"}
-for _name, _st in (("float8_e4m3fn", "F8_E4M3"), ("float8_e5m2", "F8_E5M2"),
-                   ("float8_e8m0fnu", "F8_E8M0"), ("float8_e4m3fnuz", "F8_E4M3FNUZ"),
-                   ("float8_e5m2fnuz", "F8_E5M2FNUZ"), ("float4_e2m1fn_x2", "F4"),
-                   ("uint16", "U16"), ("uint32", "U32"), ("uint64", "U64")):
+for _name, _code in (("float8_e4m3fn", "F8_E4M3"), ("float8_e5m2", "F8_E5M2"),
+                     ("float8_e8m0fnu", "F8_E8M0"), ("float4_e2m1fn_x2", "F4"),
+                     ("float8_e4m3fnuz", "F8_E4M3FNUZ"), ("float8_e5m2fnuz", "F8_E5M2FNUZ"),
+                     ("uint16", "U16"), ("uint32", "U32"), ("uint64", "U64")):
     if hasattr(torch, _name):
-        _TO_ST[getattr(torch, _name)] = _st
+        _TO_ST[getattr(torch, _name)] = _code
 _FROM_ST = {v: k for k, v in _TO_ST.items()}
 # torch's float4_e2m1fn_x2 holds two F4 elements per element: its last dimension is half
 # the file's
 _F4X2 = getattr(torch, "float4_e2m1fn_x2", None)
 
 
-def _storage(t):
-    """(device, storage address, storage bytes) of a tensor, or None where it has none."""
+def storage_ptr(tensor) -> int:
+    """The address of the tensor's storage (0 for a tensor without one, such as meta)."""
     try:
-        st = t.untyped_storage()
-        return (t.device, st.data_ptr(), st.nbytes()) if st.nbytes() and st.data_ptr() else None
-    except (RuntimeError, NotImplementedError):  # meta and other storage-less tensors
-        return None
+        return tensor.untyped_storage().data_ptr()
+    except (RuntimeError, NotImplementedError):
+        return 0
 
 
-def _extent(t):
-    """[first byte, end) of a tensor's elements in its storage's address space."""
-    if t.numel() == 0:
-        return t.data_ptr(), t.data_ptr()
-    last = sum((n - 1) * s for n, s in zip(t.shape, t.stride()) if n)
-    return t.data_ptr(), t.data_ptr() + (last + 1) * t.element_size()
+def storage_size(tensor) -> int:
+    """The bytes of the tensor's storage (its own bytes where it has none to tell)."""
+    try:
+        return tensor.untyped_storage().nbytes()
+    except (RuntimeError, NotImplementedError):
+        return tensor.nelement() * tensor.element_size()
 
 
-def _shared_groups(tensors):
-    """Groups (sets of names, largest first within each storage) of tensors whose bytes
-    overlap in one storage; tensors of one storage that do not overlap are apart."""
-    by_storage = {}
-    for name, t in tensors.items():
-        key = _storage(t)
-        if key is not None:
-            by_storage.setdefault(key, []).append(name)
-    groups = []
-    for names in by_storage.values():
-        if len(names) < 2:
+def _end_ptr(tensor) -> int:
+    """The address just past the tensor's last element (its start when it has none)."""
+    if not tensor.nelement():
+        return tensor.data_ptr()
+    last = sum((n - 1) * st for n, st in zip(tensor.shape, tensor.stride()))
+    return tensor.data_ptr() + (last + 1) * tensor.element_size()
+
+
+def _is_complete(tensor) -> bool:
+    """Whether the tensor covers its whole storage, from its first byte."""
+    return tensor.data_ptr() == storage_ptr(tensor) and \
+        tensor.nelement() * tensor.element_size() == storage_size(tensor)
+
+
+def _filter_shared_not_shared(groups, state_dict):
+    """Each group of names of one storage split where its tensors stop overlapping: walking
+    them by address, a tensor that starts at or after the end of the one before it starts
+    a new group."""
+    out = []
+    for group in groups:
+        if len(group) < 2:
+            out.append(group)
             continue
-        spans = sorted((_extent(tensors[n]) + (n,) for n in names))
-        group, end = {spans[0][2]}, spans[0][1]
-        for start, stop, n in spans[1:]:
-            if start < end or (start == end == stop):  # overlapping (or empty at the same place)
-                group.add(n)
+        spans = sorted((state_dict[n].data_ptr(), _end_ptr(state_dict[n]), n) for n in group)
+        stop = None
+        for start, end, name in spans:
+            if stop is None or start >= stop:
+                out.append({name})
             else:
-                if len(group) > 1:
-                    groups.append(group)
-                group = {n}
-            end = max(end, stop)
-        if len(group) > 1:
-            groups.append(group)
-    return groups
+                out[-1].add(name)
+            stop = end
+    return out
+
+
+def _find_shared_tensors(state_dict) -> list:
+    """Sets of names whose tensors share bytes (a tensor alone is a set of its own), as
+    safetensors finds them: by device and storage (meta tensors and tensors without storage
+    are left out), then split where they do not overlap."""
+    by_storage = {}
+    for name, t in state_dict.items():
+        if t.device.type != "meta" and storage_ptr(t) and storage_size(t):
+            by_storage.setdefault((t.device, storage_ptr(t), storage_size(t)), set()).add(name)
+    return _filter_shared_not_shared(sorted(by_storage.values()), state_dict)
+
+
+def _remove_duplicate_names(state_dict, *, preferred_names=None, discard_names=None) -> dict:
+    """{kept name: [names to drop for it]} for the tensors of ``state_dict`` that share
+    memory: the name kept covers the whole storage (the first such by name; one not in
+    ``discard_names`` where there is one; one of ``preferred_names`` where there is one);
+    RuntimeError where no name covers it."""
+    preferred, discard = set(preferred_names or ()), set(discard_names or ())
+    out = {}
+    for group in _find_shared_tensors(state_dict):
+        complete = sorted(n for n in group if _is_complete(state_dict[n]))
+        if not complete:
+            raise RuntimeError(
+                f"Error while trying to find names to remove to save state dict, but found no "
+                f"suitable name to keep for saving amongst: {group}. None is covering the "
+                f"entire storage. Refusing to save/load the model since you could be storing "
+                f"much more memory than needed. Please refer to "
+                f"https://huggingface.co/docs/safetensors/torch_shared_tensors for more "
+                f"information. Or open an issue.")
+        keep = ([n for n in complete if n in preferred] or
+                [n for n in complete if n not in discard] or complete)[0]
+        dropped = sorted(n for n in group if n != keep)
+        if dropped:
+            out[keep] = dropped
+    return out
 
 
 def _check_for_save(tensors):
@@ -100,7 +141,7 @@ def _check_for_save(tensors):
                          "library does not support. You can make it a dense tensor before "
                          "saving with `.to_dense()` but be aware this might make a much larger "
                          "file than needed.")
-    shared = _shared_groups(tensors)
+    shared = [g for g in _find_shared_tensors(tensors) if len(g) > 1]
     if shared:
         raise RuntimeError(
             f"Some tensors share memory, this will lead to duplicate memory on disk and "
@@ -117,6 +158,8 @@ def _check_for_save(tensors):
                 "pack it before saving.")
         if t.dtype not in _TO_ST:
             raise ValueError(f"{name!r}: dtype {t.dtype} has no safetensors equivalent")
+        if t.device.type == "meta":
+            raise RuntimeError(f"{name!r}: Cannot copy out of meta tensor; no data!")
 
 
 def _st_shape(t):
@@ -150,8 +193,8 @@ def _items(tensors, check=True):
 
 
 def _with_format(metadata):
-    """The caller's metadata with "format": "pt" unless it says otherwise (transformers
-    expects the key in any file with metadata)."""
+    """The caller's metadata with "format": "pt" unless it says otherwise (a .fst
+    container's, which transformers' loaders read through fastensor)."""
     meta = {"format": "pt"}
     meta.update(metadata or {})
     return meta
@@ -162,10 +205,11 @@ def _save(tensors, filename, metadata, engine, shard_size, cache, compression):
     if compression not in _fst.COMPRESSION:
         raise ValueError(f"compression must be one of {', '.join(map(repr, _fst.COMPRESSION))}"
                          f", not {compression!r}")
+    _st.layout([], metadata)  # (metadata: str -> str, as safetensors takes it)
     if not str(filename).endswith(_fst.SUFFIX):
         items, keep = _items(tensors)
-        _ckpt.save(filename, items, _with_format(metadata), engine=engine,
-                   shard_size=shard_size, cache=cache)
+        _ckpt.save(filename, items, metadata, engine=engine, shard_size=shard_size,
+                   cache=cache)
         return
     if shard_size is not None:
         raise ValueError("a .fst container is one file: shard_size does not apply")
@@ -197,7 +241,8 @@ def save_file(tensors: dict, filename, metadata: dict | None = None, *, engine: 
     plus ``NAME.safetensors.index.json``. ``cache="keep"`` leaves the files in the page cache
     for a load soon after (an evaluation); the default writes around it (O_DIRECT).
     As safetensors: tensors that share memory raise RuntimeError (use :func:`save_model`),
-    non-contiguous ones ValueError; "format": "pt" is added to the metadata unless given.
+    non-contiguous ones ValueError; the metadata (str -> str, TypeError otherwise) is stored as
+    given (a ``.fst`` container adds "format": "pt" unless given).
     Raises ValueError/TypeError for bad input (nothing written) and OSError for I/O failures
     (the previous file is left in place).
     """
@@ -290,6 +335,8 @@ def _load(filename, device, engine, verify, mmap=None, cache="auto"):
 class _Arrays:
     """How :class:`fastensor._safe.SafeOpen` makes torch tensors."""
 
+    torch_indexing = True  # get_slice indexes as torch does (as safetensors' "mmap" backend)
+
     @staticmethod
     def device(device):
         device = torch.device(device)
@@ -359,31 +406,37 @@ class _Arrays:
         return t.to(device) if device.type != "cpu" else t
 
 
-def safe_open(filename, framework: str = "pt", device="cpu", *, engine: str = "auto",
-              verify: bool = False, cache: str = "auto"):
+def safe_open(filename, framework: str = "pt", device="cpu", *, backend: str = "mmap",
+              engine: str = "auto", verify: bool = False, cache: str = "auto"):
     """Open a checkpoint (file, index or directory) as ``safetensors.safe_open`` does:
     ``keys()``, ``metadata()``, ``get_tensor(name)`` (only that tensor's bytes are read,
     straight into device memory for CUDA), ``get_slice(name)[...]`` (only the bytes the
-    slice needs), as a context manager."""
+    slice needs), as a context manager. ``backend``: "mmap" (host tensors of a shard in the
+    page cache view a private mapping of it) or "pread" (tensors are always read)."""
     if framework not in ("pt", "torch", "pytorch"):
-        raise ValueError(f"framework {framework!r}: fastensor.torch.safe_open serves \"pt\"")
+        raise _st.SafetensorValueError(f"framework {framework!r}: fastensor.torch.safe_open "
+                                       "serves \"pt\"")
+    _st.check_backend(backend)
     if _fst.is_container(filename):
         return _fst.FstOpen(filename, _Arrays, device, engine=engine, verify=verify,
                             cache=cache)
     from ._safe import SafeOpen
-    return SafeOpen(filename, _Arrays, device, engine=engine, verify=verify, cache=cache)
+    return SafeOpen(filename, _Arrays, device, engine=engine, verify=verify, cache=cache,
+                    backend=backend)
 
 
-def _load_some(filename, names, device, engine, verify, cache):
-    with safe_open(filename, device=device, engine=engine, verify=verify, cache=cache) as f:
+def _load_some(filename, names, device, engine, verify, cache, backend):
+    with safe_open(filename, device=device, backend=backend, engine=engine, verify=verify,
+                   cache=cache) as f:
         missing = [n for n in names if n not in f._info]
         if missing:
             raise KeyError(f"{filename}: no tensor named {', '.join(map(repr, missing))}")
         return f.get_tensors(names)
 
 
-def load_file(filename, device="cpu", *, names=None, engine: str = "auto",
-              verify: bool = False, mmap=None, cache: str = "auto") -> dict:
+def load_file(filename, device="cpu", *, backend: str = "mmap", names=None,
+              engine: str = "auto", verify: bool = False, mmap=None,
+              cache: str = "auto") -> dict:
     """Load a safetensors file, index or directory (or a ``.fst`` container: decoded on the
     GPU straight into device memory for a CUDA device, else on the host with every block's
     checksum checked, as ``verify=True`` also asks for a CUDA device) into tensors on
@@ -405,74 +458,32 @@ def load_file(filename, device="cpu", *, names=None, engine: str = "auto",
     ``cache``: "auto" (default) reads a checkpoint that fits in about half of what the page
     cache can keep through it, so that the next load (another process, another rank) finds
     it there, and a larger one around it (O_DIRECT); "keep" and "bypass" decide it yourself.
+    ``backend``: safetensors' names, "mmap" (the default: the above) or "pread" (as
+    ``mmap=False``).
     """
+    if _st.check_backend(backend) == "pread" and mmap is None:
+        mmap = False
     if _fst.is_container(filename):
         return _load_fst(filename, device, None if names is None else list(names), engine,
                          cache, verify)
     if names is not None:
-        return _load_some(filename, list(names), device, engine, verify, cache)
+        return _load_some(filename, list(names), device, engine, verify, cache, backend)
     return _load(filename, device, engine, verify, mmap, cache)[0]
 
 
 def save(tensors: dict, metadata: dict | None = None) -> bytes:
-    """The safetensors bytes of ``tensors`` (as ``safetensors.torch.save``; the same checks
-    as :func:`save_file`; no checksums)."""
+    """The safetensors bytes of ``tensors``, the same bytes ``safetensors.torch.save`` gives
+    (the same checks as :func:`save_file`; no checksums, no page alignment)."""
     _check_for_save(tensors)
-    header, chunks, at = {}, [], 0
-    for name, t in tensors.items():
-        raw = t.detach().to("cpu").reshape(-1).view(torch.uint8) if t.numel() else None
-        n = 0 if raw is None else raw.numel()
-        header[name] = {"dtype": _TO_ST[t.dtype], "shape": list(_st_shape(t)),
-                        "data_offsets": [at, at + n]}
-        if raw is not None:
-            chunks.append(raw.numpy().tobytes())
-        at += n
-    if metadata:
-        header["__metadata__"] = dict(metadata)
-    text = json.dumps(header, separators=(",", ":")).encode()
-    text += b" " * (-len(text) % 8)
-    return len(text).to_bytes(8, "little") + text + b"".join(chunks)
+    host = {k: v.detach().to("cpu") for k, v in tensors.items()}
+    items, keep = _items(host, check=False)
+    return _st.pack([it[:5] for it in items], metadata)
 
 
 def load(data: bytes) -> dict:
-    """Tensors of safetensors bytes (as ``safetensors.torch.load``), validated as a file is:
-    they live in memory of their own."""
-    import os
-    fd = os.memfd_create("fastensor-load", os.MFD_CLOEXEC)
-    try:
-        with os.fdopen(os.dup(fd), "wb") as f:
-            f.write(data)
-        out = _load(f"/proc/self/fd/{fd}", "cpu", "auto", False, False, "auto")[0]
-    finally:
-        os.close(fd)
-    return out
-
-
-def _complete(t):
-    """Whether a tensor covers its whole storage (the name to keep of a shared group)."""
-    st = _storage(t)
-    return st is not None and t.data_ptr() == st[1] and t.numel() * t.element_size() == st[2]
-
-
-def _duplicates(state, preferred=()):
-    """{kept name: [names dropped for it]} for the tensors of ``state`` sharing memory: the
-    name kept covers the whole storage (the first such in sorted order, one of
-    ``preferred`` where one is); RuntimeError where none does."""
-    preferred = set(preferred)
-    out = {}
-    for group in _shared_groups(state):
-        complete = sorted(n for n in group if _complete(state[n]))
-        if not complete:
-            raise RuntimeError(
-                f"Error while trying to find names to remove to save state dict, but found no "
-                f"suitable name to keep for saving amongst: {group}. None is covering the "
-                f"entire storage. Refusing to save/load the model since you could be storing "
-                f"much more memory than needed. Please refer to "
-                f"https://huggingface.co/docs/safetensors/torch_shared_tensors for more "
-                f"information.")
-        keep = ([n for n in complete if n in preferred] or complete)[0]
-        out[keep] = sorted(n for n in group if n != keep)
-    return out
+    """Tensors of safetensors bytes (as ``safetensors.torch.load``), validated as a file is
+    (SafetensorError naming what is wrong): they live in memory of their own."""
+    return _st.in_memory(data, lambda p: _load(p, "cpu", "auto", False, False, "auto")[0])
 
 
 def save_model(model, filename, metadata: dict | None = None, force_contiguous: bool = True,
@@ -483,10 +494,10 @@ def save_model(model, filename, metadata: dict | None = None, force_contiguous: 
     (dropped name -> kept name) and restored by :func:`load_model` (and by safetensors'),
     through the model's own ties. ``force_contiguous`` packs non-contiguous tensors."""
     state = model.state_dict()
-    metadata = dict(metadata or {})
-    for kept, dropped in _duplicates(state).items():
+    for kept, dropped in _remove_duplicate_names(state).items():
         for name in dropped:
-            metadata.setdefault(name, kept)
+            metadata = dict(metadata or {})
+            metadata.setdefault(name, kept)  # (the caller's own entry stays)
             del state[name]
     if force_contiguous:
         state = {k: v.contiguous() for k, v in state.items()}
@@ -497,15 +508,16 @@ def save_model(model, filename, metadata: dict | None = None, force_contiguous: 
                          "for potential caveats.") from None
 
 
-def load_model(model, filename, strict: bool = True, device="cpu", *, engine: str = "auto",
-               verify: bool = False, mmap=None, cache: str = "auto"):
+def load_model(model, filename, strict: bool = True, device="cpu", *, backend: str = "mmap",
+               engine: str = "auto", verify: bool = False, mmap=None, cache: str = "auto"):
     """Load a checkpoint into ``model`` as ``safetensors.torch.load_model`` does (files of
     either library's ``save_model``, or any state dict): tensors the file stores once for
     tied weights fill every tied name. Returns ``(missing, unexpected)``; with ``strict``,
-    RuntimeError listing them instead where either is not empty."""
-    state = load_file(filename, device=device, engine=engine, verify=verify, mmap=mmap,
-                      cache=cache)
-    dups = _duplicates(model.state_dict(), preferred=state.keys())
+    RuntimeError listing them instead where either is not empty. ``backend``: as for
+    :func:`load_file`."""
+    state = load_file(filename, device=device, backend=backend, engine=engine, verify=verify,
+                      mmap=mmap, cache=cache)
+    dups = _remove_duplicate_names(model.state_dict(), preferred_names=state.keys())
     missing, unexpected = model.load_state_dict(state, strict=False)
     missing = set(missing)
     for dropped in dups.values():
@@ -528,4 +540,4 @@ def load_model(model, filename, strict: bool = True, device="cpu", *, engine: st
 
 __all__ = ["offload_activations", "save_file", "load_file", "save_file_async", "save_model",
            "load_model", "save", "load", "safe_open", "SaveFuture", "AsyncSave",
-           "release_snapshot_memory"]
+           "release_snapshot_memory", "storage_ptr", "storage_size"]

@@ -46,14 +46,14 @@ def test_every_dtype_0dim_empty_noncontiguous(tmp):
         ft.save_file({"t": torch.arange(24, dtype=torch.float32).reshape(4, 6).t()}, p)
     assert not os.path.exists(p)
     tensors["t"] = torch.arange(24, dtype=torch.float32).reshape(4, 6).t().contiguous()
-    ft.save_file(tensors, p)  # "format": "pt" is added
+    ft.save_file(tensors, p)  # the metadata holds fastensor's checksum keys only
     for verify in (False, True):
         back = ft.load_file(p, verify=verify)
         assert set(back) == set(tensors)
         for k, t in tensors.items():
             assert same(back[k], t), k
     header, start, raw = st_reader.read(p)  # an independent reader
-    assert start % 4096 == 0 and header["__metadata__"]["format"] == "pt"
+    assert start % 4096 == 0 and "format" not in header["__metadata__"]
     for k, t in tensors.items():
         assert raw[k][1] == tuple(t.shape)
         assert raw[k][2] == bytes(t.contiguous().view(-1).view(torch.uint8).tolist()) if t.numel() else raw[k][2] == b""
@@ -170,7 +170,7 @@ def test_model_tied_weights_and_buffers(tmp):
     header, _, raw = st_reader.read(p)
     assert "head.weight" not in raw and "emb.weight" in raw  # stored once
     user = {k: v for k, v in header["__metadata__"].items() if not k.startswith("fastensor.")}
-    assert user == {"format": "pt", "head.weight": "emb.weight"}  # safetensors' way
+    assert user == {"head.weight": "emb.weight"}  # safetensors' way
     m2 = Tied()
     missing, unexpected = ft.load_model(m2, p)
     assert not missing and not unexpected
