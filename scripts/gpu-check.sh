@@ -59,6 +59,7 @@
 #         JSON in $OUT/codec.json; then bench/fst-save.py (the .fst save's timeline, in
 #         $OUT/fst-save.txt).
 # --pack: leave one archive, $OUT/results.tgz, instead of the separate logs.
+# FT_GPU_PYTEST_ARGS: more arguments for the Python tests' pytest (--deselect ...).
 # --udev: ONLY on a throwaway test VM: create the udev entry cuFile needs for the block
 #         device holding this directory (/run/udev/data/b<major>:<minor>), see DESIGN.md.
 set -u
@@ -127,8 +128,9 @@ if [ $TESTS = 1 ]; then
     FT_NO_PYTEST=1 FT_TEST_DIR="$WORK/tests" BUILD="$BUILD" timeout 900 tests/run.sh 2>&1 | tee "$OUT/tests.log" | tail -12
     cp "$WORK"/tests/test_gpu.log "$OUT/test_gpu.log" 2>/dev/null
     log "Python tests (torch $(python3 -c 'import torch; print(torch.__version__)' 2>&1))"
+    # shellcheck disable=SC2086  (FT_GPU_PYTEST_ARGS: more pytest arguments, e.g. --deselect)
     PYTHONPATH="$here/python" FT_TEST_DIR="$WORK/py" timeout 600 python3 -m pytest -q -rs \
-        tests/python 2>&1 | tee "$OUT/pytest.log" | tail -8
+        tests/python ${FT_GPU_PYTEST_ARGS:-} 2>&1 | tee "$OUT/pytest.log" | tail -8
 fi
 
 if [ $FIO = 1 ]; then
