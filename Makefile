@@ -35,8 +35,8 @@ URING_LIBS := -Wl,-Bstatic -luring -lxxhash -Wl,-Bdynamic
 OLD_GLIBC_LIBS := -Wl,--push-state,--no-as-needed -l:libpthread.so.0 -l:libdl.so.2 -Wl,--pop-state
 LIBS := $(URING_LIBS) -ldl -lpthread $(OLD_GLIBC_LIBS) -lm
 
-LIB_SRC := $(wildcard src/base/*.c src/core/*.c src/engine/*.c src/ckpt/*.c src/select/*.c src/gpu/*.c src/store/*.c)
-LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o) $(BUILD)/src/ckpt/codec_fatbin.o
+LIB_SRC := $(wildcard src/base/*.c src/core/*.c src/engine/*.c src/ckpt/*.c src/select/*.c src/gpu/*.c src/store/*.c src/codec/*.c)
+LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o) $(BUILD)/src/codec/fatbin.o
 # The codec's GPU decoder, built where nvcc exists (SASS for sm_80 and sm_90, PTX for newer
 # GPUs), embedded in the library; without nvcc it is empty and GPU decodes say so.
 NVCC ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
@@ -60,13 +60,13 @@ $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	@echo "  CC $<"; $(CC) $(ALL_CFLAGS) -MMD -MP -c $< -o $@
 
-$(BUILD)/src/ckpt/codec_kernel.fatbin: src/ckpt/codec_kernel.cu src/ckpt/codec_dev.h
+$(BUILD)/src/codec/kernel.fatbin: src/codec/kernel.cu src/codec/dev.h
 	@mkdir -p $(dir $@)
 	@if [ -n "$(NVCC)" ]; then echo "  NVCC $<"; $(NVCC) -fatbin $(NVCC_ARCH) -O3 -o $@ $<; \
 	else echo "  (no nvcc: no GPU decoder)"; : > $@; fi
 
-$(BUILD)/src/ckpt/codec_fatbin.o: src/ckpt/codec_fatbin.S $(BUILD)/src/ckpt/codec_kernel.fatbin
-	@echo "  AS $<"; $(CC) -c -DFATBIN='"$(BUILD)/src/ckpt/codec_kernel.fatbin"' $< -o $@
+$(BUILD)/src/codec/fatbin.o: src/codec/fatbin.S $(BUILD)/src/codec/kernel.fatbin
+	@echo "  AS $<"; $(CC) -c -DFATBIN='"$(BUILD)/src/codec/kernel.fatbin"' $< -o $@
 
 -include $(wildcard $(BUILD)/src/*/*.d $(BUILD)/tools/*.d $(BUILD)/tests/*.d)
 

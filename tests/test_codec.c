@@ -6,7 +6,7 @@
  * (ft__codec_decode_lanes: the kernel's logic), at aligned and unaligned destinations.
  */
 #include "testlib.h"
-#include "../src/ckpt/ckpt.h"
+#include "../src/codec/codec.h"
 
 #include <errno.h>
 #include <math.h>

@@ -56,6 +56,8 @@ int ft__first_err_take(ft__first_err *c);
 
 /* ---- settings (config.c) ---- */
 
+/** The built-in settings, before any FASTENSOR_* variable (core/config.c reads those). */
+void ft__config_defaults(ft_config *cfg);
 /** Fill zero fields of @p cfg with defaults and check the rest. @return 0 or -EINVAL. */
 int ft__config_resolve(ft_config *cfg);
 
@@ -142,5 +144,8 @@ int64_t ft__pwrite_full(int fd, const void *buf, uint64_t len, uint64_t off);
  */
 int ft__populate(const void *from, uint64_t len);
 
+
+/** xxh3-64 of a block (csum.c): checkpoint and codec block checksums. */
+uint64_t ft__csum(const void *data, size_t len);
 
 #endif

@@ -76,8 +76,6 @@ void ft__st_header_free(ft__st_header *h);
 int ft__csum_decode(const char *hex, size_t len, uint64_t *out, uint64_t n);
 /** Write 16 lower-case hex digits per checksum (no terminator). */
 void ft__csum_encode(const uint64_t *csums, uint64_t n, char *hex);
-/** xxh3-64 of a block. */
-uint64_t ft__csum(const void *data, size_t len);
 
 typedef struct ft__shard {
     char *path;
@@ -198,23 +196,11 @@ int ft__after_commit(ft_ctx *ctx, ft__ckpt_name *n, bool sharded, const char *co
 int64_t ft__ckpt_prefetch_read(ft_ckpt *c, unsigned k, const ft_buf *dst, const ft_io_opts *io);
 /** Read a byte of every page of a mapped range (and its last byte): faults map them in. */
 void ft__touch_pages(const void *from, uint64_t len);
+/** Fault [base, base+len) in, in parallel slices on @p ctx's pool: @p advice
+ * MADV_POPULATE_WRITE, or 0 to read a byte of every page (pages.c). */
+void ft__populate_pages(ft_ctx *ctx, void *base, uint64_t len, int advice);
 /** *bytes = the data bytes of a tensor of @p d and @p shape. @return 0, -EINVAL (unknown
  * dtype), -EOVERFLOW, or -EDOM (packed elements that do not fill whole bytes). */
 int ft__tensor_bytes(ft_dtype d, const uint64_t *shape, unsigned ndim, uint64_t *bytes);
-
-/* ---- codec (codec.c, codec_gpu.c) ---- */
-struct ftz_block;
-/**
- * Check the codec stream @p src (@p len bytes) as a GPU decode reads it and describe its
- * blocks in @p out (NULL: only the header is checked and the blocks counted): block
- * addresses from @p src_addr (where the stream's bytes will be) and @p dst_addr (its decoded
- * bytes). *max_huff, with @p out: raised to the most coded planes of one of its blocks (the
- * caller starts it at 0; the kernel's shared memory holds that many tables). @return the number of blocks, or -EBADMSG
- * (with a message naming the block), -ENOSPC (@p cap below the decoded size), -ENOTSUP.
- */
-int64_t ft__codec_plan(const void *src, size_t len, uint64_t src_addr, uint64_t dst_addr,
-                       size_t cap, struct ftz_block *out, unsigned *max_huff);
-/** Decode the stream as the GPU kernel would, lane by lane, on the CPU (tests). */
-int64_t ft__codec_decode_lanes(const void *src, size_t len, void *dst, size_t cap);
 
 #endif

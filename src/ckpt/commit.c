@@ -17,7 +17,7 @@
  * locks, and every sweep for leftovers. So of two concurrent saves of one name, the later
  * commit finds the earlier one's shards unlocked and no longer listed, and removes them; and
  * no index can be installed between a sweep's reading of the indexes and its removals. A load
- * of an index holds the lock shared until its shards are open (ckpt open.c).
+ * of an index holds the lock shared until its shards are open (open.c; the lock: names.c).
  */
 #include "ckpt.h"
 #include "../base/syscall.h"
@@ -40,12 +40,6 @@ static bool ends_with(const char *s, const char *suffix)
 {
     size_t a = strlen(s), b = strlen(suffix);
     return a >= b && strcmp(s + a - b, suffix) == 0;
-}
-
-bool ft__plain_name(const char *name, size_t len)
-{
-    return len > 0 && strlen(name) == len && !strchr(name, '/') && !strchr(name, '\\') &&
-           strcmp(name, ".") != 0 && strcmp(name, "..") != 0;
 }
 
 int ft__name_init(ft__ckpt_name *n, const char *path)
@@ -209,36 +203,6 @@ int ft__fsync_dir(const char *dir)
     return rc;
 }
 
-void ft__commit_unlock(int fd)
-{
-    if (fd < 0)
-        return;
-    int saved = errno; /* a caller's errno outlives the release */
-    ft__sys.close(fd); /* the flock goes with the descriptor */
-    errno = saved;
-}
-
-int ft__commit_lock(const char *dir, bool shared, int *fd)
-{
-    *fd = -1;
-    int d = ft__sys.open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
-    if (d < 0)
-        return errno == EACCES ? 0 /* a directory we may write but not list: no lock */
-                               : ft__err(-errno, "cannot open directory %s to lock it", dir);
-    while (ft__sys.flock(d, shared ? LOCK_SH : LOCK_EX) != 0) {
-        int e = errno;
-        if (e == EINTR)
-            continue;
-        ft__commit_unlock(d);
-        /* filesystems without flock (some network ones): commits as before, unserialized */
-        if (e == EOPNOTSUPP || e == ENOLCK || e == ENOSYS || e == EINVAL || e == EBADF)
-            return 0;
-        return ft__err(-e, "cannot lock directory %s", dir);
-    }
-    *fd = d;
-    return 0;
-}
-
 /* ---- leftovers ---- */
 
 /* The pid of a temporary's name ("…" TMP_MARK "PID-N", the older "….tmp-PID-N", or a
@@ -265,25 +229,6 @@ static long tmp_owner(const char *name)
         if (!isdigit((unsigned char)*p) && *p != '-')
             return 0;
     return pid;
-}
-
-bool ft__generation_shard(const char *name, size_t *stem_len)
-{
-    size_t len = strlen(name), tail = strlen("-00001-of-00004.3fa9c2d1" EXT);
-    if (len <= tail || !ends_with(name, EXT))
-        return false;
-    const char *t = name + len - tail;
-    for (int i = 0; i < 24; i++) {
-        bool digit = (i >= 1 && i <= 5) || (i >= 10 && i <= 14);
-        bool hex = i >= 16;
-        char c = t[i];
-        if ((digit && !isdigit((unsigned char)c)) || (hex && !isxdigit((unsigned char)c)) ||
-            (i == 0 && c != '-') || (i >= 6 && i <= 9 && c != "-of-"[i - 6]) ||
-            (i == 15 && c != '.'))
-            return false;
-    }
-    *stem_len = len - tail;
-    return true;
 }
 
 /* Whether a file is owned by a live save: its flock is held. */

@@ -50,7 +50,7 @@ int ft_buf_register(ft_ctx *ctx, const ft_buf *buf)
         return ft__err(-EINVAL, "ft_buf_register: no context, or an empty buffer");
     int device;
     const char *why;
-    if (!ft_cuda_available(&why))
+    if (ft__cuda_load(&why) < 0)
         return ft__err(-ENODEV, "ft_buf_register: CUDA is not available: %s", why);
     int rc = ft__buf_device(buf, &device);
     if (rc < 0)

@@ -2,7 +2,7 @@
  * or anything); decoded into a buffer of its declared size (capped at 64 MiB) by the host
  * decoder and by the GPU decoder's checks and lane code run on the CPU. */
 #include "fastensor.h"
-#include "../../src/ckpt/ckpt.h"
+#include "../../src/codec/codec.h"
 
 #include <stdint.h>
 #include <stdlib.h>

@@ -9,7 +9,7 @@
  * lookups in flight, a GPU decoder gives each stream to one lane of a warp, and the streams
  * of the planes of one element range line up, so a lane assembles whole elements). Blocks
  * are independent: they encode and decode in parallel, and a reader can decode a block range
- * alone. The encoder is codec_enc.c.
+ * alone. The encoder is encode.c, the GPU decoder gpu.c and kernel.cu.
  *
  * Stream (little-endian):
  *   "FTZ1", u8 elem_size, u8 version (2; 1 is still read), u8 S (streams per coded plane:
@@ -375,9 +375,9 @@ static int open_stream(const void *src, size_t len, size_t cap, dec_job *j, uint
     return 0;
 }
 
-int64_t ft_codec_decode(ft_ctx *ctx, const void *src, size_t len, void *dst, size_t cap)
+int64_t ft__codec_decode(ft__pool *pool, const void *src, size_t len, void *dst, size_t cap)
 {
-    if (!ctx || !src || (!dst && cap))
+    if (!src || (!dst && cap))
         return ft__err(-EINVAL, "codec: NULL argument");
     dec_job j;
     uint32_t nblocks;
@@ -388,7 +388,7 @@ int64_t ft_codec_decode(ft_ctx *ctx, const void *src, size_t len, void *dst, siz
     int64_t *results = calloc(nblocks ? nblocks : 1, sizeof *results);
     if (!results)
         return ft__err(-ENOMEM, "codec: %u blocks", nblocks);
-    if ((rc = ft__pool_run(ctx->pool, nblocks, decode_block, &j, results)) < 0) {
+    if ((rc = ft__pool_run(pool, nblocks, decode_block, &j, results)) < 0) {
         free(results);
         return ft__err(rc, "codec: decoding");
     }
@@ -407,7 +407,7 @@ int64_t ft_codec_decode(ft_ctx *ctx, const void *src, size_t len, void *dst, siz
     return (int64_t)j.nbytes;
 }
 
-/* ---- the GPU decoder's view (codec_dev.h, codec_gpu.c) ---- */
+/* ---- the GPU decoder's view (dev.h, gpu.c) ---- */
 
 int64_t ft__codec_plan(const void *src, size_t len, uint64_t src_addr, uint64_t dst_addr,
                        size_t cap, ftz_block *out, unsigned *max_huff)

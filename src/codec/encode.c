@@ -1,5 +1,5 @@
 /*
- * The tensor codec's encoder (codec.c describes the format and decodes): per block, each
+ * The tensor codec's encoder (decode.c describes the format and decodes): per block, each
  * byte plane gathered and counted, then stored raw, as one byte, or Huffman-coded, whichever
  * is smallest; blocks encoded in parallel at their worst-case offsets, then moved to their
  * places in parallel waves.
@@ -302,7 +302,7 @@ static int64_t place_block(void *arg, unsigned i)
  * is about 1/r times the blocks placed before it, a few dozen waves for a million blocks.
  * @p results: room for the block count. @return 0 or -ENOMEM.
  */
-static int place_blocks(ft_ctx *ctx, enc_job *j, int64_t *results)
+static int place_blocks(ft__pool *pool, enc_job *j, int64_t *results)
 {
     int rc = 0;
     for (uint32_t w = 0; w < j->nblocks && rc == 0;) {
@@ -314,16 +314,16 @@ static int place_blocks(ft_ctx *ctx, enc_job *j, int64_t *results)
                 e++;
         j->wave = w;
         rc = e - w == 1 ? (int)place_block(j, 0)
-                        : ft__pool_run(ctx->pool, e - w, place_block, j, results);
+                        : ft__pool_run(pool, e - w, place_block, j, results);
         w = e;
     }
     return rc;
 }
 
-int64_t ft_codec_encode(ft_ctx *ctx, const void *src, uint64_t nbytes, unsigned elem_size,
-                        uint32_t block_bytes, unsigned flags, void *dst, size_t cap)
+int64_t ft__codec_encode(ft__pool *pool, const void *src, uint64_t nbytes, unsigned elem_size,
+                         uint32_t block_bytes, unsigned flags, void *dst, size_t cap)
 {
-    if (!ctx || (!src && nbytes) || !dst)
+    if ((!src && nbytes) || !dst)
         return ft__err(-EINVAL, "codec: NULL argument");
     int rc = ft__codec_check_args(nbytes, elem_size, &block_bytes);
     if (rc < 0)
@@ -348,7 +348,7 @@ int64_t ft_codec_encode(ft_ctx *ctx, const void *src, uint64_t nbytes, unsigned 
         rc = ft__err(-ENOMEM, "codec: %u blocks", nblocks);
         goto out;
     }
-    if ((rc = ft__pool_run(ctx->pool, nblocks, encode_block, &j, results)) < 0) {
+    if ((rc = ft__pool_run(pool, nblocks, encode_block, &j, results)) < 0) {
         ft__err(rc, "codec: encoding");
         goto out;
     }
@@ -377,7 +377,7 @@ int64_t ft_codec_encode(ft_ctx *ctx, const void *src, uint64_t nbytes, unsigned 
         put64(d + HEAD + ENTRY * (size_t)b + 8, j.csums[b]);
     }
     j.out = d + table;
-    if ((rc = place_blocks(ctx, &j, results)) < 0)
+    if ((rc = place_blocks(pool, &j, results)) < 0)
         ft__err(rc, "codec: placing the blocks");
 
 out:

@@ -1,11 +1,11 @@
 /*
- * The codec's GPU decoder (codec_dev.h): one warp per block. The warp builds the decode table
+ * The codec's GPU decoder (dev.h): one warp per block. The warp builds the decode table
  * of each coded plane in shared memory (lane 0 sorts the code, all lanes fill), then each lane
  * decodes its element range. One kernel per element size (its loops unrolled, its registers
- * its own). Built by nvcc into a fatbin that codec_fatbin.S embeds in the library; the
+ * its own). Built by nvcc into a fatbin that fatbin.S embeds in the library; the
  * library loads it through the driver (cuModuleLoadData) when a decode asks.
  */
-#include "codec_dev.h"
+#include "dev.h"
 
 template <unsigned E>
 __device__ __forceinline__ void decode(const ftz_block *__restrict__ blocks, unsigned max_huff)

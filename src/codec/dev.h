@@ -1,7 +1,7 @@
 /*
- * The GPU decoder of codec streams (codec.c's format), written once for nvcc and for the C
- * compiler: codec_kernel.cu wraps these functions in the kernel (one warp per block, one
- * lane per stream), and codec.c runs the very same functions lane by lane on the CPU, so the
+ * The GPU decoder of codec streams (decode.c's format), written once for nvcc and for the C
+ * compiler: kernel.cu wraps these functions in the kernel (one warp per block, one
+ * lane per stream), and decode.c runs the very same functions lane by lane on the CPU, so the
  * tests check the kernel's logic byte for byte on machines without a GPU.
  *
  * The host parses and checks every block first (modes, sizes, code lengths) and hands the

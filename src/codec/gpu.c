@@ -1,11 +1,10 @@
 /*
  * Codec streams decoded on the GPU: the host checks and describes the blocks
  * (ft__codec_plan), copies the streams to device memory, and launches the kernel of
- * codec_kernel.cu (embedded by codec_fatbin.S) with one warp per block. The same lane code
- * (codec_dev.h) also runs here on the CPU, lane by lane, for the tests.
+ * kernel.cu (embedded by fatbin.S) with one warp per block. The same lane code
+ * (dev.h) also runs here on the CPU, lane by lane, for the tests.
  */
-#include "ckpt.h"
-#include "codec_dev.h"
+#include "codec.h"
 #include "../gpu/cuda.h"
 
 #include <errno.h>
@@ -125,7 +124,8 @@ static int64_t describe_blocks(void *arg, unsigned i)
  * their blocks' src are offsets until the staging area exists) and lay out the staging.
  * The blocks are checked and described on the context's threads, a job each (a few
  * microseconds a block: one thread took most of a large decode's time). */
-static int plan_jobs(ft_ctx *ctx, const ft_codec_job *jobs, size_t n, int device, gpu_plan *g)
+static int plan_jobs(ft__pool *pool, const ft_codec_job *jobs, size_t n, int device,
+                     gpu_plan *g)
 {
     g->stage = calloc(n ? n : 1, sizeof *g->stage);
     g->blocks = calloc(n + 1, sizeof *g->blocks);
@@ -174,7 +174,7 @@ static int plan_jobs(ft_ctx *ctx, const ft_codec_job *jobs, size_t n, int device
     unsigned *huff = calloc(n ? n : 1, sizeof *huff);
     int64_t *results = calloc(n ? n : 1, sizeof *results);
     describe_job d = {.jobs = jobs, .g = g, .max_huff = huff};
-    int rc = huff && results ? ft__pool_run(ctx->pool, (unsigned)n, describe_blocks, &d, results)
+    int rc = huff && results ? ft__pool_run(pool, (unsigned)n, describe_blocks, &d, results)
                              : ft__err(-ENOMEM, "codec: %zu streams", n);
     for (size_t i = 0; rc >= 0 && i < n; i++) {
         if (results[i] < 0) { /* again here, for this thread's message */
@@ -191,10 +191,10 @@ static int plan_jobs(ft_ctx *ctx, const ft_codec_job *jobs, size_t n, int device
     return rc < 0 ? rc : 0;
 }
 
-int64_t ft_codec_decode_cuda(ft_ctx *ctx, const ft_codec_job *jobs, size_t n, int device,
-                             void *stream)
+int64_t ft__codec_decode_cuda(ft__pool *pool, const ft_codec_job *jobs, size_t n, int device,
+                              void *stream)
 {
-    if (!ctx || (!jobs && n))
+    if (!jobs && n)
         return ft__err(-EINVAL, "codec: NULL argument");
     const char *why;
     if (ft__cuda_load(&why) < 0)
@@ -206,7 +206,7 @@ int64_t ft_codec_decode_cuda(ft_ctx *ctx, const ft_codec_job *jobs, size_t n, in
     gpu_plan g = {0};
     CUdeviceptr mem = 0;
     CUstream s = (CUstream)stream;
-    if ((rc = decode_kernels(device, fn)) < 0 || (rc = plan_jobs(ctx, jobs, n, device, &g)) < 0)
+    if ((rc = decode_kernels(device, fn)) < 0 || (rc = plan_jobs(pool, jobs, n, device, &g)) < 0)
         goto out;
     if (g.nblocks == 0)
         goto out;

@@ -1,4 +1,4 @@
-/* The codec's GPU decoder (codec_kernel.cu) as nvcc built it, or nothing where the build had
+/* The codec's GPU decoder (kernel.cu) as nvcc built it, or nothing where the build had
  * no nvcc: ft__codec_fatbin_end - ft__codec_fatbin is then 0 and GPU decodes say so. */
     .section .rodata
     .balign 64
