@@ -11,6 +11,7 @@
 #   tests/check-calls.sh BUILD KNOWN  check the objects under BUILD against list KNOWN
 #   tests/check-calls.sh --self-test  plant an upward call and a circle: both must fail
 set -u
+export LC_ALL=C # (sort and comm order names alike on every machine)
 here=$(cd "$(dirname "$0")" && pwd)
 command -v nm >/dev/null || { echo "SKIP: nm (binutils) is not installed"; exit 77; }
 # shellcheck source=tests/check-layers.sh

@@ -12,6 +12,7 @@
 #   tests/check-layers.sh ROOT        check the tree at ROOT
 #   tests/check-layers.sh --self-test plant a violation in a copy and expect a failure
 set -u
+export LC_ALL=C # (sort and comm order names alike on every machine)
 here=$(cd "$(dirname "$0")" && pwd)
 
 rank() {
