@@ -99,13 +99,9 @@ class FastensorReader(_Directory, StorageReader):
         for tries in range(1, _OPEN_TRIES + 1):
             metadata, seen = self._unpickle(path)
             try:
-                self._hold(metadata)
+                self._hold(metadata, path, seen)
                 break
-            except FileNotFoundError as e:
-                if not self._replaced(path, seen):
-                    raise FileNotFoundError(e.errno, f"{self.path}: a data file of the "
-                                                     f"checkpoint is missing ({e.filename})") \
-                        from None
+            except FileNotFoundError:  # the metadata was replaced meanwhile
                 if tries == _OPEN_TRIES:
                     raise OSError(errno.ESTALE, f"{self.path}: the checkpoint was replaced by "
                                                 f"a save while it was being opened ({tries} "
@@ -132,16 +128,24 @@ class FastensorReader(_Directory, StorageReader):
                              f"({type(metadata).__name__})")
         return metadata, seen
 
-    def _hold(self, metadata):
+    def _hold(self, metadata, path, seen):
         """Open the data files the metadata names (at most _HOLD_MAX of them): from here on
-        their descriptors keep this version readable whatever a save does to the names."""
+        their descriptors keep this version readable whatever a save does to the names.
+        FileNotFoundError where one is gone because the metadata at ``path`` is no longer
+        the one read (``seen``); one missing from the start is named by the read that needs
+        it (DCP before torch 2.12 turns errors of read_metadata into "metadata is None")."""
         self._release()
         names = {i.relative_path for i in (metadata.storage_data or {}).values()}
         if len(names) > _HOLD_MAX:
             return
         try:
             for n in sorted(names):
-                self._held[n] = os.open(os.path.join(self.path, n), os.O_RDONLY | os.O_CLOEXEC)
+                try:
+                    self._held[n] = os.open(os.path.join(self.path, n),
+                                            os.O_RDONLY | os.O_CLOEXEC)
+                except FileNotFoundError:
+                    if self._replaced(path, seen):
+                        raise
         except BaseException:
             self._release()
             raise
