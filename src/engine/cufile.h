@@ -90,8 +90,7 @@ int ft__cufile_usable(const char **reason);
 int ft__cufile_file_handle(ft_file *f, void **out);
 /** The base cuFile addresses [ptr, ptr+len) from: its registered buffer's start, else ptr. */
 uint8_t *ft__cufile_base(ft_ctx *ctx, uint8_t *ptr, uint64_t len);
-/** Read the batch API's limits and decide whether batches use it, once the driver is open
- * (@p gds: nvidia-fs is loaded). */
-void ft__cufile_batch_init(bool gds);
+/** Whether the open driver runs true GPUDirect Storage (nvidia-fs is loaded). */
+bool ft__cufile_gds(void);
 
 #endif

@@ -48,8 +48,12 @@ static const char *batch_refused(void)
     return why;
 }
 
-void ft__cufile_batch_init(bool gds)
+/* Read the batch API's limits and decide whether batches use it (once the driver is open). */
+static pthread_once_t batch_once = PTHREAD_ONCE_INIT;
+
+static void batch_init(void)
 {
+    bool gds = ft__cufile_gds();
     if (!ft__cf.BatchSetUp || !ft__cf.BatchSubmit || !ft__cf.BatchGetStatus ||
         !ft__cf.BatchCancel || !ft__cf.BatchDestroy) {
         batch_refusal = "libcufile.so.0 lacks the batch API";
@@ -91,6 +95,8 @@ static const char *batch_probe(void)
 void ft__cufile_batch_describe(char *buf, size_t len)
 {
     const char *why;
+    if (ft__cufile_usable(&why))
+        pthread_once(&batch_once, batch_init);
     if (!ft__cufile_usable(&why))
         snprintf(buf, len, "not available: cuFile: %s", why);
     else if ((why = batch_refused()) || (why = batch_probe()))
@@ -217,7 +223,10 @@ static int batch_run_all(batch_run *b, size_t n)
 int ft__cufile_batch(ft_file *f, ft_batch_op *ops, size_t n, bool write, int device,
                      void *stream)
 {
-    if (!ft__cufile_usable(NULL) || !batch_wanted || batch_refused())
+    if (!ft__cufile_usable(NULL))
+        return 1;
+    pthread_once(&batch_once, batch_init);
+    if (!batch_wanted || batch_refused())
         return 1;
     for (size_t i = 0; i < n; i++)
         if (ops[i].buf.len > FT__CUFILE_BATCH_MAX_OP)

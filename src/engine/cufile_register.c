@@ -3,7 +3,7 @@
  * sorted by address so the cuFile engine can find, per transfer, the registered base that
  * cuFile wants as bufPtr_base (it addresses registered memory as base + offset).
  */
-#include "engine.h"
+#include "cufile.h"
 #include "../gpu/cuda.h"
 
 #include <errno.h>
@@ -42,6 +42,12 @@ bool ft__reg_base(ft_ctx *ctx, const void *ptr, uint64_t len, uint8_t **base)
     }
     pthread_mutex_unlock(&ctx->reg_lock);
     return found;
+}
+
+uint8_t *ft__cufile_base(ft_ctx *ctx, uint8_t *ptr, uint64_t len)
+{
+    uint8_t *base;
+    return ft__reg_base(ctx, ptr, len, &base) ? base : ptr;
 }
 
 int ft_buf_register(ft_ctx *ctx, const ft_buf *buf)

@@ -24,34 +24,6 @@ int ft__store_buf_device(const ft_buf *b, int *device)
     return ft__buf_device(b, device);
 }
 
-/* Pool task bookkeeping: the store waits for its tasks at destroy. */
-int ft__store_post(ft_store *s, ft__entry *e, void (*fn)(void *))
-{
-    ft__store_task *t = malloc(sizeof *t);
-    if (!t)
-        return ft__err(-ENOMEM, "spill store: task");
-    *t = (ft__store_task){s, e};
-    e->tasks++;
-    s->tasks++;
-    int rc = ft__pool_post(s->ctx->pool, fn, t);
-    if (rc < 0) {
-        e->tasks--;
-        s->tasks--;
-        free(t);
-        return ft__err(rc, "spill store: cannot queue a transfer");
-    }
-    return 0;
-}
-
-/* End of a task (lock held). */
-void ft__store_task_done(ft_store *s, ft__entry *e)
-{
-    e->tasks--;
-    s->tasks--;
-    pthread_cond_broadcast(&s->changed);
-    ft__store_maybe_free(s, e);
-}
-
 /* Queue, on the store's stream, a wait for the work now queued on the producer's stream and
  * the device-to-host copy into the ring (when the entry has a ring copy). Lock held. */
 static int queue_device_copy(ft_store *s, ft__entry *e, void *stream)

@@ -427,6 +427,34 @@ int64_t ft__store_copy_io(ft_store *s, const ft__entry *e, bool write)
     return ft__transfer(s->file, &b, (uint64_t)e->file_off, &o, write);
 }
 
+/* Pool task bookkeeping: the store waits for its tasks at destroy. */
+int ft__store_post(ft_store *s, ft__entry *e, void (*fn)(void *))
+{
+    ft__store_task *t = malloc(sizeof *t);
+    if (!t)
+        return ft__err(-ENOMEM, "spill store: task");
+    *t = (ft__store_task){s, e};
+    e->tasks++;
+    s->tasks++;
+    int rc = ft__pool_post(s->ctx->pool, fn, t);
+    if (rc < 0) {
+        e->tasks--;
+        s->tasks--;
+        free(t);
+        return ft__err(rc, "spill store: cannot queue a transfer");
+    }
+    return 0;
+}
+
+/* End of a task (lock held). */
+void ft__store_task_done(ft_store *s, ft__entry *e)
+{
+    e->tasks--;
+    s->tasks--;
+    pthread_cond_broadcast(&s->changed);
+    ft__store_maybe_free(s, e);
+}
+
 /* Write a tier entry's copy to its file slot (the tier was full): from then on the copy is
  * a cached one, evictable. A failed write puts it back in the tier: nothing is lost. */
 static void demote_task(void *arg)
