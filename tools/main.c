@@ -11,7 +11,7 @@ static const struct {
 } commands[] = {
     {"info", cmd_info, "what this machine and filesystem offer (io_uring, O_DIRECT, ...)"},
     {"bench", cmd_bench, "measure engines x read/write x block sizes x cache state"},
-    {"demo", cmd_demo, "save, load and verify a synthetic model checkpoint; compare engines"},
+    {"demo", cmd_demo, "a saved model, per engine: a cold, a 2nd and a 2-process load"},
     {"inspect", cmd_inspect, "list a checkpoint's tensors, metadata, shards and alignment"},
     {"verify", cmd_verify, "check a checkpoint's block checksums"},
     {"gc", cmd_gc, "remove what interrupted saves left in a directory"},
