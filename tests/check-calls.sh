@@ -12,6 +12,8 @@
 #   tests/check-calls.sh --self-test  plant an upward call and a circle: both must fail
 set -u
 export LC_ALL=C # (sort and comm order names alike on every machine)
+# shellcheck source=tests/known-list.sh
+. "$(dirname "$0")/known-list.sh"
 here=$(cd "$(dirname "$0")" && pwd)
 command -v nm >/dev/null || { echo "SKIP: nm (binutils) is not installed"; exit 77; }
 # shellcheck source=tests/check-layers.sh
@@ -72,22 +74,8 @@ circles() {
 }
 
 check() {
-    local build=$1 known=$2 found new gone rc=0
-    found=$(violations "$build" | sort -u)
-    new=$(comm -23 <(printf '%s\n' "$found" | sed '/^$/d') <(grep -v '^#' "$known" | sed '/^$/d' | sort -u))
-    gone=$(comm -13 <(printf '%s\n' "$found" | sed '/^$/d') <(grep -v '^#' "$known" | sed '/^$/d' | sort -u))
-    if [ -n "$new" ]; then
-        echo "calls against the layering rule, or files calling each other:"
-        printf '%s\n' "$new" | sed 's/^/  /'
-        rc=1
-    fi
-    if [ -n "$gone" ]; then
-        echo "listed in $(basename "$known") but no longer there (take them off the list):"
-        printf '%s\n' "$gone" | sed 's/^/  /'
-        rc=1
-    fi
-    [ $rc = 0 ] && echo "calls: no new violation ($(grep -cv '^#' "$known" | tr -d ' ') known ones left, $(basename "$known"))"
-    return $rc
+    against_known "$(violations "$1")" "$2" \
+        "calls against the layering rule, or files calling each other" calls
 }
 
 # Two small trees of objects: base/ calling store/ (upward), and two files of core/ calling

@@ -13,6 +13,8 @@
 #   tests/check-layers.sh --self-test plant a violation in a copy and expect a failure
 set -u
 export LC_ALL=C # (sort and comm order names alike on every machine)
+# shellcheck source=tests/known-list.sh
+. "$(dirname "$0")/known-list.sh"
 here=$(cd "$(dirname "$0")" && pwd)
 
 rank() {
@@ -58,23 +60,7 @@ violations() {
 }
 
 check() {
-    local root=$1 known=$2 found new gone
-    found=$(violations "$root" | sort -u)
-    new=$(comm -23 <(printf '%s\n' "$found" | sed '/^$/d') <(grep -v '^#' "$known" | sed '/^$/d' | sort -u))
-    gone=$(comm -13 <(printf '%s\n' "$found" | sed '/^$/d') <(grep -v '^#' "$known" | sed '/^$/d' | sort -u))
-    local rc=0
-    if [ -n "$new" ]; then
-        echo "includes against the layering rule:"
-        printf '%s\n' "$new" | sed 's/^/  /'
-        rc=1
-    fi
-    if [ -n "$gone" ]; then
-        echo "listed in $(basename "$known") but no longer there (take them off the list):"
-        printf '%s\n' "$gone" | sed 's/^/  /'
-        rc=1
-    fi
-    [ $rc = 0 ] && echo "layers: no new violation ($(grep -cv '^#' "$known" | tr -d ' ') known ones left, $(basename "$known"))"
-    return $rc
+    against_known "$(violations "$1")" "$2" "includes against the layering rule" layers
 }
 
 # Plant an include of ckpt/ in base/ in a copy of the sources: the check must fail on it.
