@@ -224,10 +224,11 @@ static int workflow(const model *m, const char *path, const char *engines, bool 
            auto_total <= lo ? "auto is the fastest line"
            : auto_total <= lo + spread ? "auto is within that engine's own run-to-run spread"
                                        : "a fixed engine was faster here");
-    printf("auto is the line to pick: it measures the engines on this machine as it goes "
-           "(the profile\nkeeps what it learned), reads a checkpoint that fits in the page "
-           "cache through it so\nthe next load, in any process, finds it there, and reads "
-           "larger ones around it.\n");
+    printf("%s it measures the engines on this machine as it goes (the profile keeps "
+           "what it\nlearned; `fastensor tune` measures them all up front), reads a checkpoint "
+           "that fits in\nthe page cache through it so the next load, in any process, finds it "
+           "there, and reads\nlarger ones around it.\n",
+           auto_total <= lo + spread ? "auto is the line to pick:" : "What auto does:");
     return 0;
 }
 
