@@ -201,17 +201,8 @@ def deserialize(data) -> list:
     """[(name, {"shape", "dtype", "data": bytearray})] of safetensors bytes, in file order,
     validated as a file is (SafetensorError naming what is wrong)."""
     view = memoryview(data).cast("B")
-    fd = os.memfd_create("fastensor-deserialize", os.MFD_CLOEXEC)
-    try:
-        with os.fdopen(os.dup(fd), "wb") as f:
-            f.write(view)
-        try:
-            ck = _C.ckpt_open(_context(), f"/proc/self/fd/{fd}")
-        except ValueError as e:
-            raise SafetensorError(f"Error while deserializing: {_no_path(e, fd)}") from None
-        tensors, _, shards, _ = _C.ckpt_describe(ck)
-    finally:
-        os.close(fd)
+    described = in_memory(view, lambda p: _C.ckpt_describe(_C.ckpt_open(_context(), p)))
+    tensors, _, shards, _ = described
     start = shards[0][2] if shards else 0
     out = []
     for name, dtype, shape, nbytes, _, off in sorted(tensors, key=lambda t: t[5]):
