@@ -447,6 +447,15 @@ enum {
     FT_SAVE_NO_SYNC = 1u << 1,     /**< skip fdatasync/fsync (not crash-safe; for scratch) */
 };
 
+/** What a save to a .fst path does with float tensors (docs/FORMAT.md). */
+typedef enum ft_compression {
+    FT_COMPRESS_AUTO = 0, /**< code them where coding pays on this machine and disk
+                               (ft_fst_coding_pays of ft_fst_measure) */
+    FT_COMPRESS_ALWAYS,   /**< code each; keep a stream that saves at least 5% */
+    FT_COMPRESS_NONE,     /**< store every tensor (codec blocks, checksums, no coding) */
+    FT_COMPRESS_COUNT
+} ft_compression;
+
 /** Options of ft_ckpt_save; NULL means the defaults. */
 typedef struct ft_save_opts {
     ft_engine engine;           /**< engine for the data (AUTO: the library's choice) */
@@ -456,6 +465,7 @@ typedef struct ft_save_opts {
     const char *const *metadata; /**< NULL or key, value, key, value, ..., NULL (strings) */
     ft_cache_mode cache;        /**< engine AUTO: KEEP leaves the files in the page cache
                                      (buffered writes, then fdatasync) for a read-back soon */
+    ft_compression compression; /**< a .fst path: which tensors are coded (else AUTO only) */
 } ft_save_opts;
 
 /** ft_ckpt_save's result when the new checkpoint is installed but a step after its commit
@@ -465,7 +475,10 @@ typedef struct ft_save_opts {
 #define FT_SAVE_WARNING 1
 
 /**
- * Save tensors as a safetensors checkpoint at @p path, atomically. The data section starts on
+ * Save tensors as a safetensors checkpoint at @p path, atomically; or, where @p path ends in
+ * ".fst", as a compressed container (docs/FORMAT.md: each tensor's codec stream at a page
+ * boundary, coded as opts->compression says, the header after the streams; one file, no
+ * shard_size), installed the same way. The data section starts on
  * a 4096-byte boundary (the header is padded with spaces) and xxh3 checksums of fixed-size
  * blocks go into __metadata__ under "fastensor.*" keys; tensors are laid out as safetensors
  * lays them out: larger elements first (each aligned to its element size), then by name.
@@ -503,8 +516,10 @@ typedef struct ft_tensor_info {
 } ft_tensor_info;
 
 /**
- * Open a checkpoint: a .safetensors file, a .safetensors.index.json index, or a directory
- * holding exactly one of either kind (an index is preferred). Every header is validated
+ * Open a checkpoint: a .safetensors file, a .safetensors.index.json index, a .fst container
+ * (told by its magic; its tensors are decoded by every load call, data_offset being where a
+ * safetensors file would hold them), or a directory holding exactly one safetensors file or
+ * index (an index is preferred). Every header is validated
  * strictly (size limits, JSON shape, dtypes, shapes against byte ranges, offsets inside the
  * file, no overlaps or holes, unique UTF-8 names; shard paths must stay inside the index's
  * directory). @return 0, or -ENOENT, -EACCES, ..., -EINVAL / -EBADMSG for an invalid file
@@ -517,6 +532,21 @@ void ft_ckpt_close(ft_ckpt *ckpt);
 
 /** @return the number of tensors. */
 size_t ft_ckpt_count(const ft_ckpt *ckpt);
+
+enum {
+    FT_FORMAT_SAFETENSORS = 0, /**< safetensors files (one, or shards of an index) */
+    FT_FORMAT_FST = 1,         /**< a .fst container: tensors stored as codec streams */
+};
+
+/** @return the checkpoint's format (FT_FORMAT_*), or -EINVAL. */
+int ft_ckpt_format(const ft_ckpt *ckpt);
+
+/**
+ * The bytes tensor @p index takes in its file (*stored, when not NULL): a .fst container's
+ * stream, else its data. @return 1 where its stream codes it (compressed), 0 where its bytes
+ * are stored as they are, or -ERANGE.
+ */
+int ft_ckpt_stored(const ft_ckpt *ckpt, size_t index, uint64_t *stored);
 
 /** Describe tensor @p index (file order within each shard). @return 0 or -ERANGE. */
 int ft_ckpt_info(const ft_ckpt *ckpt, size_t index, ft_tensor_info *info);
@@ -752,6 +782,38 @@ typedef struct ft_codec_job {
  */
 int64_t ft_codec_decode_cuda(ft_ctx *ctx, const ft_codec_job *jobs, size_t n, int device,
                              void *stream);
+
+/** What coding costs and saves on this machine and disk (rates in GB/s). */
+typedef struct ft_fst_cost {
+    double encode; /**< coding weights of the element size, on the context's threads */
+    double share;  /**< coded bytes / bytes of such weights (normal(0, 0.02)) */
+    double decode; /**< decoding bf16 weights on the host */
+    double write;  /**< the disk taking a save's writes (O_DIRECT pieces, fdatasync) */
+    double read;   /**< the disk reading them back (O_DIRECT) */
+} ft_fst_cost;
+
+/**
+ * Measure (once per context: the codec once per element size, the disk once per filesystem)
+ * what coding floats of @p elem_size bytes (1, 2, 4, 8) costs and saves for files in
+ * directory @p dir: the codec on 32 MiB of weights, 64 MiB written with O_DIRECT and
+ * fdatasync'ed, then read back with O_DIRECT, under a temporary name (0.3-1 s on two cores).
+ * @p dir NULL: the codec's figures only (decode, write, read 0). @return 0, or -errno (a
+ * directory where O_DIRECT cannot be used: -EINVAL; such a save stores).
+ */
+int ft_fst_measure(ft_ctx *ctx, const char *dir, unsigned elem_size, ft_fst_cost *out);
+
+/** Make @p cost what @p ctx knows of floats of @p elem_size bytes (and, with @p dir, of that
+ * directory's filesystem) instead of measuring: figures measured elsewhere or kept from an
+ * earlier run. @return 0 or -errno. */
+int ft_fst_cost_set(ft_ctx *ctx, const char *dir, unsigned elem_size, const ft_fst_cost *cost);
+
+/**
+ * Whether coding pays (FT_COMPRESS_AUTO's rule): the write time coding saves, (1 - share)
+ * of the bytes at the write rate, is at least 0.76 of the time encoding them takes (encodes
+ * overlap the writes before them), and the codec decodes at least as fast as the disk reads.
+ * @return 1 or 0.
+ */
+int ft_fst_coding_pays(const ft_fst_cost *cost);
 
 /* ------------------------------------------------------------------------------------------
  * Spill store: tensors parked on local storage and brought back (activation offload)

@@ -12,6 +12,7 @@
  */
 #include "fixture.h"
 #include "../src/core/internal.h" /* select.h, and the files AUTO wires to */
+#include "../src/ckpt/ckpt.h" /* ft__fst_probe_shift */
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -514,6 +515,98 @@ static int64_t run_profile_show(void)
     return rc;
 }
 
+static enum t_fault_op op_now = T_OP_COUNT; /* the call the sweep fails now */
+
+/* A .fst container: saved over the previous one (coded where the context's costs say it
+ * pays), then loaded and verified. */
+static char fst_path[4400];
+
+static void prep_fst(void)
+{
+    ft_save_opts so = {.compression = FT_COMPRESS_ALWAYS};
+    if (ft_ckpt_save(ctx, fst_path, st->t[0], FX_TENSORS, &so) != 0)
+        fprintf(stderr, "  prep: %s\n", ft_last_error());
+}
+
+/* Which version the container holds (0, 1), -1 neither, or -errno. */
+static int fst_which(ft_ctx *c2, bool verify)
+{
+    ft_ckpt *c = NULL;
+    int rc = ft_ckpt_open(c2, &c, fst_path);
+    ft_load_opts lo = {.flags = verify ? FT_LOAD_VERIFY : 0};
+    if (rc == 0 && (rc = ft_ckpt_load_all(c, &lo)) == 0 && verify)
+        rc = ft_ckpt_verify(c, NULL, NULL, NULL);
+    for (int v = 0; rc == 0 && v < 2; v++) {
+        bool same = ft_ckpt_count(c) == FX_TENSORS;
+        for (size_t i = 0; same && i < FX_TENSORS; i++) {
+            int64_t k = ft_ckpt_find(c, st->names[i]);
+            const void *data = k < 0 ? NULL : ft_ckpt_data(c, (size_t)k);
+            same = data && (!st->t[v][i].data.len ||
+                            !memcmp(data, st->t[v][i].data.ptr, st->t[v][i].data.len));
+        }
+        if (same) {
+            ft_ckpt_close(c);
+            return v;
+        }
+    }
+    if (rc == 0)
+        rc = -1;
+    ft_ckpt_close(c);
+    return rc;
+}
+
+static int64_t run_fst(void)
+{
+    ft_fst_cost pays = {.encode = 8, .share = 0.5, .decode = 8, .write = 1, .read = 1};
+    ft_fst_cost_set(ctx, dir, 4, &pays);
+    ft_save_opts so = {.compression = FT_COMPRESS_AUTO};
+    int rc = ft_ckpt_save(ctx, fst_path, st->t[1], FX_TENSORS, &so);
+    if (rc < 0)
+        return rc;
+    int v = fst_which(ctx, true);
+    return v == 1 ? 0 : v < 0 && v != -1 ? v : -1000;
+}
+
+static bool judge_fst(int64_t rc)
+{
+    if (rc == -1000)
+        return fprintf(stderr, "  the container holds the wrong bytes\n"), false;
+    if (rc < 0 && !*ft_last_error())
+        return fprintf(stderr, "  an error without a detail\n"), false;
+    int v = fst_which(ctx, false);
+    if (rc < 0 && v != 0 && v != 1) /* the load may be what failed, after the save */
+        return fprintf(stderr, "  the container is neither version: %d\n", v), false;
+    /* a temporary stays only where its unlink failed (it is removed here for the next run) */
+    bool may = op_now == T_OP_UNLINK || (also_now >> T_OP_UNLINK & 1), left = false;
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    char gone[5000];
+    while (d && (e = readdir(d)))
+        if (strstr(e->d_name, "fst.fastensor-tmp") || strstr(e->d_name, ".fst-probe")) {
+            left = true;
+            snprintf(gone, sizeof gone, "%s/%s", dir, e->d_name);
+            unlink(gone);
+        }
+    if (d)
+        closedir(d);
+    return left && !may ? fprintf(stderr, "  a temporary was left behind\n"), false : true;
+}
+
+/* What coding costs, measured in a fresh context (its probe file removed, failed or not). */
+static int64_t run_fst_measure(void)
+{
+    ft_ctx *c2;
+    int rc = ft_ctx_create(&c2, NULL);
+    if (rc < 0)
+        return rc;
+    ft_fst_cost c;
+    rc = ft_fst_measure(c2, dir, 2, &c);
+    if (rc == 0 && !(c.encode > 0 && c.share > 0 && c.decode > 0 && c.write > 0 && c.read > 0))
+        rc = -1000;
+    ft_ctx_destroy(c2);
+    return rc;
+}
+
 static const op ops[] = {
     {"single save over a single file", prep_single, run_save_single, judge_single},
     {"sharded save over a sharded one", prep_sharded, run_save_sharded, judge_sharded},
@@ -540,6 +633,8 @@ static const op ops[] = {
     {"store with its defaults", prep_none, run_store_auto, judge_store_auto},
     {"uring in a fresh context", prep_rw, run_uring_fresh, judge_rw},
     {"profile show", prep_none, run_profile_show, judge_profile},
+    {".fst save over a .fst, its load", prep_fst, run_fst, judge_fst},
+    {".fst costs measured", prep_none, run_fst_measure, judge_fst},
 };
 
 /* The faults tried on each syscall-table entry. */
@@ -623,6 +718,7 @@ static void sweep_op(const op *p)
                     t_fault_set(o, kinds[k].kind, kinds[k].err, nth, kinds[k].count);
                     t_fault_also(alsos[a]);
                     also_now = alsos[a];
+                    op_now = o;
                     int64_t rc = p->run();
                     unsigned hit = t_fault_clear();
                     runs++;
@@ -683,7 +779,7 @@ SWEEP_CASE(0) SWEEP_CASE(1) SWEEP_CASE(2) SWEEP_CASE(3) SWEEP_CASE(4) SWEEP_CASE
 SWEEP_CASE(6) SWEEP_CASE(7) SWEEP_CASE(8) SWEEP_CASE(9) SWEEP_CASE(10) SWEEP_CASE(11)
 SWEEP_CASE(12) SWEEP_CASE(13) SWEEP_CASE(14) SWEEP_CASE(15) SWEEP_CASE(16) SWEEP_CASE(17)
 SWEEP_CASE(18) SWEEP_CASE(19) SWEEP_CASE(20) SWEEP_CASE(21) SWEEP_CASE(22)
-SWEEP_CASE(23) SWEEP_CASE(24)
+SWEEP_CASE(23) SWEEP_CASE(24) SWEEP_CASE(25) SWEEP_CASE(26)
 
 int main(void)
 {
@@ -694,10 +790,12 @@ int main(void)
     verbose = getenv("FT_SWEEP_VERBOSE") != NULL; /* each run's fault, before it runs */
     setenv("FASTENSOR_PROFILE", "off", 1);
     setenv("FASTENSOR_QUIET", "1", 1);
+    ft__fst_probe_shift = 4; /* 2 MiB codec samples, a 4 MiB disk probe */
     ctx = t_ctx(3);
     st = fx_make(48u << 10);
     snprintf(dir, sizeof dir, "%s/sweep", t_dir());
     mkdir(dir, 0755);
+    snprintf(fst_path, sizeof fst_path, "%s/model.fst", dir);
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     snprintf(index_, sizeof index_, "%s.index.json", path);
     snprintf(data_file, sizeof data_file, "%s/data.bin", t_dir());
@@ -719,7 +817,7 @@ int main(void)
         {ops[15].name, case_15}, {ops[16].name, case_16}, {ops[17].name, case_17},
         {ops[18].name, case_18}, {ops[19].name, case_19}, {ops[20].name, case_20},
         {ops[21].name, case_21}, {ops[22].name, case_22}, {ops[23].name, case_23},
-        {ops[24].name, case_24},
+        {ops[24].name, case_24}, {ops[25].name, case_25}, {ops[26].name, case_26},
     };
     _Static_assert(sizeof cases / sizeof *cases == sizeof ops / sizeof *ops + 1,
                    "a case an op");

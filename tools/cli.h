@@ -14,6 +14,7 @@ int cmd_bench(int argc, char **argv);
 int cmd_demo(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);
 int cmd_verify(int argc, char **argv);
+int cmd_convert(int argc, char **argv);
 int cmd_tune(int argc, char **argv);
 int bench_mixed(const ft_engine *engines, int nengines, int rounds, bool json, const char *dir);
 int bench_overhead(bool json);

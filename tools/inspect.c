@@ -34,6 +34,7 @@ static void print_json(const ft_ckpt *c, const char *path)
 {
     printf("{\"path\":");
     json_string(stdout, path);
+    printf(",\"format\":\"%s\"", ft_ckpt_format(c) == FT_FORMAT_FST ? "fst" : "safetensors");
     printf(",\"checksums\":%s,\"shards\":[", ft_ckpt_has_checksums(c) ? "true" : "false");
     for (unsigned k = 0; k < ft_ckpt_shard_count(c); k++) {
         int64_t start = ft_ckpt_shard_data_start(c, k);
@@ -60,19 +61,64 @@ static void print_json(const ft_ckpt *c, const char *path)
         printf("%s{\"name\":", i ? "," : "");
         json_string(stdout, t.name);
         printf(",\"dtype\":\"%s\",\"shape\":%s,\"bytes\":%llu,\"shard\":%u,"
-               "\"data_offsets\":[%llu,%llu],\"file_offset\":%llu}",
+               "\"data_offsets\":[%llu,%llu],\"file_offset\":%llu",
                ft_dtype_name(t.dtype), shape, (unsigned long long)t.nbytes, t.shard,
                (unsigned long long)t.data_offset,
                (unsigned long long)(t.data_offset + t.nbytes),
                (unsigned long long)t.file_offset);
+        uint64_t stored;
+        int coded = ft_ckpt_stored(c, i, &stored);
+        printf(",\"stored_bytes\":%llu,\"compressed\":%s}", (unsigned long long)stored,
+               coded == 1 ? "true" : "false");
     }
     printf("]}\n");
+}
+
+/* A .fst container: its tensors' coded and stored bytes. */
+static void print_container(const ft_ckpt *c, const char *path)
+{
+    uint64_t total = 0, stored = 0;
+    char e1[4096], e2[4096];
+    for (size_t i = 0; i < ft_ckpt_count(c); i++) {
+        ft_tensor_info t;
+        uint64_t s;
+        ft_ckpt_info(c, i, &t);
+        ft_ckpt_stored(c, i, &s);
+        total += t.nbytes;
+        stored += s;
+    }
+    printf("%s: fastensor container (.fst), %zu tensors, %llu bytes stored in %llu (%.3f), "
+           "checksums: codec blocks (xxh3-64)\n", cli_escape(path, e1, sizeof e1),
+           ft_ckpt_count(c), (unsigned long long)total, (unsigned long long)stored,
+           total ? (double)stored / (double)total : 1.0);
+    for (size_t i = 0; i < ft_ckpt_metadata_count(c); i++) {
+        const char *k, *v;
+        ft_ckpt_metadata(c, i, &k, &v);
+        printf("  metadata %s = %s\n", cli_escape(k, e1, sizeof e1), cli_escape(v, e2, sizeof e2));
+    }
+    printf("\n%-40s %-8s %-20s %14s %14s %6s\n", "tensor", "dtype", "shape", "bytes", "stored",
+           "coded");
+    for (size_t i = 0; i < ft_ckpt_count(c); i++) {
+        ft_tensor_info t;
+        uint64_t s;
+        ft_ckpt_info(c, i, &t);
+        int coded = ft_ckpt_stored(c, i, &s);
+        char shape[512];
+        shape_text(&t, shape, sizeof shape);
+        printf("%-40s %-8s %-20s %14llu %14llu %6s\n", cli_escape(t.name, e1, sizeof e1),
+               ft_dtype_name(t.dtype), shape, (unsigned long long)t.nbytes,
+               (unsigned long long)s, coded == 1 ? "yes" : "no");
+    }
 }
 
 static void print_table(const ft_ckpt *c, const char *path)
 {
     uint64_t total = 0;
     char e1[4096], e2[4096];
+    if (ft_ckpt_format(c) == FT_FORMAT_FST) {
+        print_container(c, path);
+        return;
+    }
     for (unsigned k = 0; k < ft_ckpt_shard_count(c); k++)
         total += (uint64_t)ft_ckpt_shard_size(c, k);
     path = cli_escape(path, e1, sizeof e1);
@@ -134,8 +180,9 @@ int cmd_inspect(int argc, char **argv)
             FILE *out = c == 'h' ? stdout : stderr;
             fprintf(out, "usage: fastensor inspect FILE|INDEX|DIR [--json]\n\n"
                          "Tensors (dtype, shape, bytes, offsets), metadata, shards, alignment and "
-                         "checksums of a\nsafetensors checkpoint. The header is validated "
-                         "strictly; an invalid file is an error.\n");
+                         "checksums of a\nsafetensors checkpoint; of a .fst container, each "
+                         "tensor's stored bytes and whether\nit is coded. The header is "
+                         "validated strictly; an invalid file is an error.\n");
             return c == 'h' ? EXIT_OK : EXIT_USAGE;
         }
     }
@@ -219,9 +266,11 @@ int cmd_verify(int argc, char **argv)
     double secs = cli_now() - t0;
     int status = EXIT_OK;
     if (rc == 0)
-        printf("OK: %s: %zu tensors, %llu bytes in %u shard(s) match their checksums "
+        printf("OK: %s: %zu tensors, %llu bytes in %u %s match their checksums "
                "(%.2f GB/s)\n", argv[optind], ft_ckpt_count(ck), (unsigned long long)total,
-               ft_ckpt_shard_count(ck), (double)total / secs / 1e9);
+               ft_ckpt_shard_count(ck), ft_ckpt_format(ck) == FT_FORMAT_FST
+                                            ? "container (every stream decoded)" : "shard(s)",
+               (double)total / secs / 1e9);
     else {
         cli_error("verify", "%s", ft_last_error());
         status = EXIT_ERR;

@@ -14,6 +14,7 @@ static const struct {
     {"demo", cmd_demo, "a saved model, per engine: a cold, a 2nd and a 2-process load"},
     {"inspect", cmd_inspect, "list a checkpoint's tensors, metadata, shards and alignment"},
     {"verify", cmd_verify, "check a checkpoint's block checksums"},
+    {"convert", cmd_convert, "a checkpoint to a .fst container or a safetensors file"},
     {"gc", cmd_gc, "remove what interrupted saves left in a directory"},
     {"tune", cmd_tune, "build the AUTO selector's profile for a filesystem"},
     {"profile", cmd_profile, "profile show: print the AUTO selector's dictionary"},

@@ -237,10 +237,10 @@ class File:
 def inspect(path) -> dict:
     """Describe a checkpoint: tensors (dtype, shape, bytes), metadata, shards, checksums (a
     container: stored bytes and ratio per tensor and in all)."""
-    from . import _fst
-    if _fst.is_container(path):
-        return _fst.Container(path).describe()
     ck = _C.ckpt_open(context(), os.fspath(path))
+    if _C.ckpt_stored(ck)[0] == _C.FORMAT_FST:
+        from . import _fst
+        return _fst.Container(path).describe()
     tensors, meta, shards, has_csum = _C.ckpt_describe(ck)
     return {"tensors": {t[0]: {"dtype": t[1], "shape": t[2], "bytes": t[3], "shard": t[4],
                                "data_offset": t[5]} for t in tensors},
@@ -255,10 +255,6 @@ def verify(path, *, engine: str = "auto") -> bool:
     True when the checksums were checked, False for a checkpoint without fastensor checksums
     (written by another tool), whose structure alone could be. A ``.fst`` container: every
     tensor decoded, every block's checksum checked."""
-    from . import _fst
-    if _fst.is_container(path):
-        _fst.Container(path, engine=engine).verify()
-        return True
     ck = _C.ckpt_open(context(), os.fspath(path))
     if not _C.ckpt_describe(ck)[3]:
         return False

@@ -340,9 +340,7 @@ def save_file_async(tensors: dict, filename, metadata: dict | None = None, *,
     if snapshot not in ("auto", "host", "device", "none"):
         raise ValueError(f"snapshot must be 'auto', 'host', 'device' or 'none', "
                          f"not {snapshot!r}")
-    if compression not in _fst.COMPRESSION:
-        raise ValueError(f"compression must be one of {', '.join(map(repr, _fst.COMPRESSION))}"
-                         f", not {compression!r}")
+    _fst.compression_id(compression)
     from .torch import _check_for_save, _save  # (which imports this module)
     _check_for_save(tensors)  # the caller's tensors: sharing is lost in the snapshot
     t0 = time.perf_counter()

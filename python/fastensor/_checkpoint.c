@@ -26,11 +26,11 @@ static PyObject *py_ckpt_save(PyObject *self, PyObject *args)
     (void)self;
     PyObject *cap, *list, *meta;
     const char *path;
-    int engine, cache = 0;
+    int engine, cache = 0, compression = 0;
     unsigned long long shard_size;
     unsigned flags;
-    if (!PyArg_ParseTuple(args, "OsOOiKI|i", &cap, &path, &list, &meta, &engine, &shard_size,
-                          &flags, &cache))
+    if (!PyArg_ParseTuple(args, "OsOOiKI|ii", &cap, &path, &list, &meta, &engine, &shard_size,
+                          &flags, &cache, &compression))
         return NULL;
     ft_ctx *ctx = cap_get(cap, CAP_CTX);
     if (!ctx)
@@ -83,7 +83,7 @@ static PyObject *py_ckpt_save(PyObject *self, PyObject *args)
     }
     ft_save_opts so = {.engine = (ft_engine)engine, .flags = flags, .shard_size = shard_size,
                        .cache = (ft_cache_mode)cache,
-                       .metadata = kv};
+                       .compression = (ft_compression)compression, .metadata = kv};
     int rc;
     Py_BEGIN_ALLOW_THREADS
     rc = ft_ckpt_save(ctx, path, t, (size_t)n, &so);
@@ -177,6 +177,94 @@ fail:
     Py_XDECREF(meta);
     Py_XDECREF(shards);
     return NULL;
+}
+
+/* ckpt_stored(ckpt) -> (format, [(file offset, stored bytes, coded)]): a .fst container's
+ * streams (FT_FORMAT_FST), or a safetensors checkpoint's tensors as they are */
+static PyObject *py_ckpt_stored(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *cap;
+    if (!PyArg_ParseTuple(args, "O", &cap))
+        return NULL;
+    ft_ckpt *c = cap_get(cap, CAP_CKPT);
+    if (!c)
+        return NULL;
+    size_t n = ft_ckpt_count(c);
+    PyObject *list = PyList_New((Py_ssize_t)n);
+    for (size_t i = 0; list && i < n; i++) {
+        ft_tensor_info info;
+        uint64_t stored = 0;
+        ft_ckpt_info(c, i, &info);
+        int coded = ft_ckpt_stored(c, i, &stored);
+        PyObject *item = Py_BuildValue("(KKO)", (unsigned long long)info.file_offset,
+                                       (unsigned long long)stored,
+                                       coded == 1 ? Py_True : Py_False);
+        if (!item) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        PyList_SetItem(list, (Py_ssize_t)i, item);
+    }
+    return list ? Py_BuildValue("(iN)", ft_ckpt_format(c), list) : NULL;
+}
+
+static PyObject *cost_tuple(const ft_fst_cost *c)
+{
+    return Py_BuildValue("(ddddd)", c->encode, c->share, c->decode, c->write, c->read);
+}
+
+/* fst_measure(ctx, dir or None, elem) -> (encode, share, decode, write, read) GB/s */
+static PyObject *py_fst_measure(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *cap;
+    const char *dir;
+    unsigned elem;
+    if (!PyArg_ParseTuple(args, "OzI", &cap, &dir, &elem))
+        return NULL;
+    ft_ctx *ctx = cap_get(cap, CAP_CTX);
+    if (!ctx)
+        return NULL;
+    ft_fst_cost c;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = ft_fst_measure(ctx, dir, elem, &c);
+    Py_END_ALLOW_THREADS
+    return rc < 0 ? raise_ft(rc, dir) : cost_tuple(&c);
+}
+
+static int cost_args(PyObject *t, ft_fst_cost *c)
+{
+    return PyArg_ParseTuple(t, "ddddd", &c->encode, &c->share, &c->decode, &c->write, &c->read);
+}
+
+/* fst_cost_set(ctx, dir or None, elem, (encode, share, decode, write, read)) */
+static PyObject *py_fst_cost_set(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *cap, *t;
+    const char *dir;
+    unsigned elem;
+    ft_fst_cost c;
+    if (!PyArg_ParseTuple(args, "OzIO", &cap, &dir, &elem, &t) || !cost_args(t, &c))
+        return NULL;
+    ft_ctx *ctx = cap_get(cap, CAP_CTX);
+    if (!ctx)
+        return NULL;
+    int rc = ft_fst_cost_set(ctx, dir, elem, &c);
+    return rc < 0 ? raise_ft(rc, dir) : (Py_INCREF(Py_None), Py_None);
+}
+
+/* fst_coding_pays((encode, share, decode, write, read)) -> bool */
+static PyObject *py_fst_coding_pays(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *t;
+    ft_fst_cost c;
+    if (!PyArg_ParseTuple(args, "O", &t) || !cost_args(t, &c))
+        return NULL;
+    return PyBool_FromLong(ft_fst_coding_pays(&c));
 }
 
 /* The destination and options the load calls share: memory at addr (kind 0 host, 1 CUDA
@@ -380,6 +468,10 @@ static PyMethodDef checkpoint_methods[] = {
     {"ckpt_save", py_ckpt_save, METH_VARARGS, "ckpt_save(ctx, path, tensors, meta, ...)"},
     {"ckpt_open", py_ckpt_open, METH_VARARGS, "ckpt_open(ctx, path) -> ckpt"},
     {"ckpt_describe", py_ckpt_describe, METH_VARARGS, "ckpt_describe(ckpt) -> (...)"},
+    {"ckpt_stored", py_ckpt_stored, METH_VARARGS, "ckpt_stored(ckpt) -> (format, [...])"},
+    {"fst_measure", py_fst_measure, METH_VARARGS, "fst_measure(ctx, dir, elem) -> (...)"},
+    {"fst_cost_set", py_fst_cost_set, METH_VARARGS, "fst_cost_set(ctx, dir, elem, cost)"},
+    {"fst_coding_pays", py_fst_coding_pays, METH_VARARGS, "fst_coding_pays(cost) -> bool"},
     {"ckpt_load_shard", py_ckpt_load_shard, METH_VARARGS, "ckpt_load_shard(...) -> int"},
     {"ckpt_read", py_ckpt_read, METH_VARARGS, "ckpt_read(ckpt, index, offset, ...) -> int"},
     {"ckpt_read_shard", py_ckpt_read_shard, METH_VARARGS,

@@ -130,8 +130,10 @@ def fsync_dir(path):
 
 
 def save(path, items, metadata, *, engine="auto", shard_size=None, checksums=True,
-         durable=True, cache="auto"):
-    """items: [(name, dtype_name, shape_tuple, address, nbytes)]; the caller keeps memory alive."""
+         durable=True, cache="auto", compression=0):
+    """items: [(name, dtype_name, shape_tuple, address, nbytes)]; the caller keeps memory alive.
+    A ``.fst`` path writes a container (``compression``: the library's number of the mode,
+    _fst.compression_id)."""
     meta = {} if metadata is None else dict(metadata)
     for k, v in meta.items():
         if not isinstance(k, str) or not isinstance(v, str):
@@ -140,7 +142,7 @@ def save(path, items, metadata, *, engine="auto", shard_size=None, checksums=Tru
     if shard_size is not None and shard_size <= 0:
         raise ValueError("shard_size must be positive")
     warning = _C.ckpt_save(context(), os.fspath(path), items, meta, engine_id(engine),
-                           int(shard_size or 0), flags, cache_id(cache))
+                           int(shard_size or 0), flags, cache_id(cache), int(compression))
     if warning is not None:
         warnings.warn(f"{os.fspath(path)}: saved, but {warning}", SaveWarning, stacklevel=3)
 
@@ -188,7 +190,8 @@ def mapped_shard(ck, shard, info, *, engine="auto", verify=False, mmap=None, cac
     addresses), and files shorter than their header says (the read reports those)."""
     cache_id(cache)  # a bad name is an error whichever way the shard goes
     path, size, start = info
-    if mmap is False or verify or size == 0 or start % 8:
+    if mmap is False or verify or size == 0 or start % 8 or \
+            _C.ckpt_stored(ck)[0] == _C.FORMAT_FST:  # (a container's streams are decoded)
         return None
     if mmap is None and engine != "auto":
         return None

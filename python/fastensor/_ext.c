@@ -405,6 +405,7 @@ PyMODINIT_FUNC PyInit__C(void)
     PyModule_AddIntConstant(m, "SAVE_NO_CHECKSUM", FT_SAVE_NO_CHECKSUM);
     PyModule_AddIntConstant(m, "SAVE_NO_SYNC", FT_SAVE_NO_SYNC);
     PyModule_AddIntConstant(m, "CODEC_STORE", FT_CODEC_STORE);
+    PyModule_AddIntConstant(m, "FORMAT_FST", FT_FORMAT_FST);
     PyModule_AddStringConstant(m, "LIB_VERSION", ft_version());
     if (store_add_functions(m) < 0 || batch_add_functions(m) < 0 ||
         codec_add_functions(m) < 0 || checkpoint_add_functions(m) < 0) {

@@ -43,9 +43,7 @@ def save_file(tensors: dict, filename, metadata: dict | None = None, *, engine: 
     ``shard_size`` bytes; ``cache`` as in :func:`fastensor.torch.save_file`), or as a
     compressed container for a name ending in ``.fst`` (``compression`` "auto", "always" or
     "none", as in :func:`fastensor.torch.save_file`)."""
-    if compression not in _fst.COMPRESSION:
-        raise ValueError(f"compression must be one of {', '.join(map(repr, _fst.COMPRESSION))}"
-                         f", not {compression!r}")
+    _fst.compression_id(compression)
     _st.layout([], metadata)  # (metadata: str -> str, as safetensors takes it)
     items, keep = _prepare(tensors)
     if str(filename).endswith(_fst.SUFFIX):
@@ -84,14 +82,13 @@ def load_file(filename, *, backend: str = "mmap", engine: str = "auto", verify: 
         mmap = False
     if _fst.is_container(filename):
         c = _fst.Container(filename, engine=engine, cache=cache)
-        arrays = {}
         for x in c.entries:
-            dt = _FROM_ST.get(x.dtype)
-            if dt is None:
+            if _FROM_ST.get(x.dtype) is None:
                 raise ValueError(f"{x.name!r}: dtype {x.dtype} has no numpy equivalent")
-            arrays[x.name] = np.empty(x.shape, dtype=dt.newbyteorder("<"))
-        c.decode_into({k: a.ctypes.data for k, a in arrays.items()})
-        return arrays
+        buf = np.empty(max(c.size, 1), dtype=np.uint8)
+        c.load(buf.ctypes.data, verify=verify)  # (the decoded layout: views of one buffer)
+        return {x.name: np.ndarray(x.shape, dtype=_FROM_ST[x.dtype].newbyteorder("<"),
+                                   buffer=buf, offset=x.begin) for x in c.entries}
     ck, tensors, _, shards = _ckpt.open_checkpoint(filename)
     bufs = []
     for k, info in enumerate(shards):

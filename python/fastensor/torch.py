@@ -202,9 +202,7 @@ def _with_format(metadata):
 
 def _save(tensors, filename, metadata, engine, shard_size, cache, compression):
     """Write checked tensors: a container (compressed) for a ``.fst`` name, else safetensors."""
-    if compression not in _fst.COMPRESSION:
-        raise ValueError(f"compression must be one of {', '.join(map(repr, _fst.COMPRESSION))}"
-                         f", not {compression!r}")
+    _fst.compression_id(compression)
     _st.layout([], metadata)  # (metadata: str -> str, as safetensors takes it)
     if not str(filename).endswith(_fst.SUFFIX):
         items, keep = _items(tensors)
@@ -277,30 +275,31 @@ def _tensor_from(buf, dtype_name, shape, nbytes, off):
 
 
 def _load_fst(filename, device, names, engine, cache, verify=False):
-    """A container's tensors (``names``, or all) in one buffer that the tensors view: decoded
-    on the GPU straight into device memory where it can (:func:`_fst.gpu_decoder`; block
-    checksums are checked on the host only, so ``verify=True`` decodes there), else on the
-    host (pinned for a CUDA device, then one copy to it)."""
+    """A container's tensors (``names``, or all) in one buffer that the tensors view, decoded
+    by the library: on the GPU straight into device memory where it can (block checksums are
+    checked on the host only, so ``verify=True`` decodes there), else on the host."""
     device = _Arrays.device(device)
     c = _fst.Container(filename, engine=engine, cache=cache)
-    sel = c.entries if names is None else [c.entry(n) for n in names]
-    offs, at = [], 0
-    for x in sel:
-        offs.append(at)
-        at += (x.nbytes + 63) & ~63  # every tensor on a 64-byte boundary
     cuda = device.type == "cuda"
     if cuda and device.index is None:
         device = torch.device("cuda", torch.cuda.current_device())
-    if cuda and not verify and _fst.gpu_decoder(device.index) is None:
-        buf = torch.empty(max(at, 1), dtype=torch.uint8, device=device)
-        stream = torch.cuda.current_stream(device).cuda_stream
-        c.decode_into({x.name: buf.data_ptr() + o for x, o in zip(sel, offs)},
-                      device=device.index, stream=stream)
+    where = device if cuda else "cpu"
+    stream = torch.cuda.current_stream(device).cuda_stream if cuda else 0
+    index = device.index if cuda else None
+    if names is None:  # the whole decoded layout, the next streams read while some decode
+        sel, offs = c.entries, [x.begin for x in c.entries]
+        buf = torch.empty(max(c.size, 1), dtype=torch.uint8, device=where)
+        c.load(buf.data_ptr(), device=index, stream=stream, verify=verify)
     else:
-        buf = torch.empty(max(at, 1), dtype=torch.uint8, pin_memory=cuda)
-        c.decode_into({x.name: buf.data_ptr() + o for x, o in zip(sel, offs)})
-        if device.type != "cpu":
-            buf = buf.to(device)
+        sel, offs, at = [c.entry(n) for n in names], [], 0
+        for x in sel:
+            offs.append(at)
+            at += (x.nbytes + 63) & ~63  # every tensor on a 64-byte boundary
+        buf = torch.empty(max(at, 1), dtype=torch.uint8, device=where)
+        c.decode_into({x.name: buf.data_ptr() + o for x, o in zip(sel, offs)}, device=index,
+                      stream=stream, verify=verify)
+    if device.type not in ("cpu", "cuda"):
+        buf = buf.to(device)
     return {x.name: _tensor_from(buf, x.dtype, x.shape, x.nbytes, o) for x, o in zip(sel, offs)}
 
 

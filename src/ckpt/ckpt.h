@@ -26,8 +26,11 @@ typedef struct ft__st_tensor {
     ft_dtype dtype;
     unsigned ndim;
     uint64_t shape[FT_MAX_DIMS];
-    uint64_t begin, end; /* within the data section */
+    uint64_t begin, end; /* within the data section (a .fst's: where a safetensors file of
+                            its tensors would hold them, the decoded layout) */
     unsigned shard;
+    uint64_t stored_begin, stored_end; /* .fst: its codec stream in the data section */
+    bool coded;                        /* .fst: the stream codes planes (else stores them) */
 } ft__st_tensor;
 
 typedef struct ft__st_meta {
@@ -72,6 +75,16 @@ int ft__st_parse(const char *json, size_t len, uint64_t data_size, const char *w
                  ft__st_header *out);
 void ft__st_header_free(ft__st_header *h);
 
+/** Parse tensor entry @p name of a header: an object of @p keys members, of which dtype,
+ * shape and data_offsets are read into @p t. @return 0 or -EBADMSG / -ENOMEM. */
+int ft__st_entry(const char *name, const ft__json *v, size_t keys, const char *where,
+                 ft__st_tensor *t);
+/** Sort @p h's tensors by offset and check they tile the data from 0 (no hole, no overlap);
+ * *end: where the last one ends. @p format names the format in messages. */
+int ft__st_layout(ft__st_header *h, const char *format, const char *where, uint64_t *end);
+/** Parse a __metadata__ object (strings only; fastensor.* keys are skipped) into @p h. */
+int ft__st_meta_parse(const ft__json *meta, const char *where, ft__st_header *h);
+
 /** Parse 16 hex digits per checksum. @return 0 or -EBADMSG. */
 int ft__csum_decode(const char *hex, size_t len, uint64_t *out, uint64_t n);
 /** Write 16 lower-case hex digits per checksum (no terminator). */
@@ -87,6 +100,9 @@ typedef struct ft__shard {
     size_t count;
     void *owned_base;    /* ft_ckpt_load_all's allocation */
     uint8_t *owned;      /* its data section inside owned_base */
+    bool fst;            /* a .fst container: data_size is the decoded size, data_start where
+                            the streams start, stored_size their section's bytes (fst.c) */
+    uint64_t stored_size;
 } ft__shard;
 
 struct ft_ckpt {
@@ -109,6 +125,38 @@ const char *ft__shard_tensor_at(const ft__shard *s, uint64_t at);
 /** Read @p dst->len bytes of shard @p s's data from data byte @p at into @p dst with @p io.
  * @return dst->len, or -errno (-EIO where the file ends first). */
 int64_t ft__shard_read(ft__shard *s, const ft_buf *dst, uint64_t at, const ft_io_opts *io);
+
+/* ---- .fst containers (fst.c, fst_save.c; docs/FORMAT.md) ---- */
+
+#define FT__FST_MAGIC "FASTENSZ"
+#define FT__FST_DATA 4096u /* where the streams start */
+#define FT__FST_VERSION 1
+
+/** Parse the container @p s (its file open, @p size bytes, starting with the magic). */
+int ft__fst_open(ft__shard *s, int64_t size);
+/**
+ * Decoded bytes [at, at + dst->len) of container @p s into @p dst (host or device memory):
+ * the streams of the tensors they overlap are read (through @p io's engine, the next group
+ * while one decodes) and decoded, on the GPU into device memory where the library can (and
+ * not @p host_decode), else on the host with every block's checksum checked.
+ * @return dst->len, or -errno: -EBADMSG naming the tensor.
+ */
+int64_t ft__fst_read(ft_ctx *ctx, ft__shard *s, uint64_t at, const ft_buf *dst,
+                     const ft_io_opts *io, bool host_decode);
+/** Decode every stream of @p s on the host (checksums checked), reporting progress in
+ * decoded bytes as ft_ckpt_verify does. @return 0 or -errno (-EBADMSG naming the tensor). */
+int ft__fst_verify(ft_ctx *ctx, ft__shard *s, const ft_io_opts *io,
+                   void (*progress)(uint64_t, uint64_t, void *), void *arg, uint64_t *done,
+                   uint64_t total);
+
+/** Tests: the cost probes (ft_fst_measure) use their sizes shifted right by this much. */
+extern unsigned ft__fst_probe_shift;
+/** Whether a save to @p path writes a .fst container (the name ends in ".fst"). */
+bool ft__fst_path(const char *path);
+/** Write a container of @p n checked tensors (in this order) into the empty file @p f
+ * (named @p path in messages): streams, header, head; not synced. @return 0 or -errno. */
+int ft__fst_write(ft_ctx *ctx, ft_file *f, const char *path, const ft_tensor *t, size_t n,
+                  const ft_save_opts *opts);
 
 /* ---- reading small files and indexes (open.c) ---- */
 

@@ -66,11 +66,18 @@ uint64_t ft__parts_layout(const ft__span *spans, size_t n, uint64_t block, uint6
     return parts;
 }
 
-static int bad(const char *where, const char *fmt, const char *a, const char *b)
+/* "WHERE: invalid safetensors header: ..." (a .fst container's: "invalid .fst header"). */
+static int bad_as(const char *format, const char *where, const char *fmt, const char *a,
+                  const char *b)
 {
     char msg[FT__DETAIL_MAX / 2];
     snprintf(msg, sizeof msg, fmt, a, b);
-    return ft__err(-EBADMSG, "%s: invalid safetensors header: %s", where, msg);
+    return ft__err(-EBADMSG, "%s: invalid %s header: %s", where, format, msg);
+}
+
+static int bad(const char *where, const char *fmt, const char *a, const char *b)
+{
+    return bad_as("safetensors", where, fmt, a, b);
 }
 
 /* A non-negative JSON integer. */
@@ -83,13 +90,16 @@ static bool get_u64(const ft__json *v, uint64_t *out)
     return true;
 }
 
-static int parse_tensor(const char *name, const ft__json *v, const char *where, ft__st_tensor *t)
+int ft__st_entry(const char *name, const ft__json *v, size_t keys, const char *where,
+                 ft__st_tensor *t)
 {
     if (ft__json_type(v) != FT__JSON_OBJECT)
         return bad(where, "entry '%s' is not an object%s", name, "");
-    if (ft__json_len(v) != 3)
-        return bad(where, "entry '%s' must have exactly dtype, shape and data_offsets%s", name,
-                   "");
+    if (ft__json_len(v) != keys)
+        return bad(where, keys == 3 ? "entry '%s' must have exactly dtype, shape and "
+                                      "data_offsets%s"
+                                    : "entry '%s' must have dtype, shape, data_offsets, stored "
+                                      "and compressed%s", name, "");
     const ft__json *dt = ft__json_get(v, "dtype"), *sh = ft__json_get(v, "shape"),
                  *off = ft__json_get(v, "data_offsets");
     if (ft__json_type(dt) != FT__JSON_STRING || ft__json_type(sh) != FT__JSON_ARRAY ||
@@ -183,8 +193,7 @@ static int parse_parts(const ft__json *meta, const char *where, ft__st_header *h
     return 0;
 }
 
-static int parse_metadata(const ft__json *meta, uint64_t data_size, const char *where,
-                          ft__st_header *h)
+int ft__st_meta_parse(const ft__json *meta, const char *where, ft__st_header *h)
 {
     if (ft__json_type(meta) != FT__JSON_OBJECT)
         return bad(where, "__metadata__ is not an object%s%s", "", "");
@@ -202,7 +211,15 @@ static int parse_metadata(const ft__json *meta, uint64_t data_size, const char *
         if (!(m->key = strdup(key)) || !(m->value = strdup(ft__json_string(v))))
             return ft__err(-ENOMEM, "%s: metadata", where);
     }
-    int rc = parse_checksums(meta, data_size, where, h);
+    return 0;
+}
+
+static int parse_metadata(const ft__json *meta, uint64_t data_size, const char *where,
+                          ft__st_header *h)
+{
+    int rc = ft__st_meta_parse(meta, where, h);
+    if (rc == 0)
+        rc = parse_checksums(meta, data_size, where, h);
     return rc < 0 ? rc : parse_parts(meta, where, h);
 }
 
@@ -212,6 +229,23 @@ static int by_begin(const void *a, const void *b)
     if (x->begin != y->begin)
         return x->begin < y->begin ? -1 : 1;
     return (x->end > y->end) - (x->end < y->end);
+}
+
+int ft__st_layout(ft__st_header *h, const char *format, const char *where, uint64_t *end)
+{
+    qsort(h->tensors, h->ntensors, sizeof *h->tensors, by_begin);
+    uint64_t at = 0;
+    for (size_t i = 0; i < h->ntensors; i++) {
+        const ft__st_tensor *t = &h->tensors[i];
+        if (t->begin > at)
+            return bad_as(format, where, "a hole in the data before tensor '%s'%s", t->name, "");
+        if (t->begin < at)
+            return bad_as(format, where, "tensor '%s' overlaps tensor '%s'", t->name,
+                          h->tensors[i - 1].name);
+        at = t->end;
+    }
+    *end = at;
+    return 0;
 }
 
 static int parse_root(const ft__json *root, uint64_t data_size, const char *where,
@@ -231,23 +265,15 @@ static int parse_root(const ft__json *root, uint64_t data_size, const char *wher
             continue;
         }
         ft__st_tensor *t = &h->tensors[h->ntensors];
-        if ((rc = parse_tensor(key, v, where, t)) < 0)
+        if ((rc = ft__st_entry(key, v, 3, where, t)) < 0)
             return rc;
         if (!(t->name = strdup(key)))
             return ft__err(-ENOMEM, "%s: header", where);
         h->ntensors++;
     }
-    qsort(h->tensors, h->ntensors, sizeof *h->tensors, by_begin);
-    uint64_t at = 0;
-    for (size_t i = 0; i < h->ntensors; i++) {
-        const ft__st_tensor *t = &h->tensors[i];
-        if (t->begin > at)
-            return bad(where, "a hole in the data before tensor '%s'%s", t->name, "");
-        if (t->begin < at)
-            return bad(where, "tensor '%s' overlaps tensor '%s'", t->name,
-                       h->tensors[i - 1].name);
-        at = t->end;
-    }
+    uint64_t at;
+    if ((rc = ft__st_layout(h, "safetensors", where, &at)) < 0)
+        return rc;
     if (at > data_size)
         return ft__err(-EBADMSG, "%s: the file is truncated: its header describes %llu bytes "
                                  "of tensor data, the file holds %llu (%llu missing)", where,

@@ -215,6 +215,11 @@ int64_t ft_ckpt_load_shard(ft_ckpt *c, unsigned k, const ft_buf *dst, const ft_l
                        (int)dst->kind);
     ft_io_opts io = io_opts(o);
     prepare_host_dst(c->ctx, dst, s->data_size);
+    if (s->fst) { /* streams decoded into the layout; FT_LOAD_VERIFY: on the host */
+        ft_buf part = *dst;
+        part.len = (size_t)s->data_size;
+        return ft__fst_read(c->ctx, s, 0, &part, &io, o && (o->flags & FT_LOAD_VERIFY));
+    }
     if (o && (o->flags & FT_LOAD_VERIFY) && s->header.csum_block) {
         uint64_t done = 0;
         int dev = dst->device;
@@ -305,6 +310,9 @@ static int64_t read_part(ft__shard *s, uint64_t begin, const ft_buf *dst, const 
     ft_io_opts io = io_opts(o);
     uint64_t block = s->header.csum_block;
     prepare_host_dst(s->file->ctx, dst, n); /* a fresh tensor's pages, faulted in parallel */
+    if (s->fst)
+        return ft__fst_read(s->file->ctx, s, begin, dst, &io,
+                            o && (o->flags & FT_LOAD_VERIFY));
     if (!(o && (o->flags & FT_LOAD_VERIFY)) || !block || n == 0) {
         return ft__shard_read(s, dst, begin, &io);
     }
@@ -376,6 +384,31 @@ int64_t ft_ckpt_read_range(ft_ckpt *c, size_t i, uint64_t offset, const ft_buf *
     return read_inside(&c->shards[t->shard], t->begin, t->end - t->begin, offset, dst, o, what);
 }
 
+/* Ranges of a .fst tensor: its stream decoded once (on the host), each range copied out. */
+static int64_t fst_ranges(ft_ckpt *c, const ft__st_tensor *t, ft_batch_op *ops, size_t n,
+                          const ft_load_opts *o, uint64_t total)
+{
+    uint64_t size = t->end - t->begin;
+    uint8_t *tmp = malloc(size ? (size_t)size : 1);
+    if (!tmp)
+        return ft__err(-ENOMEM, "tensor '%s': %llu bytes", t->name, (unsigned long long)size);
+    ft_buf b = ft_host_buf(tmp, (size_t)size);
+    ft_io_opts io = io_opts(o);
+    int64_t r = ft__fst_read(c->ctx, &c->shards[t->shard], t->begin, &b, &io, true);
+    for (size_t k = 0; r >= 0 && k < n; k++) {
+        int device;
+        int rc = ft__buf_device(&ops[k].buf, &device);
+        if (rc == 0 && device >= 0)
+            rc = ft_cuda_copy(ops[k].buf.ptr, tmp + ops[k].offset, ops[k].buf.len);
+        else if (rc == 0 && ops[k].buf.len)
+            memcpy(ops[k].buf.ptr, tmp + ops[k].offset, ops[k].buf.len);
+        r = rc < 0 ? rc : r;
+        ops[k].result = rc < 0 ? rc : (int64_t)ops[k].buf.len;
+    }
+    free(tmp);
+    return r < 0 ? r : (int64_t)total;
+}
+
 int64_t ft_ckpt_read_ranges(ft_ckpt *c, size_t i, ft_batch_op *ops, size_t n,
                             const ft_load_opts *o)
 {
@@ -396,6 +429,8 @@ int64_t ft_ckpt_read_ranges(ft_ckpt *c, size_t i, ft_batch_op *ops, size_t n,
                            (unsigned long long)size);
         total += ops[k].buf.len;
     }
+    if (s->fst)
+        return fst_ranges(c, t, ops, n, o, total);
     if (o && (o->flags & FT_LOAD_VERIFY) && s->header.csum_block) {
         for (size_t k = 0; k < n; k++) /* each with the checksum blocks it overlaps */
             if ((ops[k].result = read_part(s, t->begin + ops[k].offset, &ops[k].buf, o)) < 0)
@@ -442,6 +477,9 @@ int ft_ckpt_verify(ft_ckpt *c, const ft_load_opts *o,
         total += c->shards[k].data_size;
     ft_io_opts io = io_opts(o);
     for (unsigned k = 0; rc == 0 && k < c->nshards; k++)
-        rc = verify_shard(c->ctx, &c->shards[k], NULL, false, &io, progress, arg, &done, total);
+        rc = c->shards[k].fst ? ft__fst_verify(c->ctx, &c->shards[k], &io, progress, arg, &done,
+                                               total)
+                              : verify_shard(c->ctx, &c->shards[k], NULL, false, &io, progress,
+                                             arg, &done, total);
     return rc;
 }

@@ -60,10 +60,8 @@ static const char *foreign_kind(const uint8_t *head)
         return " (a numpy .npy file)";
     if (!memcmp(head, "GGUF", 4))
         return " (a GGUF file)";
-    if (!memcmp(head, "FASTENSZ", 8))
-        return " (a fastensor .fst container: compressed tensors, docs/FORMAT.md; the Python "
-               "package reads it: fastensor.torch.load_file, `python -m fastensor inspect | "
-               "verify | convert`)";
+    if (!memcmp(head, FT__FST_MAGIC, 8))
+        return " (a fastensor .fst container: one opens alone, never as a shard of an index)";
     return "";
 }
 
@@ -99,7 +97,9 @@ static int shard_parse(ft__shard *s, uint64_t n, int64_t size)
     return rc;
 }
 
-static int shard_open(ft_ctx *ctx, ft__shard *s)
+/* Open and parse shard @p s: a safetensors file, or where it is @p alone (no index lists
+ * it), a .fst container too. */
+static int shard_open(ft_ctx *ctx, ft__shard *s, bool alone)
 {
     int rc = ft_file_open(ctx, &s->file, s->path, FT_OPEN_READ, 0);
     if (rc < 0)
@@ -113,6 +113,8 @@ static int shard_open(ft_ctx *ctx, ft__shard *s)
     if (size < 8 || ft_read(s->file, &b, 0, &o) != 8)
         return ft__err(-EBADMSG, "%s: not a safetensors file (%lld bytes, shorter than the "
                                  "8-byte header length)", s->path, (long long)size);
+    if (alone && !memcmp(le, FT__FST_MAGIC, 8))
+        return ft__fst_open(s, size);
     uint64_t n = 0;
     for (int k = 7; k >= 0; k--)
         n = n << 8 | le[k];
@@ -460,7 +462,7 @@ static int open_once(ft_ctx *ctx, ft_ckpt **out, const char *path_in, char **ind
         c->nshards = 1;
     }
     for (unsigned k = 0; rc == 0 && k < c->nshards; k++)
-        rc = shard_open(ctx, &c->shards[k]);
+        rc = shard_open(ctx, &c->shards[k], !index);
     ft__commit_unlock(lock); /* the descriptors hold this version from here on */
     if (rc == 0 && index)
         rc = index_check(c, path, ft__json_root(index));
@@ -536,8 +538,25 @@ int ft_ckpt_info(const ft_ckpt *c, size_t i, ft_tensor_info *info)
     *info = (ft_tensor_info){.name = t->name, .dtype = t->dtype, .ndim = t->ndim,
                              .shape = t->shape, .nbytes = t->end - t->begin,
                              .shard = t->shard, .data_offset = t->begin,
-                             .file_offset = s->data_start + t->begin};
+                             .file_offset = s->data_start +
+                                            (s->fst ? t->stored_begin : t->begin)};
     return 0;
+}
+
+int ft_ckpt_format(const ft_ckpt *c)
+{
+    return !c ? -EINVAL : c->shards[0].fst ? FT_FORMAT_FST : FT_FORMAT_SAFETENSORS;
+}
+
+int ft_ckpt_stored(const ft_ckpt *c, size_t i, uint64_t *stored)
+{
+    if (!c || i >= c->ntensors)
+        return -ERANGE;
+    const ft__st_tensor *t = c->tensors[i];
+    bool fst = c->shards[t->shard].fst;
+    if (stored)
+        *stored = fst ? t->stored_end - t->stored_begin : t->end - t->begin;
+    return fst && t->coded;
 }
 
 int64_t ft_ckpt_find(const ft_ckpt *c, const char *name)
@@ -599,7 +618,8 @@ int ft_ckpt_shard_cached(const ft_ckpt *c, unsigned k)
     if (!c || k >= c->nshards)
         return -ERANGE;
     const ft__shard *s = &c->shards[k];
-    return s->data_size && ft__probe_cache(s->file->fd, s->data_start, s->data_size) == 1;
+    uint64_t size = s->fst ? s->stored_size : s->data_size; /* the bytes in the file */
+    return size && ft__probe_cache(s->file->fd, s->data_start, size) == 1;
 }
 
 int ft_ckpt_shard_fd(const ft_ckpt *c, unsigned k)
@@ -609,8 +629,8 @@ int ft_ckpt_shard_fd(const ft_ckpt *c, unsigned k)
 
 int ft_ckpt_has_checksums(const ft_ckpt *c)
 {
-    for (unsigned k = 0; c && k < c->nshards; k++)
-        if (!c->shards[k].header.csum_block)
+    for (unsigned k = 0; c && k < c->nshards; k++) /* a .fst's codec blocks carry theirs */
+        if (!c->shards[k].header.csum_block && !c->shards[k].fst)
             return 0;
     return c && c->nshards > 0;
 }

@@ -134,6 +134,8 @@ static int run_pieces(ft__shard *s, prefetch_job *j, unsigned n,
 static int prefetch(ft_ckpt *c, unsigned k, ft_cache_mode cache, const uint8_t *map)
 {
     ft__shard *s = &c->shards[k];
+    if (s->fst)
+        return 0; /* its streams are decoded, never mapped: read it */
     if (!s->data_size)
         return 1;
     if (ft_ckpt_shard_cached(c, k) == 1) {

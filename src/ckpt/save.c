@@ -41,10 +41,11 @@ typedef struct save_job {
     unsigned nshards;
     const char *const *metadata;
     uint32_t gen;             /* the shards' generation (several shards) */
+    bool fst;                 /* a .fst container (one file) */
     ft__first_err failed;     /* the first shard that failed */
 } save_job;
 
-static int check_tensors(const ft_tensor *t, size_t n, const char *const *meta)
+static int check_tensors(const ft_tensor *t, size_t n, const char *const *meta, bool fst)
 {
     const char **names = malloc((n ? n : 1) * sizeof *names);
     if (!names)
@@ -54,7 +55,8 @@ static int check_tensors(const ft_tensor *t, size_t n, const char *const *meta)
         const char *nm = t[i].name;
         uint64_t bytes = 0;
         int sized = 0;
-        if (!nm || !ft__utf8_valid(nm, strlen(nm)) || strcmp(nm, "__metadata__") == 0)
+        if (!nm || !ft__utf8_valid(nm, strlen(nm)) || strcmp(nm, "__metadata__") == 0 ||
+            (fst && strcmp(nm, "fastensor.container") == 0))
             rc = ft__err(-EINVAL, "tensor %zu: name missing, not UTF-8, or reserved", i);
         else if (!ft_dtype_bits(t[i].dtype))
             rc = ft__err(-EINVAL, "tensor '%s': unknown dtype %d", nm, (int)t[i].dtype);
@@ -276,8 +278,8 @@ static ft__bufpool *save_staging(ft_ctx *ctx, uint64_t piece, ft__bufpool **own)
     return p;
 }
 
-/* Write shard @p s's data and header into its temporary file, durably. */
-static int write_shard(save_job *job, save_shard *s)
+/* Write shard @p s's data and header into its temporary file @p f (a safetensors file). */
+static int write_data(save_job *job, save_shard *s, ft_file *f)
 {
     size_t jlen;
     char *json = header_json(job, s, &jlen);
@@ -288,12 +290,7 @@ static int write_shard(save_job *job, save_shard *s)
     if (s->header_size - 8 > FT__ST_HEADER_MAX)
         return ft__err(-EINVAL, "%s: header of %llu bytes exceeds safetensors' 100 MB limit",
                        s->path, (unsigned long long)s->header_size);
-    ft_file *f;
-    int rc = s->lock_fd = ft__tmp_lock(s->tmp);
-    if (rc < 0)
-        return rc;
-    if ((rc = ft_file_open(job->ctx, &f, s->tmp, FT_OPEN_READ | FT_OPEN_WRITE, 0)) < 0)
-        return rc;
+    int rc;
     if ((rc = ft_file_allocate(f, 0, s->header_size + s->data_size)) == -EOPNOTSUPP)
         rc = 0; /* reserving is an optimisation (and an early ENOSPC), not a need */
     uint64_t piece = job->block ? FT__MAX((uint64_t)FT__CKPT_PIECE, job->block)
@@ -331,6 +328,21 @@ static int write_shard(save_job *job, save_shard *s)
         free(buf);
         free(hdr);
     }
+    return rc;
+}
+
+/* Write shard @p s into its locked temporary file, durably: a safetensors file, or a .fst
+ * container (fst_save.c). */
+static int write_shard(save_job *job, save_shard *s)
+{
+    ft_file *f;
+    int rc = s->lock_fd = ft__tmp_lock(s->tmp);
+    if (rc < 0)
+        return rc;
+    if ((rc = ft_file_open(job->ctx, &f, s->tmp, FT_OPEN_READ | FT_OPEN_WRITE, 0)) < 0)
+        return rc;
+    rc = job->fst ? ft__fst_write(job->ctx, f, s->path, s->tensors, s->count, job->opts)
+                  : write_data(job, s, f);
     if (rc == 0 && !(job->opts && (job->opts->flags & FT_SAVE_NO_SYNC)))
         rc = ft_file_sync(f);
     int crc = ft_file_close(f);
@@ -566,7 +578,7 @@ static int save_laid_out(ft_ctx *ctx, const char *path, const ft_tensor *tensors
         ft__name_free(&nm);
         return rc;
     }
-    save_job job = {.ctx = ctx, .opts = opts, .block = block,
+    save_job job = {.ctx = ctx, .opts = opts, .block = block, .fst = ft__fst_path(path),
                     .metadata = opts ? opts->metadata : NULL};
     rc = plan_shards(&job, &nm, tensors, count, opts ? opts->shard_size : 0);
     if (rc == 0)
@@ -603,10 +615,20 @@ int ft_ckpt_save(ft_ctx *ctx, const char *path, const ft_tensor *tensors, size_t
     if (opts && (opts->flags & ~(unsigned)(FT_SAVE_NO_CHECKSUM | FT_SAVE_NO_SYNC)))
         return ft__err(-EINVAL, "%s: unknown save flags 0x%x", path, opts->flags);
     if (opts && ((unsigned)opts->engine >= FT_ENGINE_COUNT ||
-                 (unsigned)opts->cache >= FT_CACHE_COUNT))
-        return ft__err(-EINVAL, "%s: bad save options (engine %d, cache %d)", path,
-                       (int)opts->engine, (int)opts->cache);
-    int rc = check_tensors(tensors, count, opts ? opts->metadata : NULL);
+                 (unsigned)opts->cache >= FT_CACHE_COUNT ||
+                 (unsigned)opts->compression >= FT_COMPRESS_COUNT))
+        return ft__err(-EINVAL, "%s: bad save options (engine %d, cache %d, compression %d)",
+                       path, (int)opts->engine, (int)opts->cache, (int)opts->compression);
+    bool fst = ft__fst_path(path);
+    if (fst && opts && opts->shard_size)
+        return ft__err(-EINVAL, "%s: a .fst container is one file (shard_size is for "
+                                "safetensors checkpoints)", path);
+    if (!fst && opts && opts->compression != FT_COMPRESS_AUTO)
+        return ft__err(-EINVAL, "%s: compression is for .fst containers (a safetensors file "
+                                "stores its tensors as they are)", path);
+    if (fst)
+        block = 0; /* the codec's blocks carry checksums */
+    int rc = check_tensors(tensors, count, opts ? opts->metadata : NULL, fst);
     if (rc < 0)
         return rc;
     ft_tensor *laid = malloc((count ? count : 1) * sizeof *laid);
