@@ -278,10 +278,10 @@ def main():
     auto = None
     if a.dir:
         from fastensor import _fst
-        rates = _fst._measure(a.dir)
-        auto = {"encode_gbps": rates[0], "decode_gbps": rates[1], "write_gbps": rates[2],
-                "read_gbps": rates[3], "codes": _fst.coding_pays(a.dir),
-                "fp32_encode_gbps": _fst._sample(4)[0], "codes_fp32": _fst.coding_pays(a.dir, 4)}
+        rates = _fst.cost(a.dir, 2)
+        auto = {"encode_gbps": rates[0], "decode_gbps": rates[2], "write_gbps": rates[3],
+                "read_gbps": rates[4], "codes": _fst.coding_pays(a.dir),
+                "fp32_encode_gbps": _fst.cost(a.dir, 4)[0], "codes_fp32": _fst.coding_pays(a.dir, 4)}
         ceiling = raw_read_ceiling(os.path.join(a.dir, f"codec-ceiling-{os.getpid()}"),
                                    min(size, 2 << 30))
     def cell(v):

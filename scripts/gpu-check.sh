@@ -56,7 +56,7 @@
 #         ratio, encode and decode GB/s on the CPUs, GPU decode GB/s, durable save and cold
 #         load into GPU memory against the raw read and safetensors, FT_CODEC_ROUNDS (3),
 #         GPU decode of streams coded in blocks of FT_CODEC_BLOCKS (256K,512K));
-#         JSON in $OUT/codec.json; then bench/fst-save.py (the .fst save's timeline, in
+#         JSON in $OUT/codec.json; then bench/fst-save.py (the .fst save against a plain one, in
 #         $OUT/fst-save.txt).
 # --pack: leave one archive, $OUT/results.tgz, instead of the separate logs.
 # FT_GPU_PYTEST_ARGS: more arguments for the Python tests' pytest (--deselect ...).
@@ -283,9 +283,9 @@ if [ $CODEC = 1 ]; then
         --size "${FT_CODEC_SIZE:-2G}" --models "llama-bf16,${FT_CODEC_MODELS:-gpt2-fp32}" \
         --rounds "${FT_CODEC_ROUNDS:-3}" --device cuda --dir "$WORK" --json "$OUT/codec.json" \
         --gpu-blocks "${FT_CODEC_BLOCKS:-256K,512K}" 2>&1 | tee -a "$OUT/summary.txt"
-    log "tensor codec: where a .fst save's time goes (encode calls, piece writes, syncs)"
+    log "tensor codec: a .fst save against a plain one (durable saves, interleaved)"
     PYTHONPATH="$here/python" timeout 150 python3 bench/fst-save.py --size "${FT_CODEC_SIZE:-2G}" \
-        --rounds 3 --dir "$WORK" --timeline >"$OUT/fst-save.txt" 2>&1
+        --rounds 3 --dir "$WORK" >"$OUT/fst-save.txt" 2>&1
     grep -v "^  " "$OUT/fst-save.txt" | tee -a "$OUT/summary.txt"
 fi
 if [ $PACK = 1 ]; then # one archive, for callers that fetch only a few files

@@ -1099,6 +1099,95 @@ static void case_replace_reclaims(void)
     free_tensors(b, n);
 }
 
+/* .fst containers through the C API: every dtype and edge shape, coded and stored; loads,
+ * ranges and verify decode them byte-exactly; a flipped byte names its tensor; bad options. */
+static void case_fst(void)
+{
+    owned_tensor *o = make_tensors(40, FT_DTYPE_COUNT, 77, 3000);
+    ft_tensor *list = list_of(o, 40);
+    uint64_t wshape[1] = {300000}; /* bf16 weights: coded */
+    uint16_t *w = malloc(sizeof *w * wshape[0]);
+    for (size_t i = 0; i < wshape[0]; i++)
+        w[i] = (uint16_t)(0x3c00 + (i * 2654435761u >> 20) % 64) ^ (i & 1 ? 0x8000 : 0);
+    ft_tensor all[41];
+    memcpy(all, list, sizeof *list * 40);
+    all[40] = (ft_tensor){"weights", FT_DTYPE_BF16, 1, wshape,
+                          ft_host_buf(w, sizeof *w * wshape[0])};
+    const char *meta[] = {"step", "7", NULL};
+    const char *path = t_path("m.fst");
+    for (int mode = FT_COMPRESS_ALWAYS; mode <= FT_COMPRESS_NONE; mode++) {
+        ft_save_opts so = {.compression = (ft_compression)mode, .metadata = meta};
+        T_EQ(ft_ckpt_save(ctx, path, all, 41, &so), 0);
+        ft_ckpt *c;
+        T_EQ(ft_ckpt_open(ctx, &c, path), 0);
+        T_EQ(ft_ckpt_format(c), FT_FORMAT_FST);
+        T_EQ(ft_ckpt_count(c), 41);
+        T_EQ(ft_ckpt_has_checksums(c), 1);
+        const char *k, *v;
+        T_EQ(ft_ckpt_metadata(c, 0, &k, &v), 0);
+        T_TRUE(!strcmp(k, "step") && !strcmp(v, "7"));
+        uint64_t stored;
+        int64_t wi = ft_ckpt_find(c, "weights");
+        T_EQ(ft_ckpt_stored(c, (size_t)wi, &stored), mode == FT_COMPRESS_ALWAYS);
+        T_TRUE(mode == FT_COMPRESS_NONE || stored < all[40].data.len * 3 / 4);
+        T_EQ(ft_ckpt_load_all(c, NULL), 0);
+        for (size_t i = 0; i < 41; i++) {
+            int64_t at = ft_ckpt_find(c, all[i].name);
+            T_TRUE(at >= 0);
+            T_TRUE(!all[i].data.len ||
+                   !memcmp(ft_ckpt_data(c, (size_t)at), all[i].data.ptr, all[i].data.len));
+        }
+        uint8_t part[1000]; /* a range across the middle of the coded tensor */
+        ft_buf b = ft_host_buf(part, sizeof part);
+        T_EQ(ft_ckpt_read_range(c, (size_t)wi, 4001, &b, NULL), (int64_t)sizeof part);
+        T_TRUE(!memcmp(part, (uint8_t *)w + 4001, sizeof part));
+        ft_batch_op ops[2] = {{ft_host_buf(part, 10), 7, 0}, {ft_host_buf(part + 10, 20), 90, 0}};
+        T_EQ(ft_ckpt_read_ranges(c, (size_t)wi, ops, 2, NULL), 30);
+        T_TRUE(!memcmp(part, (uint8_t *)w + 7, 10) && !memcmp(part + 10, (uint8_t *)w + 90, 20));
+        T_EQ(ft_ckpt_verify(c, NULL, NULL, NULL), 0);
+        ft_tensor_info info;
+        T_EQ(ft_ckpt_info(c, (size_t)wi, &info), 0);
+        ft_ckpt_close(c);
+        if (mode != FT_COMPRESS_ALWAYS)
+            continue;
+        int fd = open(path, O_RDWR); /* a flipped byte inside the coded stream */
+        uint8_t byte;
+        off_t at = (off_t)(info.file_offset + stored / 2);
+        T_EQ(pread(fd, &byte, 1, at), 1);
+        byte ^= 0x10;
+        T_EQ(pwrite(fd, &byte, 1, at), 1);
+        close(fd);
+        T_EQ(ft_ckpt_open(ctx, &c, path), 0);
+        T_EQ(ft_ckpt_verify(c, NULL, NULL, NULL), -EBADMSG);
+        T_TRUE(strstr(ft_last_error(), "tensor 'weights'") != NULL);
+        T_EQ(ft_ckpt_load_all(c, NULL), -EBADMSG);
+        uint8_t *one = malloc(o[3].t.data.len + 1);
+        b = ft_host_buf(one, o[3].t.data.len);
+        T_EQ(ft_ckpt_load_tensor(c, (size_t)ft_ckpt_find(c, o[3].t.name), &b, NULL),
+             (int64_t)o[3].t.data.len); /* the others still read */
+        T_TRUE(!memcmp(one, o[3].t.data.ptr, o[3].t.data.len));
+        free(one);
+        ft_ckpt_close(c);
+    }
+    ft_save_opts bad = {.shard_size = 1 << 20};
+    T_EQ(ft_ckpt_save(ctx, path, all, 41, &bad), -EINVAL);
+    T_TRUE(strstr(ft_last_error(), "one file") != NULL);
+    bad = (ft_save_opts){.compression = FT_COMPRESS_ALWAYS};
+    T_EQ(ft_ckpt_save(ctx, t_path("x.safetensors"), all, 41, &bad), -EINVAL);
+    bad = (ft_save_opts){.compression = FT_COMPRESS_COUNT};
+    T_EQ(ft_ckpt_save(ctx, path, all, 41, &bad), -EINVAL);
+    ft_tensor reserved = {"fastensor.container", FT_DTYPE_U8, 0, NULL, ft_host_buf(w, 1)};
+    T_EQ(ft_ckpt_save(ctx, path, &reserved, 1, NULL), -EINVAL);
+    ft_fst_cost cost;
+    T_EQ(ft_fst_measure(ctx, t_dir(), 2, &cost), 0);
+    T_TRUE(cost.encode > 0 && cost.share > 0.3 && cost.share < 1 && cost.write > 0);
+    T_EQ(ft_fst_coding_pays(&cost), cost.encode * (1 - cost.share) >= 0.76 * cost.write &&
+                                        cost.decode >= cost.read);
+    free(w);
+    free(list);
+    free_tensors(o, 40);
+}
+
 int main(void)
 {
     if (!t_have_odirect())
@@ -1124,6 +1213,7 @@ int main(void)
         {"failed saves keep the old file and leave no temporaries", case_failed_saves},
         {"crash atomicity: SIGKILL during saves", case_crash_atomicity},
         {"replaced and removed files are freed off the save's path", case_replace_reclaims},
+        {".fst containers: save, load, ranges, verify, a flipped byte", case_fst},
     };
     int rc = t_run(cases, sizeof cases / sizeof *cases);
     ft_ctx_destroy(ctx);

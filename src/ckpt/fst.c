@@ -105,11 +105,12 @@ int ft__fst_open(ft__shard *s, int64_t size)
         return r < 0 ? (int)r : ft__err(-EIO, "%s: short read of the head", s->path);
     uint64_t hoff = le64(head + 8), hlen = le64(head + 16);
     if (hlen > FT__ST_HEADER_MAX)
-        return ft__err(-EBADMSG, "%s: .fst header length %llu is over the limit (%llu)",
+        return ft__err(-EBADMSG, "%s: a .fst container whose header length %llu is over "
+                                 "the limit (%llu)",
                        s->path, (unsigned long long)hlen, FT__ST_HEADER_MAX);
     if (hoff < FT__FST_DATA || hoff > (uint64_t)size || hlen != (uint64_t)size - hoff)
-        return ft__err(-EBADMSG, "%s: the .fst header should be at [%llu, %llu) but the file "
-                                 "has %lld bytes (truncated?)", s->path,
+        return ft__err(-EBADMSG, "%s: a .fst container whose header should be at [%llu, %llu) "
+                                 "but the file has %lld bytes (truncated?)", s->path,
                        (unsigned long long)hoff, (unsigned long long)(hoff + hlen),
                        (long long)size);
     char *json = malloc(hlen ? (size_t)hlen : 1);
