@@ -83,8 +83,7 @@ def floats(sd):
 def encode_all(sd, block=None):
     """Each tensor's stream, in the blocks a .fst save uses (or of ``block`` bytes; one
     tensor at a time: the codec call's own rate)."""
-    from fastensor._fst import _BLOCK
-    block = block or _BLOCK
+    block = block or (1 << 20)  # the codec's default blocks, which a .fst save uses
     ctx, out = context(), {}
     for k, t in sd.items():
         n = t.numel() * t.element_size()

@@ -116,6 +116,11 @@ if [ ! -x "$BUILD/fastensor" ]; then
 fi
 "$BUILD/fastensor" info --path "$WORK" | tee "$OUT/info.txt"
 # fio for --fio and for compare.py's ceiling: this machine's, or one carried in $BUILD/extra/
+# the package runs the command-line tool from fastensor/_bin (`python -m fastensor convert`):
+# the carried build's, where the carried extension came without it
+if [ ! -x python/fastensor/_bin/fastensor ] && [ -x "$BUILD/fastensor" ]; then
+    mkdir -p python/fastensor/_bin && cp "$BUILD/fastensor" python/fastensor/_bin/fastensor
+fi
 fio_bin=${FT_FIO:-$(command -v fio || echo "$here/$BUILD/extra/fio")}
 if [ -x "$fio_bin" ]; then
     mkdir -p "$WORK/fio-bin" && ln -sf "$fio_bin" "$WORK/fio-bin/fio"
