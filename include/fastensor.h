@@ -639,6 +639,20 @@ typedef struct ft_load_opts {
 } ft_load_opts;
 
 /**
+ * Whether a caller that can map files (the Python host loaders) should map shard @p shard
+ * (a private mapping of ft_ckpt_shard_fd, its tensors viewing the page cache, then
+ * ft_ckpt_prefetch_map) rather than read it (ft_ckpt_load_shard). @p mmap: 1 map where the
+ * shard can be mapped, 0 never, -1 the library's choice: map with engine AUTO (then
+ * ft_ckpt_prefetch_map says whether the cache mode keeps it, else read it). Never mapped:
+ * FT_LOAD_VERIFY (checksums are checked while reading), a .fst container (decoded), an empty
+ * data section, one not 8-byte aligned in the file (tensor views need aligned addresses), a
+ * file shorter than its header says (the read reports it).
+ * @return 1 map, 0 read, or -errno.
+ */
+int ft_ckpt_shard_mappable(const ft_ckpt *ckpt, unsigned shard, const ft_load_opts *opts,
+                           int mmap);
+
+/**
  * Read shard @p shard's whole data section into @p dst (dst->len must be at least
  * ft_ckpt_shard_size) with one large parallel read: the fastest path. Tensor i of the shard
  * then sits at dst->ptr + info.data_offset. With FT_LOAD_VERIFY, blocks are checked as they

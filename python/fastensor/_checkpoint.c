@@ -420,6 +420,23 @@ static PyObject *py_ckpt_shard_prefetch(PyObject *self, PyObject *args)
     return rc < 0 ? raise_ft(rc, NULL) : PyBool_FromLong(rc);
 }
 
+/* (ckpt, shard, engine, verify, mmap 1 / 0 / -1) -> whether to map the shard (else read) */
+static PyObject *py_ckpt_shard_mappable(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *cap;
+    unsigned shard;
+    int engine, verify, mmap;
+    if (!PyArg_ParseTuple(args, "OIipi", &cap, &shard, &engine, &verify, &mmap))
+        return NULL;
+    ft_ckpt *c = cap_get(cap, CAP_CKPT);
+    if (!c)
+        return NULL;
+    ft_load_opts o = {.engine = (ft_engine)engine, .flags = verify ? FT_LOAD_VERIFY : 0};
+    int rc = ft_ckpt_shard_mappable(c, shard, &o, mmap);
+    return rc < 0 ? raise_ft(rc, NULL) : PyBool_FromLong(rc);
+}
+
 /* (ckpt, shard) -> the descriptor the shard was parsed through (owned by the checkpoint) */
 static PyObject *py_ckpt_shard_fd(PyObject *self, PyObject *args)
 {
@@ -464,6 +481,8 @@ static PyObject *py_ckpt_gc(PyObject *self, PyObject *args)
 
 static PyMethodDef checkpoint_methods[] = {
     {"ckpt_shard_fd", py_ckpt_shard_fd, METH_VARARGS, "ckpt_shard_fd(ckpt, shard) -> int"},
+    {"ckpt_shard_mappable", py_ckpt_shard_mappable, METH_VARARGS,
+     "ckpt_shard_mappable(ckpt, shard, engine, verify, mmap) -> bool"},
     {"ckpt_gc", py_ckpt_gc, METH_VARARGS, "ckpt_gc(ctx, dir) -> [removed paths]"},
     {"ckpt_save", py_ckpt_save, METH_VARARGS, "ckpt_save(ctx, path, tensors, meta, ...)"},
     {"ckpt_open", py_ckpt_open, METH_VARARGS, "ckpt_open(ctx, path) -> ckpt"},

@@ -183,21 +183,18 @@ def mapped_shard(ck, shard, info, *, engine="auto", verify=False, mmap=None, cac
     A mapping serves a shard without a copy and without fresh memory: its pages are the page
     cache's until a tensor writes to one (copy on write; the file never changes), and several
     processes mapping one checkpoint read it from the disk once. ``mmap`` True maps whenever
-    it can; False never; None (the default, with engine "auto") maps a shard the cache mode
-    keeps in the page cache (``cache``: "auto" keeps a checkpoint that fits, see
-    :func:`fastensor.cache_id`), an uncached one after a parallel readahead of it. Never mapped: ``verify`` (checksums are checked while reading), empty
-    shards, data sections not 8-byte aligned in the file (tensor views need aligned
-    addresses), and files shorter than their header says (the read reports those)."""
+    it can; False never; None (the default) leaves it to the library
+    (``ft_ckpt_shard_mappable``: with engine "auto", a shard the cache mode keeps in the page
+    cache is mapped, an uncached one after a parallel readahead of it; ``cache``: "auto"
+    keeps a checkpoint that fits, see :func:`fastensor.cache_id`). The library never maps
+    for ``verify``, a .fst container, an empty or misaligned data section, or a file shorter
+    than its header says (the read reports those)."""
     cache_id(cache)  # a bad name is an error whichever way the shard goes
     path, size, start = info
-    if mmap is False or verify or size == 0 or start % 8 or \
-            _C.ckpt_stored(ck)[0] == _C.FORMAT_FST:  # (a container's streams are decoded)
-        return None
-    if mmap is None and engine != "auto":
+    if not _C.ckpt_shard_mappable(ck, shard, engine_id(engine), bool(verify),
+                                  -1 if mmap is None else int(bool(mmap))):
         return None
     fd = _C.ckpt_shard_fd(ck, shard)
-    if os.fstat(fd).st_size < start + size:
-        return None
     m = _mmap.mmap(fd, start + size, flags=_mmap.MAP_PRIVATE,
                    prot=_mmap.PROT_READ | _mmap.PROT_WRITE)
     # Map the pages in now, read-only (MAP_POPULATE on a writable private mapping would copy

@@ -406,6 +406,16 @@ PyMODINIT_FUNC PyInit__C(void)
     PyModule_AddIntConstant(m, "SAVE_NO_SYNC", FT_SAVE_NO_SYNC);
     PyModule_AddIntConstant(m, "CODEC_STORE", FT_CODEC_STORE);
     PyModule_AddIntConstant(m, "FORMAT_FST", FT_FORMAT_FST);
+    /* the library's dtypes, in its order: (safetensors name, bits of an element) */
+    PyObject *dtypes = PyTuple_New(FT_DTYPE_COUNT);
+    for (int d = 0; dtypes && d < FT_DTYPE_COUNT; d++)
+        PyTuple_SetItem(dtypes, d, Py_BuildValue("(sI)", ft_dtype_name((ft_dtype)d),
+                                                 ft_dtype_bits((ft_dtype)d)));
+    if (!dtypes || PyModule_AddObject(m, "DTYPES", dtypes) < 0) {
+        Py_XDECREF(dtypes);
+        Py_DECREF(m);
+        return NULL;
+    }
     PyModule_AddStringConstant(m, "LIB_VERSION", ft_version());
     if (store_add_functions(m) < 0 || batch_add_functions(m) < 0 ||
         codec_add_functions(m) < 0 || checkpoint_add_functions(m) < 0) {

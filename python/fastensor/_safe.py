@@ -28,10 +28,10 @@ _WINDOW_MOST = 1 << 30
 # Window reads start on this alignment of the data section, so the tensors in them keep the
 # file's alignment of their elements.
 _WINDOW_ALIGN = 64
-_PACKED_BITS = {"F4": 4, "F6_E2M3": 6, "F6_E3M2": 6}
-_BYTES = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E5M2": 1, "F8_E4M3": 1, "F8_E8M0": 1,
-          "F8_E4M3FNUZ": 1, "F8_E5M2FNUZ": 1, "I16": 2, "U16": 2, "F16": 2, "BF16": 2,
-          "I32": 4, "U32": 4, "F32": 4, "C64": 8, "F64": 8, "I64": 8, "U64": 8}
+# the library's dtypes (ft_dtype_name, ft_dtype_bits): bits of the packed sub-byte types,
+# bytes of the others
+_PACKED_BITS = {name: bits for name, bits in _C.DTYPES if bits % 8}
+_BYTES = {name: bits // 8 for name, bits in _C.DTYPES if bits % 8 == 0}
 
 
 def runs_of(shape, box, esize):
@@ -108,8 +108,7 @@ class SafeOpen(Opened):
         self._window_lock = threading.Lock()
         # host tensors of a shard the cache mode keeps view a private mapping of it, as
         # load_file's do (no copy, no fresh memory); None: read instead
-        self._maps = {} if adapter.is_host(self._device) and engine == "auto" and \
-            not verify and backend == "mmap" else None
+        self._maps = {} if adapter.is_host(self._device) and backend == "mmap" else None
         self._torch_indexing = adapter.torch_indexing and backend == "mmap"
         self._engine_name, self._cache_name = engine, cache
 
@@ -269,7 +268,8 @@ class SafeOpen(Opened):
             return None
         if shard not in self._maps:
             m = _ckpt.mapped_shard(self._ck, shard, self._shards[shard],
-                                   engine=self._engine_name, cache=self._cache_name)
+                                   engine=self._engine_name, verify=self._verify,
+                                   cache=self._cache_name)
             self._maps[shard] = None if m is None else \
                 self._adapter.frombuffer(m, self._shards[shard][2], self._shards[shard][1])
         return self._maps[shard]

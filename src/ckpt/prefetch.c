@@ -243,3 +243,20 @@ int ft_ckpt_prefetch_map(ft_ckpt *c, unsigned k, ft_cache_mode cache, const void
         return 0; /* shorter than its header says: read, which reports it */
     return prefetch(c, k, cache, map);
 }
+
+int ft_ckpt_shard_mappable(const ft_ckpt *c, unsigned k, const ft_load_opts *o, int mmap)
+{
+    if (!c || k >= c->nshards || mmap < -1 || mmap > 1)
+        return ft__err(-EINVAL, "ft_ckpt_shard_mappable: bad checkpoint, shard or mmap %d",
+                       mmap);
+    const ft__shard *s = &c->shards[k];
+    ft_engine engine = o ? o->engine : FT_ENGINE_AUTO;
+    if (mmap == 0 || (o && (o->flags & FT_LOAD_VERIFY)) || s->fst || !s->data_size ||
+        s->data_start % 8 || (mmap < 0 && engine != FT_ENGINE_AUTO))
+        return 0; /* checked while read, decoded, empty, misaligned views, a named engine */
+    struct stat st;
+    if (ft__sys.fstat(s->file->fd, &st) < 0)
+        return ft__err(-errno, "%s: fstat: %s", s->path, strerror(errno));
+    return (uint64_t)st.st_size >= s->data_start + s->data_size; /* shorter: read, which
+                                                                     reports it */
+}
