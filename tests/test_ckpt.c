@@ -332,6 +332,18 @@ static void case_prefetch_map(void)
     T_EQ(ft_ckpt_prefetch_map(c, 0, FT_CACHE_KEEP, m), -EIO);
     T_TRUE(strstr(ft_last_error(), "fstat") != NULL);
     T_TRUE(t_fault_clear() >= 1);
+    /* map or read: the library's choice, the caller's, a named engine, verify */
+    ft_load_opts named = {.engine = FT_ENGINE_DIRECT}, verify = {.flags = FT_LOAD_VERIFY};
+    T_EQ(ft_ckpt_shard_mappable(c, 0, NULL, -1), 1);
+    T_EQ(ft_ckpt_shard_mappable(c, 0, NULL, 0), 0);
+    T_EQ(ft_ckpt_shard_mappable(c, 0, &named, -1), 0);
+    T_EQ(ft_ckpt_shard_mappable(c, 0, &named, 1), 1);
+    T_EQ(ft_ckpt_shard_mappable(c, 0, &verify, 1), 0);
+    T_EQ(ft_ckpt_shard_mappable(c, 1, NULL, -1), -EINVAL);
+    T_EQ(ft_ckpt_shard_mappable(c, 0, NULL, 2), -EINVAL);
+    t_fault_set(T_OP_FSTAT, T_FAULT_ERRNO, EIO, 1, 0);
+    T_EQ(ft_ckpt_shard_mappable(c, 0, NULL, -1), -EIO);
+    T_TRUE(t_fault_clear() >= 1);
     ft_ckpt_close(c);
     /* a copy cut short after it was opened: left to the read (which reports it) */
     const char *cut = t_path("prefetch-map-cut.safetensors");
@@ -341,6 +353,7 @@ static void case_prefetch_map(void)
     T_EQ(ftruncate(cfd, (off_t)(size - 4096)), 0);
     close(cfd);
     T_EQ(ft_ckpt_prefetch_map(c, 0, FT_CACHE_KEEP, m), 0);
+    T_EQ(ft_ckpt_shard_mappable(c, 0, NULL, 1), 0);
     ft_ckpt_close(c);
     munmap(m, size);
     free(back);

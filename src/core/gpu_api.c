@@ -98,14 +98,24 @@ static double pinned_bandwidth(int device)
     return best;
 }
 
+/* Each engine's lines of the description, from @p at on (@p devices: -1 without CUDA). */
+static void engine_lines(int devices, char *buf, size_t len, size_t at)
+{
+    for (int id = 0; id < FT_ENGINE_COUNT && at < len; id++) {
+        const ft__engine_ops *ops = ft__engine_get((ft_engine)id);
+        if (ops && ops->describe)
+            at += ops->describe(devices, buf + at, len - at);
+    }
+}
+
 int ft_gpu_describe(char *buf, size_t len)
 {
     const char *why;
     if (!buf || !len)
         return -EINVAL;
     if (ft__cuda_load(&why) < 0) {
-        snprintf(buf, len, "cuda        not available: %s\ncufile      not available: %s\n",
-                 why, "needs CUDA");
+        engine_lines(-1, buf, len, (size_t)snprintf(buf, len, "cuda        not available: %s\n",
+                                                    why));
         return 0;
     }
     int version = 0, count = 0;
@@ -125,21 +135,6 @@ int ft_gpu_describe(char *buf, size_t len)
                                "gpu %-7d %s, %.1f GiB, pinned host->device copy %.1f GB/s\n", i,
                                name, (double)mem / (1u << 30), pinned_bandwidth(i));
     }
-    const char *mode = ft__cufile_mode();
-    const char *cf_why = "";
-    ft__engine_cufile.available(NULL, &cf_why);
-    if (at < len)
-        at += (size_t)snprintf(buf + at, len - at, "cufile      %s%s\n",
-                               mode ? mode : "not available: ", mode ? "" : cf_why);
-    if (mode && at < len) {
-        char batch[200];
-        ft__cufile_batch_describe(batch, sizeof batch);
-        at += (size_t)snprintf(buf + at, len - at, "cufile batch %s\n", batch);
-    }
-    if (count > 0 && at < len) {
-        char dma[400];
-        ft__cachedma_describe(dma, sizeof dma);
-        snprintf(buf + at, len - at, "cachedma    %s\n", dma);
-    }
+    engine_lines(count, buf, len, at);
     return 0;
 }

@@ -260,6 +260,16 @@ void ft__cachedma_describe(char *buf, size_t len)
     pthread_mutex_unlock(&refusal_lock);
 }
 
+/* fastensor info, where there is a device: whether the driver takes file mappings. */
+static size_t cachedma_describe(int devices, char *buf, size_t len)
+{
+    if (devices <= 0)
+        return 0;
+    char dma[400];
+    ft__cachedma_describe(dma, sizeof dma);
+    return FT__MIN((size_t)snprintf(buf, len, "cachedma    %s\n", dma), len);
+}
+
 const ft__engine_ops ft__engine_cachedma = {
     .name = "cachedma",
     .id = FT_ENGINE_CACHEDMA,
@@ -267,4 +277,5 @@ const ft__engine_ops ft__engine_cachedma = {
     .ready = cachedma_ready,
     .read = cachedma_read,
     .write = cachedma_write,
+    .describe = cachedma_describe,
 };

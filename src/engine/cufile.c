@@ -13,13 +13,16 @@
 #include "../gpu/cuda.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 static void cufile_file_close(ft_file *f)
 {
-    if (f->cufile_handle)
-        ft__cf.HandleDeregister(f->cufile_handle);
-    f->cufile_handle = NULL;
+    ft__cufile_file *st = f->engine_state[FT_ENGINE_CUFILE];
+    if (st && st->handle)
+        ft__cf.HandleDeregister(st->handle);
+    free(st);
+    f->engine_state[FT_ENGINE_CUFILE] = NULL;
 }
 
 /* What a transfer's pieces share: the file's handle and the base cuFile addresses memory
@@ -110,7 +113,27 @@ static int cufile_available(ft_ctx *ctx, const char **reason)
 /* The driver is open (no call waits for that) and the file's registration has not failed. */
 static bool cufile_ready(ft_file *f)
 {
-    return !f->cufile_err && ft__cufile_usable_now(f->ctx);
+    pthread_mutex_lock(&f->lock);
+    const ft__cufile_file *st = f->engine_state[FT_ENGINE_CUFILE];
+    bool failed = st && st->err;
+    pthread_mutex_unlock(&f->lock);
+    return !failed && ft__cufile_usable_now(f->ctx);
+}
+
+/* fastensor info: its mode, and its batch API's state where it is open. */
+static size_t cufile_describe(int devices, char *buf, size_t len)
+{
+    const char *mode = devices < 0 ? NULL : ft__cufile_mode(), *why = "needs CUDA";
+    if (devices >= 0)
+        cufile_available(NULL, &why);
+    size_t at = (size_t)snprintf(buf, len, "cufile      %s%s\n", mode ? mode : "not available: ",
+                                 mode ? "" : why);
+    if (mode && at < len) {
+        char batch[200];
+        ft__cufile_batch_describe(batch, sizeof batch);
+        at += (size_t)snprintf(buf + at, len - at, "cufile batch %s\n", batch);
+    }
+    return FT__MIN(at, len);
 }
 
 const ft__engine_ops ft__engine_cufile = {
@@ -123,4 +146,5 @@ const ft__engine_ops ft__engine_cufile = {
     .write = cufile_write,
     .batch = ft__cufile_batch,
     .file_close = cufile_file_close,
+    .describe = cufile_describe,
 };

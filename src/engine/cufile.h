@@ -93,4 +93,16 @@ uint8_t *ft__cufile_base(ft_ctx *ctx, uint8_t *ptr, uint64_t len);
 /** Whether the open driver runs true GPUDirect Storage (nvidia-fs is loaded). */
 bool ft__cufile_gds(void);
 
+/** cuFile's mode ("GPUDirect Storage (nvidia-fs)" / "compatibility mode") or NULL. */
+const char *ft__cufile_mode(void);
+/** Describe the batch API's state ("available, N ops per batch" / "not available: why"). */
+void ft__cufile_batch_describe(char *buf, size_t len);
+
+/* A file's cuFile state (its engine_state[FT_ENGINE_CUFILE], under the file's lock). */
+typedef struct ft__cufile_file {
+    void *handle; /* registered cuFile handle, NULL until first use */
+    int err;      /* cached -errno when registration failed */
+    int code;     /* cuFile's error code of that failure */
+} ft__cufile_file;
+
 #endif

@@ -10,6 +10,7 @@
 
 #include <dlfcn.h>
 #include <errno.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -115,29 +116,36 @@ bool ft__cufile_usable_now(ft_ctx *ctx)
 int ft__cufile_file_handle(ft_file *f, void **out)
 {
     pthread_mutex_lock(&f->lock);
-    int rc = f->cufile_err;
-    if (!f->cufile_handle && rc == 0) {
+    ft__cufile_file *st = f->engine_state[FT_ENGINE_CUFILE];
+    if (!st && (st = calloc(1, sizeof *st)))
+        f->engine_state[FT_ENGINE_CUFILE] = st;
+    if (!st) {
+        pthread_mutex_unlock(&f->lock);
+        return ft__err(-ENOMEM, "%s: cuFile state", f->path);
+    }
+    int rc = st->err;
+    if (!st->handle && rc == 0) {
         pthread_mutex_unlock(&f->lock);
         int dfd = ft__file_direct_fd(f); /* takes the lock itself */
         pthread_mutex_lock(&f->lock);
-        if (f->cufile_handle || f->cufile_err) {
-            rc = f->cufile_err;
+        if (st->handle || st->err) {
+            rc = st->err;
         } else if (dfd < 0) {
-            rc = f->cufile_err = dfd;
+            rc = st->err = dfd;
         } else {
             cufile_descr d = {.type = 1, .handle.fd = dfd};
             void *fh = NULL;
             cufile_error e = ft__cf.HandleRegister(&fh, &d);
             if (e.err != 0) {
-                rc = f->cufile_err = -EOPNOTSUPP;
-                f->cufile_code = e.err;
+                rc = st->err = -EOPNOTSUPP;
+                st->code = e.err;
             } else {
-                f->cufile_handle = fh;
+                st->handle = fh;
             }
         }
     }
-    *out = f->cufile_handle;
-    int code = f->cufile_code;
+    *out = st->handle;
+    int code = st->code;
     pthread_mutex_unlock(&f->lock);
     if (rc == -EOPNOTSUPP)
         return ft__err(rc, "cuFileHandleRegister(%s) failed with cuFile error %d%s", f->path,

@@ -2,7 +2,10 @@
  * Transfer engines: each is a static const ft__engine_ops in its own file, listed in the
  * explicit table of table.c. To add one, copy the shape of posix.c:
  *   required: name, id, read, write;
- *   optional (NULL when not needed): available, ready, batch, file_close, ctx_fini.
+ *   optional (NULL when not needed): available, ready, batch, file_close, ctx_init, ctx_fini,
+ *   describe.
+ * An engine's state of a context or a file hangs at engine_state[its id] (handle.h), read by
+ * its own file only.
  * Engines receive a validated ft__io: host memory, any alignment, len > 0, reads clamped to
  * the file's size. They return bytes transferred or -errno with a detail message set.
  */
@@ -43,8 +46,15 @@ typedef struct ft__engine_ops {
     int (*batch)(ft_file *f, ft_batch_op *ops, size_t n, bool write, int device, void *stream);
     /** Optional: release the engine's per-file state (the file is being closed). */
     void (*file_close)(ft_file *f);
+    /** Optional: make the engine's per-context state (ctx->engine_state[id]) as the context
+     * is made. @return 0 or -errno (the context is not made). */
+    int (*ctx_init)(ft_ctx *ctx);
     /** Optional: release the engine's per-context state. */
     void (*ctx_fini)(ft_ctx *ctx);
+    /** Optional: its lines of `fastensor info` (ft_gpu_describe) into @p buf (@p len
+     * bytes, NUL-terminated): @p devices CUDA devices, -1 where CUDA cannot be used.
+     * @return the characters written. */
+    size_t (*describe)(int devices, char *buf, size_t len);
 } ft__engine_ops;
 
 extern const ft__engine_ops ft__engine_posix;
@@ -81,8 +91,6 @@ void ft__cachedma_describe(char *buf, size_t len);
 /** Forget the driver's answer (tests: after injecting a refusal). */
 void ft__cachedma_forget(void);
 
-/** cuFile's mode ("GPUDirect Storage (nvidia-fs)" / "compatibility mode") or NULL. */
-const char *ft__cufile_mode(void);
 /** Whether cuFile is open and usable, without waiting: the first call starts opening it on
  * @p ctx's pool and answers false until that is done. */
 bool ft__cufile_usable_now(ft_ctx *ctx);
@@ -96,8 +104,6 @@ void ft__cufile_buf_deregister(void *ptr, int device);
  */
 int ft__cufile_batch(ft_file *f, ft_batch_op *ops, size_t n, bool write, int device,
                      void *stream);
-/** Describe the batch API's state ("available, N ops per batch" / "not available: why"). */
-void ft__cufile_batch_describe(char *buf, size_t len);
 
 /* ---- buffers registered with cuFile (cufile_register.c) ---- */
 

@@ -12,8 +12,6 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 
-typedef struct ft__uring_cache ft__uring_cache;
-int ft__uring_cache_create(ft__uring_cache **out);
 typedef struct ft__stage ft__stage;
 int ft__stage_create(ft__stage **out, size_t chunk);
 void ft__stage_destroy(ft__stage *s);
@@ -31,8 +29,8 @@ struct ft_ctx {
     ft_config cfg;
     ft__pool *pool;
     ft__bufpool *bounce;
-    ft__uring_cache *uring;   /* rings kept for reuse by the uring engine */
-    ft__stage *stage;         /* pinned staging buffers for device memory */
+    ft__stage *stage;         /* pinned staging buffers: device memory over the host engines */
+    void *engine_state[FT_ENGINE_COUNT]; /* each engine's own (its ctx_init / ctx_fini) */
     struct ft__auto *autosel; /* core's AUTO selector (opaque here) */
     _Atomic unsigned inflight; /* transfers running now (a selector context probe) */
     pthread_mutex_t ext_lock;  /* guards ext */
@@ -54,9 +52,8 @@ struct ft_file {
     int direct_fd;          /* O_DIRECT descriptor, -1 until first use */
     int direct_err;         /* cached -errno when O_DIRECT cannot be opened, else 0 */
     struct ft__file_auto *au; /* core's AUTO state of this file (opaque here) */
-    void *cufile_handle;    /* registered cuFile handle (under lock), NULL until first use */
-    int cufile_err;         /* cached -errno when registration failed */
-    int cufile_code;        /* cuFile's error code of that failure */
+    void *engine_state[FT_ENGINE_COUNT]; /* each engine's own, made by it under lock on first
+                                            use, freed by its file_close hook */
 };
 
 /** @return the O_DIRECT descriptor (opened once, on first use) or -errno (cached). */

@@ -25,10 +25,10 @@ struct uring_ring {
     bool fixed;         /* bufs registered with the ring */
 };
 
-struct ft__uring_cache {
+typedef struct ft__uring_cache {
     pthread_mutex_t lock;
     uring_ring *free;
-};
+} ft__uring_cache;
 
 /* ---- probe, decided once per process ---- */
 
@@ -74,7 +74,7 @@ static void ring_free(uring_ring *r)
 
 static int ring_acquire(ft_ctx *ctx, uring_ring **out)
 {
-    ft__uring_cache *c = ctx->uring;
+    ft__uring_cache *c = ctx->engine_state[FT_ENGINE_URING];
     pthread_mutex_lock(&c->lock);
     uring_ring *r = c->free;
     if (r)
@@ -101,7 +101,7 @@ static int ring_acquire(ft_ctx *ctx, uring_ring **out)
 
 static void ring_release(ft_ctx *ctx, uring_ring *r)
 {
-    ft__uring_cache *c = ctx->uring;
+    ft__uring_cache *c = ctx->engine_state[FT_ENGINE_URING];
     pthread_mutex_lock(&c->lock);
     r->next = c->free;
     c->free = r;
@@ -356,19 +356,19 @@ static int64_t uring_write(const ft__io *io)
     return ft__direct_transfer(io, true, uring_middle);
 }
 
-int ft__uring_cache_create(ft__uring_cache **out)
+static int uring_ctx_init(ft_ctx *ctx)
 {
     ft__uring_cache *c = calloc(1, sizeof *c);
     if (!c)
-        return -ENOMEM;
+        return ft__err(-ENOMEM, "context: io_uring rings");
     pthread_mutex_init(&c->lock, NULL);
-    *out = c;
+    ctx->engine_state[FT_ENGINE_URING] = c;
     return 0;
 }
 
 static void uring_ctx_fini(ft_ctx *ctx)
 {
-    ft__uring_cache *c = ctx->uring;
+    ft__uring_cache *c = ctx->engine_state[FT_ENGINE_URING];
     if (!c)
         return;
     while (c->free) {
@@ -378,7 +378,7 @@ static void uring_ctx_fini(ft_ctx *ctx)
     }
     pthread_mutex_destroy(&c->lock);
     free(c);
-    ctx->uring = NULL;
+    ctx->engine_state[FT_ENGINE_URING] = NULL;
 }
 
 const ft__engine_ops ft__engine_uring = {
@@ -388,5 +388,6 @@ const ft__engine_ops ft__engine_uring = {
     .available = uring_available,
     .read = uring_read,
     .write = uring_write,
+    .ctx_init = uring_ctx_init,
     .ctx_fini = uring_ctx_fini,
 };
