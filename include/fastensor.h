@@ -723,6 +723,24 @@ int ft_ckpt_verify(ft_ckpt *ckpt, const ft_load_opts *opts,
                    void (*progress)(uint64_t done, uint64_t total, void *arg), void *arg);
 
 /**
+ * Install @p len bytes at @p path atomically, as a checkpoint save installs a file (a small
+ * file beside checkpoints, such as a DCP save's metadata): written under a locked temporary
+ * name (ft_ckpt_gc removes it after a crash), fdatasync'ed, renamed over @p path, the
+ * directory fsync'ed (@p flags FT_SAVE_NO_SYNC: neither sync). The file it replaces is freed
+ * off the caller's path (a pool worker drops the last reference). A link at @p path is
+ * replaced as a name (its target is left alone).
+ * @return 0; FT_SAVE_WARNING (installed, the directory fsync failed); or -errno with nothing
+ *         installed and no temporary left.
+ */
+int ft_file_install(ft_ctx *ctx, const char *path, const void *data, size_t len,
+                    unsigned flags);
+
+/** Remove the file at @p path, its blocks freed off the caller's path (a pool worker drops
+ * the last reference, as a save frees the files it replaces). @return 0 or -errno
+ * (-ENOENT). */
+int ft_file_remove(ft_ctx *ctx, const char *path);
+
+/**
  * Remove what dead saves left in directory @p dir: temporaries ("*.fastensor-tmp-PID-N",
  * and the older "*.safetensors.tmp-PID-N") of processes that are gone, and shards of
  * generations ("NAME-0000i-of-0000N.GEN.safetensors") that no index in @p dir lists. A file

@@ -607,6 +607,60 @@ static int64_t run_fst_measure(void)
     return rc;
 }
 
+/* A small file installed over another (ft_file_install), then a file removed
+ * (ft_file_remove): the name holds the old bytes or the new, never a temporary left. */
+static char inst_path[4400], gone_path[4400];
+
+static void prep_install(void)
+{
+    FILE *f = fopen(inst_path, "w");
+    fputs("old", f);
+    fclose(f);
+    f = fopen(gone_path, "w");
+    fputs("gone", f);
+    fclose(f);
+}
+
+static int64_t run_install(void)
+{
+    int rc = ft_file_install(ctx, inst_path, "new bytes", 9, 0);
+    if (rc < 0)
+        return rc;
+    return ft_file_remove(ctx, gone_path);
+}
+
+static bool judge_install(int64_t rc)
+{
+    if (rc < 0 && !*ft_last_error())
+        return fprintf(stderr, "  an error without a detail\n"), false;
+    char got[16] = "";
+    FILE *f = fopen(inst_path, "r");
+    size_t n = f ? fread(got, 1, sizeof got - 1, f) : 0;
+    if (f)
+        fclose(f);
+    got[n] = '\0';
+    if (strcmp(got, "old") && strcmp(got, "new bytes"))
+        return fprintf(stderr, "  the file holds '%s'\n", got), false;
+    if (rc >= 0 && strcmp(got, "new bytes"))
+        return fprintf(stderr, "  installed, but the file holds '%s'\n", got), false;
+    struct stat sb;
+    if (rc == 0 && stat(gone_path, &sb) == 0)
+        return fprintf(stderr, "  removed, but the file is there\n"), false;
+    bool may = op_now == T_OP_UNLINK || (also_now >> T_OP_UNLINK & 1), left = false;
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    char tmp[5000];
+    while (d && (e = readdir(d)))
+        if (strstr(e->d_name, "installed.bin.fastensor-tmp")) {
+            left = true;
+            snprintf(tmp, sizeof tmp, "%s/%s", dir, e->d_name);
+            unlink(tmp);
+        }
+    if (d)
+        closedir(d);
+    return left && !may ? fprintf(stderr, "  a temporary was left behind\n"), false : true;
+}
+
 static const op ops[] = {
     {"single save over a single file", prep_single, run_save_single, judge_single},
     {"sharded save over a sharded one", prep_sharded, run_save_sharded, judge_sharded},
@@ -635,6 +689,7 @@ static const op ops[] = {
     {"profile show", prep_none, run_profile_show, judge_profile},
     {".fst save over a .fst, its load", prep_fst, run_fst, judge_fst},
     {".fst costs measured", prep_none, run_fst_measure, judge_fst},
+    {"a file installed, another removed", prep_install, run_install, judge_install},
 };
 
 /* The faults tried on each syscall-table entry. */
@@ -779,7 +834,7 @@ SWEEP_CASE(0) SWEEP_CASE(1) SWEEP_CASE(2) SWEEP_CASE(3) SWEEP_CASE(4) SWEEP_CASE
 SWEEP_CASE(6) SWEEP_CASE(7) SWEEP_CASE(8) SWEEP_CASE(9) SWEEP_CASE(10) SWEEP_CASE(11)
 SWEEP_CASE(12) SWEEP_CASE(13) SWEEP_CASE(14) SWEEP_CASE(15) SWEEP_CASE(16) SWEEP_CASE(17)
 SWEEP_CASE(18) SWEEP_CASE(19) SWEEP_CASE(20) SWEEP_CASE(21) SWEEP_CASE(22)
-SWEEP_CASE(23) SWEEP_CASE(24) SWEEP_CASE(25) SWEEP_CASE(26)
+SWEEP_CASE(23) SWEEP_CASE(24) SWEEP_CASE(25) SWEEP_CASE(26) SWEEP_CASE(27)
 
 int main(void)
 {
@@ -796,6 +851,8 @@ int main(void)
     snprintf(dir, sizeof dir, "%s/sweep", t_dir());
     mkdir(dir, 0755);
     snprintf(fst_path, sizeof fst_path, "%s/model.fst", dir);
+    snprintf(inst_path, sizeof inst_path, "%s/installed.bin", dir);
+    snprintf(gone_path, sizeof gone_path, "%s/removed.bin", dir);
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     snprintf(index_, sizeof index_, "%s.index.json", path);
     snprintf(data_file, sizeof data_file, "%s/data.bin", t_dir());
@@ -818,6 +875,7 @@ int main(void)
         {ops[18].name, case_18}, {ops[19].name, case_19}, {ops[20].name, case_20},
         {ops[21].name, case_21}, {ops[22].name, case_22}, {ops[23].name, case_23},
         {ops[24].name, case_24}, {ops[25].name, case_25}, {ops[26].name, case_26},
+        {ops[27].name, case_27},
     };
     _Static_assert(sizeof cases / sizeof *cases == sizeof ops / sizeof *ops + 1,
                    "a case an op");

@@ -420,6 +420,50 @@ static PyObject *py_ckpt_shard_prefetch(PyObject *self, PyObject *args)
     return rc < 0 ? raise_ft(rc, NULL) : PyBool_FromLong(rc);
 }
 
+/* file_install(ctx, path, bytes, sync) -> None, or the warning's text (installed, the
+ * directory fsync failed) */
+static PyObject *py_file_install(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *cap;
+    const char *path;
+    Py_buffer data;
+    int sync;
+    if (!PyArg_ParseTuple(args, "Osy*p", &cap, &path, &data, &sync))
+        return NULL;
+    ft_ctx *ctx = cap_get(cap, CAP_CTX);
+    if (!ctx) {
+        PyBuffer_Release(&data);
+        return NULL;
+    }
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = ft_file_install(ctx, path, data.buf, (size_t)data.len, sync ? 0 : FT_SAVE_NO_SYNC);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&data);
+    if (rc < 0)
+        return raise_ft(rc, path);
+    if (rc == FT_SAVE_WARNING)
+        return PyUnicode_DecodeUTF8(ft_last_error(), (Py_ssize_t)strlen(ft_last_error()),
+                                    "replace");
+    Py_RETURN_NONE;
+}
+
+/* file_remove(ctx, path): unlinked, its blocks freed off the caller's path */
+static PyObject *py_file_remove(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *cap;
+    const char *path;
+    if (!PyArg_ParseTuple(args, "Os", &cap, &path))
+        return NULL;
+    ft_ctx *ctx = cap_get(cap, CAP_CTX);
+    if (!ctx)
+        return NULL;
+    int rc = ft_file_remove(ctx, path);
+    return rc < 0 ? raise_ft(rc, path) : (Py_INCREF(Py_None), Py_None);
+}
+
 /* (ckpt, shard, engine, verify, mmap 1 / 0 / -1) -> whether to map the shard (else read) */
 static PyObject *py_ckpt_shard_mappable(PyObject *self, PyObject *args)
 {
@@ -488,6 +532,8 @@ static PyMethodDef checkpoint_methods[] = {
     {"ckpt_open", py_ckpt_open, METH_VARARGS, "ckpt_open(ctx, path) -> ckpt"},
     {"ckpt_describe", py_ckpt_describe, METH_VARARGS, "ckpt_describe(ckpt) -> (...)"},
     {"ckpt_stored", py_ckpt_stored, METH_VARARGS, "ckpt_stored(ckpt) -> (format, [...])"},
+    {"file_install", py_file_install, METH_VARARGS, "file_install(ctx, path, data, sync)"},
+    {"file_remove", py_file_remove, METH_VARARGS, "file_remove(ctx, path)"},
     {"fst_measure", py_fst_measure, METH_VARARGS, "fst_measure(ctx, dir, elem) -> (...)"},
     {"fst_cost_set", py_fst_cost_set, METH_VARARGS, "fst_cost_set(ctx, dir, elem, cost)"},
     {"fst_coding_pays", py_fst_coding_pays, METH_VARARGS, "fst_coding_pays(cost) -> bool"},

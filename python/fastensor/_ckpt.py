@@ -2,13 +2,9 @@
 shard-at-a-time load (one allocation and one large read per shard)."""
 from __future__ import annotations
 
-import contextlib
 import ctypes
-import itertools
 import mmap as _mmap
 import os
-import queue
-import threading
 import warnings
 
 from . import _C, cache_id, context, engine_id
@@ -20,113 +16,19 @@ class SaveWarning(UserWarning):
 
 
 
-_tmp_count = itertools.count()
-
-
-def _hold(path):
-    """An O_PATH descriptor of the file at ``path`` (not followed if a link), or None: while
-    it is open, a rename over the name drops the name only."""
-    try:
-        return os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError:
-        return None
-
-
-_freeing = None  # the queue of descriptors the "fastensor-free" thread closes, once started
-_freeing_lock = threading.Lock()
-
-
-def _free_worker(q):
-    while True:
-        item = q.get()
-        if isinstance(item, int):
-            os.close(item)
-        else:
-            item.set()  # _wait_freed's mark: everything queued before it is closed
-
-
-def _wait_freed():
-    """Wait until every descriptor handed to :func:`_free_later` so far is closed."""
-    with _freeing_lock:
-        q = _freeing
-    if q is not None:
-        done = threading.Event()
-        q.put(done)
-        done.wait()
-
-
-def _free_later(fd):
-    """Close ``fd`` on the one "fastensor-free" thread: where it is the last reference of a
-    replaced file, the file's blocks are freed there, off the caller's path (one after
-    another: frees of one filesystem do not run faster side by side, and a DCP save
-    replacing hundreds of files starts no more threads)."""
-    global _freeing
-    if fd is None:
-        return
-    with _freeing_lock:
-        if _freeing is None:
-            q = queue.SimpleQueue()
-            threading.Thread(target=_free_worker, args=(q,), daemon=True,
-                             name="fastensor-free").start()
-            _freeing = q
-        _freeing.put(fd)
-
-
-def _forget_free_worker():
-    """In a forked child: the worker thread did not come along; the next free starts one."""
-    global _freeing, _freeing_lock
-    _freeing, _freeing_lock = None, threading.Lock()
-
-
-os.register_at_fork(after_in_child=_forget_free_worker)
+def install(path, data: bytes, *, sync=True):
+    """Write ``data`` at ``path`` atomically (``ft_file_install``: a locked temporary that
+    :func:`gc` removes after a crash, fdatasync, one rename, the directory fsync'ed; the file
+    it replaces freed off the caller's path)."""
+    warning = _C.file_install(context(), os.fspath(path), data, bool(sync))
+    if warning is not None:
+        warnings.warn(f"{os.fspath(path)}: installed, but {warning}", SaveWarning, stacklevel=3)
 
 
 def remove(path):
     """Unlink ``path`` (FileNotFoundError where it is gone), its blocks freed off the caller's
-    path where this held its last reference."""
-    held = _hold(path)
-    try:
-        os.unlink(path)
-    except BaseException:
-        if held is not None:
-            os.close(held)
-        raise
-    _free_later(held)
-
-
-@contextlib.contextmanager
-def installing(path):
-    """Write a file under a temporary name (the library's, so that :func:`gc` removes it after
-    a crash), yielded; installed at ``path`` by one rename when the block succeeds, removed
-    when it fails. Make it durable inside the block; :func:`fsync_dir` after. The file the
-    rename replaces is freed off the caller's path (as the library's saves do: a rename that
-    drops a file's last reference frees its blocks inside the call, on ext4 hundreds of
-    milliseconds for a GiB)."""
-    tmp = f"{os.fspath(path)}.fastensor-tmp-{os.getpid()}-{next(_tmp_count)}"
-    held = None
-    try:
-        yield tmp
-        held = _hold(path)
-        os.replace(tmp, path)
-    except BaseException:
-        if held is not None:
-            os.close(held)
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    _free_later(held)
-
-
-def fsync_dir(path):
-    """fsync the directory holding ``path`` (or ``path`` itself, a directory)."""
-    d = path if os.path.isdir(path) else (os.path.dirname(os.path.abspath(path)) or ".")
-    fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    path (``ft_file_remove``)."""
+    _C.file_remove(context(), os.fspath(path))
 
 
 def save(path, items, metadata, *, engine="auto", shard_size=None, checksums=True,

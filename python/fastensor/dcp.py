@@ -74,13 +74,9 @@ class _Plan:
 
 
 def _write_durable(path, chunks, sync):
-    """Write the byte strings ``chunks`` to ``path`` through a temporary and a rename."""
-    with _ckpt.installing(path) as tmp, open(tmp, "wb") as f:
-        for c in chunks:
-            f.write(c)
-        if sync:
-            f.flush()
-            os.fdatasync(f.fileno())
+    """Write the byte strings ``chunks`` to ``path`` through a temporary and a rename (and,
+    with ``sync``, durably: the file and its directory synced)."""
+    _ckpt.install(path, b"".join(chunks), sync=sync)
 
 
 # ---- staging for dcp.async_save ----
@@ -363,8 +359,6 @@ class FastensorWriter(_Directory, StorageWriter, AsyncStager):
         rank = None if self.use_collectives or self.rank is None else self.rank
         final = self._metadata_path(rank)
         _write_durable(final, [pickle.dumps(metadata)], self.sync_files)
-        if self.sync_files:
-            _ckpt.fsync_dir(self.path)
         self._remove_replaced(metadata, rank)
         try:  # what saves killed in this directory left (temporaries of dead processes)
             _ckpt.gc(self.path)
