@@ -19,7 +19,7 @@ import threading
 from . import _C
 
 __version__ = "0.1.0"
-ENGINES = ("auto", "posix", "direct", "uring", "mmap", "cufile", "cachedma")
+ENGINES = _C.ENGINES  # the library's engines (ft_engine_name), "auto" first
 
 _ctx_lock = threading.Lock()
 _ctx = None

@@ -129,9 +129,14 @@ static PyObject *py_engine_id(PyObject *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "s", &name))
         return NULL;
     int e = ft_engine_from_name(name);
-    if (e < 0)
-        return PyErr_Format(PyExc_ValueError,
-                            "unknown engine '%s' (auto, posix, direct, uring, mmap)", name);
+    if (e < 0) {
+        char names[256] = "";
+        size_t at = 0;
+        for (int i = 0; i < FT_ENGINE_COUNT && at < sizeof names; i++)
+            at += (size_t)snprintf(names + at, sizeof names - at, "%s%s", i ? ", " : "",
+                                   ft_engine_name((ft_engine)i));
+        return PyErr_Format(PyExc_ValueError, "unknown engine '%s' (%s)", name, names);
+    }
     return PyLong_FromLong(e);
 }
 
@@ -406,6 +411,15 @@ PyMODINIT_FUNC PyInit__C(void)
     PyModule_AddIntConstant(m, "SAVE_NO_SYNC", FT_SAVE_NO_SYNC);
     PyModule_AddIntConstant(m, "CODEC_STORE", FT_CODEC_STORE);
     PyModule_AddIntConstant(m, "FORMAT_FST", FT_FORMAT_FST);
+    /* the library's engines, by number */
+    PyObject *engines = PyTuple_New(FT_ENGINE_COUNT);
+    for (int e = 0; engines && e < FT_ENGINE_COUNT; e++)
+        PyTuple_SetItem(engines, e, PyUnicode_FromString(ft_engine_name((ft_engine)e)));
+    if (!engines || PyModule_AddObject(m, "ENGINES", engines) < 0) {
+        Py_XDECREF(engines);
+        Py_DECREF(m);
+        return NULL;
+    }
     /* the library's dtypes, in its order: (safetensors name, bits of an element) */
     PyObject *dtypes = PyTuple_New(FT_DTYPE_COUNT);
     for (int d = 0; dtypes && d < FT_DTYPE_COUNT; d++)

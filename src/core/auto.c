@@ -249,75 +249,26 @@ static uint32_t eligible_arms(ft_file *f, const ft__sel_key *k, uint64_t len, in
     return mask;
 }
 
-/* Cold reads of data that fits go O_DIRECT all the same where this device's best buffered
- * cold rate, at large sizes, is below DIRECT_EDGE of its best O_DIRECT one (fast NVMe arrays,
- * where the page cache's copies cap the rate), both measured twice or more. */
-#define DIRECT_EDGE 0.8
-
-static bool measured_prefers_direct(ft__selector *sel, int mem, double *buf_bps,
-                                    double *direct_bps)
-{
-    *buf_bps = *direct_bps = 0;
-    uint32_t buffered = sel->buffered, all = (1u << ft__narms) - 1;
-    for (int b = FT__SEL_BUCKET_TOP; b >= 24 && !(*buf_bps > 0 && *direct_bps > 0); b--) {
-        ft__sel_key k = {.write = 0, .mem = (uint8_t)mem, .bucket = (uint8_t)b,
-                         .cls = FT__CLS_COLD};
-        double x = 0, y = 0;
-        if (ft__sel_best(sel, &k, buffered, 2, &x) >= 0 && ft__sel_best(sel, &k, all & ~buffered,
-                                                                          2, &y) >= 0) {
-            *buf_bps = x;
-            *direct_bps = y;
-        }
-    }
-    return *buf_bps > 0 && *direct_bps > 0 && *buf_bps < DIRECT_EDGE * *direct_bps;
-}
-
-/* The same, remembered per selector (a filesystem) and memory kind for a second. */
-static bool prefers_direct(ft__selector *sel, int mem, uint64_t now)
-{
-    _Atomic uint64_t *memo = &sel->direct_memo[mem & 1];
-    uint64_t m = atomic_load_explicit(memo, memory_order_relaxed);
-    if (m && now - (m >> 1) < 1000000000ull)
-        return m & 1;
-    double x, y;
-    bool yes = measured_prefers_direct(sel, mem, &x, &y);
-    atomic_store_explicit(memo, now << 1 | yes, memory_order_relaxed);
-    return yes;
-}
-
-/* Data fits what the page cache can keep when it is at most this share of the room: the
- * rest is for the destination (a host load needs as much again) and everything else. */
-#define CACHE_SHARE 0.5
-
 /*
- * The cache policy: which arms a call may use. A read is worth what it delivers now and
- * what it leaves in the page cache for the next one (the next process's load, the other
- * ranks reading the same file). So with FT_CACHE_AUTO: cached data is copied out of the
- * cache (an O_DIRECT read would read the disk again); uncached data that fits (the file, or
- * the checkpoint it belongs to, within CACHE_SHARE of the room) goes through the cache,
- * unless this device measured O_DIRECT well ahead (prefers_direct); data that does not fit
- * goes O_DIRECT, where it evicts nothing. Durable writes go O_DIRECT from 64 KiB: buffered
- * ones only move their cost into the sync. Where what the mode asks for cannot run (no
+ * The cache policy: which arms a call may use, by what the objective (select/objective.c)
+ * says the call should leave in the page cache. Where what it asks for cannot run (no
  * O_DIRECT on the filesystem), every arm may.
  */
 static uint32_t cache_arms(ft_file *f, ft__selector *sel, const ft__sel_key *k, uint64_t len,
                            int mode, uint32_t eligible, uint64_t now, int *resolved)
 {
-    *resolved = mode;
     uint32_t buffered = sel ? sel->buffered : buffered_mask();
-    if (mode == FT_CACHE_AUTO && k->write) {
-        if (k->cls == FT__CLS_PLAIN || len < 65536)
-            return eligible;
-        mode = FT_CACHE_BYPASS;
-    } else if (mode == FT_CACHE_AUTO) {
+    uint64_t data = 0, room = 0;
+    if (mode == FT_CACHE_AUTO && !k->write && k->cls != FT__CLS_CACHED) {
         int64_t size = ft__file_size(f);
-        uint64_t data = FT__MAX(size > 0 ? (uint64_t)size : 0,
-                                atomic_load_explicit(&f->au->ws_hint, memory_order_relaxed));
-        bool fits = (double)data <= CACHE_SHARE * (double)ft__probe_cache_room();
-        mode = k->cls == FT__CLS_CACHED ? FT_CACHE_KEEP
-               : !fits || (sel && prefers_direct(sel, k->mem, now)) ? FT_CACHE_BYPASS
-                                                                      : FT_CACHE_KEEP;
+        data = FT__MAX(size > 0 ? (uint64_t)size : 0,
+                       atomic_load_explicit(&f->au->ws_hint, memory_order_relaxed));
+        room = ft__probe_cache_room();
     }
+    mode = ft__sel_cache_goal(sel, k, len, mode, data, room, now);
+    *resolved = mode;
+    if (mode == FT_CACHE_AUTO)
+        return eligible;
     uint32_t m = eligible & (mode == FT_CACHE_KEEP ? buffered : ~buffered);
     *resolved = m ? mode : FT_CACHE_AUTO;
     return m ? m : eligible;
@@ -591,8 +542,8 @@ int ft_cache_policy(ft_ctx *ctx, const char *path, ft_mem_kind mem, ft_cache_inf
     if (rc < 0)
         return rc;
     memset(out, 0, sizeof *out);
-    out->room = (uint64_t)(CACHE_SHARE * (double)ft__probe_cache_room());
-    out->prefer_direct = measured_prefers_direct(sel, mem == FT_MEM_CUDA, &out->buffered_bps,
+    out->room = ft__sel_cache_fits(ft__probe_cache_room());
+    out->prefer_direct = ft__sel_measured_direct(sel, mem == FT_MEM_CUDA, &out->buffered_bps,
                                                  &out->direct_bps);
     return 0;
 }

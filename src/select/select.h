@@ -5,8 +5,9 @@
  *   window of log-throughput samples; one rule, sliding-window UCB (see policy.c). Tests
  *   drive it with fake arms and a fake clock.
  * - the sample windows (window.c): runs of calls that become one sample.
- * The wiring to files and engines (the key of a call, the arms it may use, the cache policy)
- * is core/auto.c's.
+ * - the objective (objective.c): what a transfer should leave in the page cache.
+ * The wiring to files and engines (the key of a call, the arms it may use, the facts the
+ * objective weighs) is core/auto.c's.
  */
 #ifndef FT_SELECT_SELECT_H
 #define FT_SELECT_SELECT_H
@@ -90,6 +91,22 @@ int ft__sel_best(ft__selector *sel, const ft__sel_key *key, uint32_t mask, uint3
                  double *bps);
 /** Work an arm's mean and spread out again (its window changed). */
 void ft__sel_arm_changed(ft__sel_arm *a);
+
+/* ---- the objective (objective.c) ---- */
+
+/**
+ * What a transfer of @p len bytes (key @p k, cache mode @p mode) should leave in the page
+ * cache: FT_CACHE_KEEP (buffered arms), FT_CACHE_BYPASS (O_DIRECT arms) or FT_CACHE_AUTO (any
+ * arm). @p data: the bytes the file (or the checkpoint it belongs to) holds, @p room what the
+ * page cache can hold; @p sel (may be NULL) what this filesystem measured, at time @p now.
+ */
+int ft__sel_cache_goal(ft__selector *sel, const ft__sel_key *k, uint64_t len, int mode,
+                       uint64_t data, uint64_t room, uint64_t now);
+/** The most data that fits what the page cache can keep, of @p room. */
+uint64_t ft__sel_cache_fits(uint64_t room);
+/** Whether cold reads measured faster O_DIRECT here (both kinds' best rates, at large sizes,
+ * in *buf_bps and *direct_bps; 0 where not measured twice yet). */
+bool ft__sel_measured_direct(ft__selector *sel, int mem, double *buf_bps, double *direct_bps);
 
 /* ---- persistence (profile.c) ---- */
 

@@ -1,0 +1,74 @@
+/*
+ * The objective: what a transfer should leave behind in the page cache, decided from facts
+ * the caller gathers (core/auto.c: the file's size or its checkpoint's, the room the page
+ * cache has, the call's key) and from what this selector measured. A read is worth what it
+ * delivers now and what it leaves in the page cache for the next one (the next process's
+ * load, the other ranks reading the same file); a durable write, what it costs until the
+ * data is on the disk.
+ */
+#include "select.h"
+
+/* Data fits what the page cache can keep when it is at most this share of the room: the
+ * rest is for the destination (a host load needs as much again) and everything else. */
+#define CACHE_SHARE 0.5
+
+/* Cold reads of data that fits go O_DIRECT all the same where this device's best buffered
+ * cold rate, at large sizes, is below DIRECT_EDGE of its best O_DIRECT one (fast NVMe arrays,
+ * where the page cache's copies cap the rate), both measured twice or more. */
+#define DIRECT_EDGE 0.8
+
+uint64_t ft__sel_cache_fits(uint64_t room)
+{
+    return (uint64_t)(CACHE_SHARE * (double)room);
+}
+
+bool ft__sel_measured_direct(ft__selector *sel, int mem, double *buf_bps, double *direct_bps)
+{
+    *buf_bps = *direct_bps = 0;
+    uint32_t buffered = sel->buffered, all = (1u << sel->narms) - 1;
+    for (int b = FT__SEL_BUCKET_TOP; b >= 24 && !(*buf_bps > 0 && *direct_bps > 0); b--) {
+        ft__sel_key k = {.write = 0, .mem = (uint8_t)mem, .bucket = (uint8_t)b,
+                         .cls = FT__CLS_COLD};
+        double x = 0, y = 0;
+        if (ft__sel_best(sel, &k, buffered, 2, &x) >= 0 && ft__sel_best(sel, &k, all & ~buffered,
+                                                                          2, &y) >= 0) {
+            *buf_bps = x;
+            *direct_bps = y;
+        }
+    }
+    return *buf_bps > 0 && *direct_bps > 0 && *buf_bps < DIRECT_EDGE * *direct_bps;
+}
+
+/* The same, remembered per selector (a filesystem) and memory kind for a second. */
+static bool prefers_direct(ft__selector *sel, int mem, uint64_t now)
+{
+    _Atomic uint64_t *memo = &sel->direct_memo[mem & 1];
+    uint64_t m = atomic_load_explicit(memo, memory_order_relaxed);
+    if (m && now - (m >> 1) < 1000000000ull)
+        return m & 1;
+    double x, y;
+    bool yes = ft__sel_measured_direct(sel, mem, &x, &y);
+    atomic_store_explicit(memo, now << 1 | yes, memory_order_relaxed);
+    return yes;
+}
+
+/*
+ * With FT_CACHE_AUTO: cached data is copied out of the cache (an O_DIRECT read would read the
+ * disk again); uncached data that fits (the file, or the checkpoint it belongs to, within
+ * CACHE_SHARE of the room) goes through the cache, unless this device measured O_DIRECT well
+ * ahead; data that does not fit goes O_DIRECT, where it evicts nothing. Durable writes go
+ * O_DIRECT from 64 KiB: buffered ones only move their cost into the sync; plain writes and
+ * small ones may take any arm.
+ */
+int ft__sel_cache_goal(ft__selector *sel, const ft__sel_key *k, uint64_t len, int mode,
+                       uint64_t data, uint64_t room, uint64_t now)
+{
+    if (mode != FT_CACHE_AUTO)
+        return mode;
+    if (k->write)
+        return k->cls == FT__CLS_PLAIN || len < 65536 ? FT_CACHE_AUTO : FT_CACHE_BYPASS;
+    if (k->cls == FT__CLS_CACHED)
+        return FT_CACHE_KEEP;
+    bool fits = data <= ft__sel_cache_fits(room);
+    return !fits || (sel && prefers_direct(sel, k->mem, now)) ? FT_CACHE_BYPASS : FT_CACHE_KEEP;
+}
