@@ -247,6 +247,9 @@ void ft__touch_pages(const void *from, uint64_t len);
 /** Fault [base, base+len) in, in parallel slices on @p ctx's pool: @p advice
  * MADV_POPULATE_WRITE, or 0 to read a byte of every page (pages.c). */
 void ft__populate_pages(ft_ctx *ctx, void *base, uint64_t len, int advice);
+/** The element size a .fst save codes dtype @p d's bytes by (1, 2, 4, 8), 0 for a type it
+ * stores as it is (dtype.c's table). */
+unsigned ft__dtype_coded(ft_dtype d);
 /** *bytes = the data bytes of a tensor of @p d and @p shape. @return 0, -EINVAL (unknown
  * dtype), -EOVERFLOW, or -EDOM (packed elements that do not fill whole bytes). */
 int ft__tensor_bytes(ft_dtype d, const uint64_t *shape, unsigned ndim, uint64_t *bytes);

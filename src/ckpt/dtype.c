@@ -1,25 +1,35 @@
-/* safetensors element types. */
+/* safetensors element types (the library's table: Python reads it through _C.DTYPES). */
 #include "ckpt.h"
 
 #include <errno.h>
 #include <string.h>
 
+/* name, bits of an element, and the element size a .fst save codes its bytes by (a float
+ * type's byte planes carry structure: its exponent bytes repeat; complex64 by its floats),
+ * 0 for types stored as they are (integers, booleans, packed sub-byte types) */
 static const struct {
     const char *name;
     unsigned bits;
+    unsigned coded;
 } dtypes[FT_DTYPE_COUNT] = {
-    [FT_DTYPE_BOOL] = {"BOOL", 8},       [FT_DTYPE_U8] = {"U8", 8},
-    [FT_DTYPE_I8] = {"I8", 8},           [FT_DTYPE_F8_E5M2] = {"F8_E5M2", 8},
-    [FT_DTYPE_F8_E4M3] = {"F8_E4M3", 8}, [FT_DTYPE_F8_E8M0] = {"F8_E8M0", 8},
-    [FT_DTYPE_I16] = {"I16", 16},        [FT_DTYPE_U16] = {"U16", 16},
-    [FT_DTYPE_F16] = {"F16", 16},        [FT_DTYPE_BF16] = {"BF16", 16},
-    [FT_DTYPE_I32] = {"I32", 32},        [FT_DTYPE_U32] = {"U32", 32},
-    [FT_DTYPE_F32] = {"F32", 32},        [FT_DTYPE_C64] = {"C64", 64},
-    [FT_DTYPE_F64] = {"F64", 64},        [FT_DTYPE_I64] = {"I64", 64},
-    [FT_DTYPE_U64] = {"U64", 64},        [FT_DTYPE_F4] = {"F4", 4},
-    [FT_DTYPE_F6_E2M3] = {"F6_E2M3", 6}, [FT_DTYPE_F6_E3M2] = {"F6_E3M2", 6},
-    [FT_DTYPE_F8_E4M3FNUZ] = {"F8_E4M3FNUZ", 8}, [FT_DTYPE_F8_E5M2FNUZ] = {"F8_E5M2FNUZ", 8},
+    [FT_DTYPE_BOOL] = {"BOOL", 8, 0},          [FT_DTYPE_U8] = {"U8", 8, 0},
+    [FT_DTYPE_I8] = {"I8", 8, 0},              [FT_DTYPE_F8_E5M2] = {"F8_E5M2", 8, 1},
+    [FT_DTYPE_F8_E4M3] = {"F8_E4M3", 8, 1},    [FT_DTYPE_F8_E8M0] = {"F8_E8M0", 8, 1},
+    [FT_DTYPE_I16] = {"I16", 16, 0},           [FT_DTYPE_U16] = {"U16", 16, 0},
+    [FT_DTYPE_F16] = {"F16", 16, 2},           [FT_DTYPE_BF16] = {"BF16", 16, 2},
+    [FT_DTYPE_I32] = {"I32", 32, 0},           [FT_DTYPE_U32] = {"U32", 32, 0},
+    [FT_DTYPE_F32] = {"F32", 32, 4},           [FT_DTYPE_C64] = {"C64", 64, 4},
+    [FT_DTYPE_F64] = {"F64", 64, 8},           [FT_DTYPE_I64] = {"I64", 64, 0},
+    [FT_DTYPE_U64] = {"U64", 64, 0},           [FT_DTYPE_F4] = {"F4", 4, 0},
+    [FT_DTYPE_F6_E2M3] = {"F6_E2M3", 6, 0},    [FT_DTYPE_F6_E3M2] = {"F6_E3M2", 6, 0},
+    [FT_DTYPE_F8_E4M3FNUZ] = {"F8_E4M3FNUZ", 8, 1},
+    [FT_DTYPE_F8_E5M2FNUZ] = {"F8_E5M2FNUZ", 8, 1},
 };
+
+unsigned ft__dtype_coded(ft_dtype d)
+{
+    return (unsigned)d < FT_DTYPE_COUNT ? dtypes[d].coded : 0;
+}
 
 const char *ft_dtype_name(ft_dtype d)
 {

@@ -48,24 +48,6 @@ static uint64_t page_up(uint64_t n)
     return (n + PAGE - 1) / PAGE * PAGE;
 }
 
-static bool is_float(ft_dtype d)
-{
-    switch (d) {
-    case FT_DTYPE_F16: case FT_DTYPE_BF16: case FT_DTYPE_F32: case FT_DTYPE_F64:
-    case FT_DTYPE_F8_E4M3: case FT_DTYPE_F8_E5M2: case FT_DTYPE_F8_E8M0:
-    case FT_DTYPE_F8_E4M3FNUZ: case FT_DTYPE_F8_E5M2FNUZ: case FT_DTYPE_C64:
-        return true;
-    default:
-        return false;
-    }
-}
-
-/* The element size the codec groups a float type's bytes by (complex64: its floats). */
-static unsigned coded_elem(ft_dtype d)
-{
-    return d == FT_DTYPE_C64 ? 4 : ft_dtype_size(d) ? (unsigned)ft_dtype_size(d) : 1;
-}
-
 unsigned ft__fst_probe_shift;
 
 static double seconds(void)
@@ -421,9 +403,9 @@ static int64_t encode_one(void *arg, unsigned i)
     writer *w = a[0];
     coded *x = &((batch *)a[1])->items[i];
     const ft_tensor *t = x->t;
-    unsigned e = coded_elem(t->dtype);
-    bool compress = is_float(t->dtype) && w->code[e];
-    unsigned elem = compress || t->dtype == FT_DTYPE_C64 ? e : 1;
+    unsigned e = ft__dtype_coded(t->dtype);
+    bool compress = e && w->code[e];
+    unsigned elem = compress ? e : 1;
     uint64_t n = t->data.len;
     size_t cap = page_up(FT__MAX(ft_codec_bound(n, elem, BLOCK), ft_codec_bound(n, 1, BLOCK)));
     const void *src = t->data.ptr;
@@ -596,8 +578,8 @@ static int decide(writer *w, const ft_tensor *t, size_t n, ft_compression mode)
         return ft__err(-ENOMEM, "%s", w->path);
     int rc = 0;
     for (size_t i = 0; rc == 0 && i < n; i++) {
-        unsigned e = coded_elem(t[i].dtype);
-        if (!is_float(t[i].dtype) || w->code[e] || mode == FT_COMPRESS_NONE)
+        unsigned e = ft__dtype_coded(t[i].dtype);
+        if (!e || w->code[e] || mode == FT_COMPRESS_NONE)
             continue;
         ft_fst_cost c;
         if (mode == FT_COMPRESS_ALWAYS)
