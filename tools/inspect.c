@@ -74,11 +74,22 @@ static void print_json(const ft_ckpt *c, const char *path)
     printf("]}\n");
 }
 
+/* "  metadata KEY = VALUE" lines (escaped). */
+static void print_metadata(const ft_ckpt *c)
+{
+    char e1[4096], e2[4096];
+    for (size_t i = 0; i < ft_ckpt_metadata_count(c); i++) {
+        const char *k, *v;
+        ft_ckpt_metadata(c, i, &k, &v);
+        printf("  metadata %s = %s\n", cli_escape(k, e1, sizeof e1), cli_escape(v, e2, sizeof e2));
+    }
+}
+
 /* A .fst container: its tensors' coded and stored bytes. */
 static void print_container(const ft_ckpt *c, const char *path)
 {
     uint64_t total = 0, stored = 0;
-    char e1[4096], e2[4096];
+    char e1[4096];
     for (size_t i = 0; i < ft_ckpt_count(c); i++) {
         ft_tensor_info t;
         uint64_t s;
@@ -91,11 +102,7 @@ static void print_container(const ft_ckpt *c, const char *path)
            "checksums: codec blocks (xxh3-64)\n", cli_escape(path, e1, sizeof e1),
            ft_ckpt_count(c), (unsigned long long)total, (unsigned long long)stored,
            total ? (double)stored / (double)total : 1.0);
-    for (size_t i = 0; i < ft_ckpt_metadata_count(c); i++) {
-        const char *k, *v;
-        ft_ckpt_metadata(c, i, &k, &v);
-        printf("  metadata %s = %s\n", cli_escape(k, e1, sizeof e1), cli_escape(v, e2, sizeof e2));
-    }
+    print_metadata(c);
     printf("\n%-40s %-8s %-20s %14s %14s %6s\n", "tensor", "dtype", "shape", "bytes", "stored",
            "coded");
     for (size_t i = 0; i < ft_ckpt_count(c); i++) {
@@ -132,11 +139,7 @@ static void print_table(const ft_ckpt *c, const char *path)
                (long long)start, start % 4096 == 0 ? "4K-aligned" : "unaligned",
                (long long)ft_ckpt_shard_size(c, k));
     }
-    for (size_t i = 0; i < ft_ckpt_metadata_count(c); i++) {
-        const char *k, *v;
-        ft_ckpt_metadata(c, i, &k, &v);
-        printf("  metadata %s = %s\n", cli_escape(k, e1, sizeof e1), cli_escape(v, e2, sizeof e2));
-    }
+    print_metadata(c);
     printf("\n%-40s %-8s %-20s %14s %5s %14s\n", "tensor", "dtype", "shape", "bytes", "shard",
            "file offset");
     for (size_t i = 0; i < ft_ckpt_count(c); i++) {

@@ -123,14 +123,18 @@ static PyObject *py_ckpt_open(PyObject *self, PyObject *args)
     return capsule_owning(c, CAP_CKPT, ckpt_free, cap);
 }
 
+/* The checkpoint of a call's one argument, or NULL with the exception set. */
+static ft_ckpt *ckpt_arg(PyObject *args)
+{
+    PyObject *cap;
+    return PyArg_ParseTuple(args, "O", &cap) ? cap_get(cap, CAP_CKPT) : NULL;
+}
+
 /* -> ([(name, dtype, shape, nbytes, shard, data_offset)], {meta}, [(path, data_size)]) */
 static PyObject *py_ckpt_describe(PyObject *self, PyObject *args)
 {
     (void)self;
-    PyObject *cap;
-    if (!PyArg_ParseTuple(args, "O", &cap))
-        return NULL;
-    ft_ckpt *c = cap_get(cap, CAP_CKPT);
+    ft_ckpt *c = ckpt_arg(args);
     if (!c)
         return NULL;
     size_t n = ft_ckpt_count(c);
@@ -184,10 +188,7 @@ fail:
 static PyObject *py_ckpt_stored(PyObject *self, PyObject *args)
 {
     (void)self;
-    PyObject *cap;
-    if (!PyArg_ParseTuple(args, "O", &cap))
-        return NULL;
-    ft_ckpt *c = cap_get(cap, CAP_CKPT);
+    ft_ckpt *c = ckpt_arg(args);
     if (!c)
         return NULL;
     size_t n = ft_ckpt_count(c);

@@ -235,17 +235,39 @@ static int check_elem(unsigned elem)
                ? 0 : ft__err(-EINVAL, "element size %u (1, 2, 4 or 8)", elem);
 }
 
+/* The context's costs (*out) and the device of @p dir's filesystem (*dev, where @p dir),
+ * for @p who's arguments. @return 0 or -errno. */
+static int costs_args(ft_ctx *ctx, const char *dir, unsigned elem, const char *who, costs **out,
+                      dev_t *dev)
+{
+    int rc = check_elem(elem);
+    *dev = 0;
+    if (rc == 0 && dir)
+        rc = stat_dir(dir, dev);
+    if (rc == 0 && !(*out = costs_of(ctx)))
+        rc = ft__err(-ENOMEM, "%s", who);
+    return rc;
+}
+
+/* The slot of filesystem @p dev among @p c's (c->ndisk where none is kept; with @p add, a
+ * new one while there is room). */
+static unsigned disk_slot(costs *c, dev_t dev, bool add)
+{
+    unsigned d = 0;
+    while (d < c->ndisk && c->disk[d].dev != dev)
+        d++;
+    if (add && d == c->ndisk && c->ndisk < COST_DISKS)
+        c->disk[c->ndisk++].dev = dev;
+    return d;
+}
+
 int ft_fst_measure(ft_ctx *ctx, const char *dir, unsigned elem, ft_fst_cost *out)
 {
     if (!ctx || !out)
         return ft__err(-EINVAL, "ft_fst_measure: missing context or output");
-    int rc = check_elem(elem);
-    dev_t dev = 0;
-    if (rc == 0 && dir)
-        rc = stat_dir(dir, &dev);
-    costs *c = rc == 0 ? costs_of(ctx) : NULL;
-    if (rc == 0 && !c)
-        rc = ft__err(-ENOMEM, "ft_fst_measure");
+    costs *c;
+    dev_t dev;
+    int rc = costs_args(ctx, dir, elem, "ft_fst_measure", &c, &dev);
     if (rc < 0)
         return rc;
     /* measured under the lock: two saves at once measure once (and not beside each other) */
@@ -267,9 +289,7 @@ int ft_fst_measure(ft_ctx *ctx, const char *dir, unsigned elem, ft_fst_cost *out
             rc = sample(ctx, elem, &c->elem[elem].encode, &c->elem[elem].share, &coded, &len);
         c->elem[elem].set = rc == 0;
     }
-    unsigned d = 0;
-    while (dir && d < c->ndisk && c->disk[d].dev != dev)
-        d++;
+    unsigned d = dir ? disk_slot(c, dev, false) : 0;
     if (rc == 0 && dir && (d == c->ndisk || !c->disk[d].set)) {
         double dec = 0, w = 0, r = 0;
         if (!coded || elem != 2) { /* a bf16 stream to time the decode on */
@@ -289,8 +309,8 @@ int ft_fst_measure(ft_ctx *ctx, const char *dir, unsigned elem, ft_fst_cost *out
         rc = rc < 0 ? rc : m < 0 ? (int)m : 0;
         if (rc == 0)
             rc = disk_rates(ctx, dir, &w, &r);
-        if (rc == 0 && d == c->ndisk && c->ndisk < COST_DISKS)
-            c->disk[c->ndisk++].dev = dev;
+        if (rc == 0)
+            d = disk_slot(c, dev, true);
         if (rc == 0 && d < c->ndisk) {
             c->disk[d].decode = dec;
             c->disk[d].write = w;
@@ -318,24 +338,16 @@ int ft_fst_cost_set(ft_ctx *ctx, const char *dir, unsigned elem, const ft_fst_co
 {
     if (!ctx || !cost)
         return ft__err(-EINVAL, "ft_fst_cost_set: missing context or cost");
-    int rc = check_elem(elem);
-    dev_t dev = 0;
-    if (rc == 0 && dir)
-        rc = stat_dir(dir, &dev);
-    costs *c = rc == 0 ? costs_of(ctx) : NULL;
-    if (rc == 0 && !c)
-        rc = ft__err(-ENOMEM, "ft_fst_cost_set");
+    costs *c;
+    dev_t dev;
+    int rc = costs_args(ctx, dir, elem, "ft_fst_cost_set", &c, &dev);
     if (rc < 0)
         return rc;
     pthread_mutex_lock(&c->lock);
     c->elem[elem].encode = cost->encode;
     c->elem[elem].share = cost->share;
     c->elem[elem].set = true;
-    unsigned d = 0;
-    while (dir && d < c->ndisk && c->disk[d].dev != dev)
-        d++;
-    if (dir && d == c->ndisk && c->ndisk < COST_DISKS)
-        c->disk[c->ndisk++].dev = dev;
+    unsigned d = dir ? disk_slot(c, dev, true) : 0;
     if (dir && d < c->ndisk) {
         c->disk[d].decode = cost->decode;
         c->disk[d].write = cost->write;
