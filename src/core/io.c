@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <sys/file.h>
+#include <time.h>
 
 int ft__io_check(ft_file *f, const ft_buf *buf, uint64_t offset, const ft_io_opts *opts,
                  bool write)
@@ -69,26 +70,55 @@ static void decide_part(ft_file *f, const ft__io *io, const ft__io *part, bool w
  * Several processes reading one file's uncached data through the page cache at once (the
  * ranks of a node loading one checkpoint) each start their own readahead among the others'
  * and break the disk's requests up: four processes loading a 1 GiB checkpoint at once took
- * over three times as long each as one alone. So such a read first takes the file's flock:
- * at once, and it reads the data from the disk; held by another reader, it waits for that
- * read to end, and finds the data cached (decided again, it is a copy out of the cache).
- * One wait per call: data still uncached after it (another range was being read) is read
- * without the lock. A lock that cannot be had for another reason is no lock.
+ * over three times as long each as one alone. So such a read first tries the file's flock:
+ * free, it takes it and reads the data from the disk; held by another reader, it follows that
+ * reader: each piece of its range is copied out of the page cache as soon as the other
+ * reader has brought it there, while that reader goes on with the rest (waiting for the
+ * whole read instead cost the second of 2 processes its copy time on top: the workflow
+ * demo's 2-process cold load, 0.62-0.69 s against 0.46-0.51 for processes that do not wait).
+ * Once the other reader is gone (it read another range), the follower takes the lock and
+ * reads what is still uncached. A lock that cannot be had for another reason is no lock.
  */
-static bool share_lock(ft_file *f, bool *waited)
+static bool share_lock(ft_file *f, bool *busy)
 {
-    *waited = false;
+    *busy = false;
     if (ft__sys.flock(f->fd, LOCK_EX | LOCK_NB) == 0)
         return true;
-    if (errno != EWOULDBLOCK)
-        return false;
-    int rc;
-    while ((rc = ft__sys.flock(f->fd, LOCK_SH)) != 0 && errno == EINTR)
-        ;
-    if (rc == 0)
-        ft__sys.flock(f->fd, LOCK_UN);
-    *waited = rc == 0;
+    *busy = errno == EWOULDBLOCK;
     return false;
+}
+
+/* A follower copies this much at once, each piece once it is cached. */
+#define FOLLOW_PIECE (16ull << 20)
+/* and looks again this often while it is not */
+#define FOLLOW_POLL_NS 500000L
+
+/* Wait until bytes [off, off + len) of @p f are in the page cache (@return true: go on
+ * following), or the other reader is gone: then this reader takes the lock and reads the
+ * rest (*locked), or the lock cannot be asked about (@return false both ways). */
+static bool follow(ft_file *f, uint64_t off, uint64_t len, bool *locked)
+{
+    while (ft__probe_cache(f->fd, off, len) != FT__CLS_CACHED) {
+        bool busy;
+        if ((*locked = share_lock(f, &busy)) || !busy)
+            return false;
+        struct timespec ts = {0, FOLLOW_POLL_NS};
+        nanosleep(&ts, NULL);
+    }
+    return true;
+}
+
+/* Make @p part the next piece of the @p left bytes to go and follow() it (its decision then
+ * probes the cache again). @return whether to go on following; where not, @p part is all
+ * that is left again. */
+static bool follow_piece(ft_file *f, ft__io *part, uint64_t left, bool *locked)
+{
+    part->len = FT__MIN(left, FOLLOW_PIECE);
+    bool on = follow(f, part->off, part->len, locked);
+    atomic_store_explicit(&f->au->cache_memo, 0, memory_order_relaxed);
+    if (!on)
+        part->len = left;
+    return on;
 }
 
 /* A trial of an arm on a large transfer covers this much of it. Not less: a slice pays the
@@ -115,20 +145,21 @@ static int64_t auto_transfer(ft_file *f, const ft__io *io, bool write, unsigned 
     ft__io part = *io;
     uint64_t left = io->len;
     int64_t total = 0;
-    bool locked = false, first = true;
+    bool locked = false, first = true, following = false;
     for (;;) {
         part.len = left;
+        if (following) /* the next piece, once the other reader has brought it in */
+            following = follow_piece(f, &part, left, &locked);
         decide_part(f, io, &part, write, durable, cache, d);
-        bool waited = false;
-        if (first && d->shared && !(locked = share_lock(f, &waited)) && waited) {
-            /* what the other reader read is cached now */
-            atomic_store_explicit(&f->au->cache_memo, 0, memory_order_relaxed);
-            ft__auto_done(f, d, 0, true); /* (no sample: it waited) */
+        if (first && d->shared && !(locked = share_lock(f, &following)) && following) {
+            ft__auto_done(f, d, 0, true); /* (no sample: decided again piece by piece) */
+            following = follow_piece(f, &part, left, &locked);
             decide_part(f, io, &part, write, durable, cache, d);
         }
         first = false;
-        bool slice = d->trial && !sync && left >= 2 * TRIAL_SLICE;
-        if (slice)
+        bool slice = (d->trial && !sync && left >= 2 * TRIAL_SLICE) ||
+                     (following && part.len < left);
+        if (slice && !following)
             part.len = TRIAL_SLICE;
         part.piece = d->piece;
         int64_t r = dispatch(&part, d->engine, write, ready);
