@@ -522,6 +522,26 @@ static int64_t run_profile_show(void)
 
 static enum t_fault_op op_now = T_OP_COUNT; /* the call the sweep fails now */
 
+/* Whether no file whose name holds @p a (or @p b) was left in the sweep's directory, where
+ * the unlink that removes it did not fail now; any that are there are removed for the next
+ * run. */
+static bool no_leftovers(const char *a, const char *b)
+{
+    bool may = op_now == T_OP_UNLINK || (also_now >> T_OP_UNLINK & 1), left = false;
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    char gone[5000];
+    while (d && (e = readdir(d)))
+        if (strstr(e->d_name, a) || (b && strstr(e->d_name, b))) {
+            left = true;
+            snprintf(gone, sizeof gone, "%s/%s", dir, e->d_name);
+            unlink(gone);
+        }
+    if (d)
+        closedir(d);
+    return left && !may ? fprintf(stderr, "  a temporary was left behind\n"), false : true;
+}
+
 /* A .fst container: saved over the previous one (coded where the context's costs say it
  * pays), then loaded and verified. */
 static char fst_path[4400];
@@ -581,20 +601,7 @@ static bool judge_fst(int64_t rc)
     int v = fst_which(ctx, false);
     if (rc < 0 && v != 0 && v != 1) /* the load may be what failed, after the save */
         return fprintf(stderr, "  the container is neither version: %d\n", v), false;
-    /* a temporary stays only where its unlink failed (it is removed here for the next run) */
-    bool may = op_now == T_OP_UNLINK || (also_now >> T_OP_UNLINK & 1), left = false;
-    DIR *d = opendir(dir);
-    struct dirent *e;
-    char gone[5000];
-    while (d && (e = readdir(d)))
-        if (strstr(e->d_name, "fst.fastensor-tmp") || strstr(e->d_name, ".fst-probe")) {
-            left = true;
-            snprintf(gone, sizeof gone, "%s/%s", dir, e->d_name);
-            unlink(gone);
-        }
-    if (d)
-        closedir(d);
-    return left && !may ? fprintf(stderr, "  a temporary was left behind\n"), false : true;
+    return no_leftovers("fst.fastensor-tmp", ".fst-probe");
 }
 
 /* What coding costs, measured in a fresh context (its probe file removed, failed or not). */
@@ -651,19 +658,7 @@ static bool judge_install(int64_t rc)
     struct stat sb;
     if (rc == 0 && stat(gone_path, &sb) == 0)
         return fprintf(stderr, "  removed, but the file is there\n"), false;
-    bool may = op_now == T_OP_UNLINK || (also_now >> T_OP_UNLINK & 1), left = false;
-    DIR *d = opendir(dir);
-    struct dirent *e;
-    char tmp[5000];
-    while (d && (e = readdir(d)))
-        if (strstr(e->d_name, "installed.bin.fastensor-tmp")) {
-            left = true;
-            snprintf(tmp, sizeof tmp, "%s/%s", dir, e->d_name);
-            unlink(tmp);
-        }
-    if (d)
-        closedir(d);
-    return left && !may ? fprintf(stderr, "  a temporary was left behind\n"), false : true;
+    return no_leftovers("installed.bin.fastensor-tmp", NULL);
 }
 
 static const op ops[] = {

@@ -238,10 +238,10 @@ def inspect(path) -> dict:
     """Describe a checkpoint: tensors (dtype, shape, bytes), metadata, shards, checksums (a
     container: stored bytes and ratio per tensor and in all)."""
     ck = _C.ckpt_open(context(), os.fspath(path))
-    if _C.ckpt_stored(ck)[0] == _C.FORMAT_FST:
-        from . import _fst
-        return _fst.Container(path).describe()
     tensors, meta, shards, has_csum = _C.ckpt_describe(ck)
+    if _C.ckpt_stored(ck)[0] == _C.FORMAT_FST:  # (the handle opened here, described there)
+        from . import _fst
+        return _fst.Container(path, opened=(ck, tensors, meta, shards)).describe()
     return {"tensors": {t[0]: {"dtype": t[1], "shape": t[2], "bytes": t[3], "shard": t[4],
                                "data_offset": t[5]} for t in tensors},
             "metadata": meta,

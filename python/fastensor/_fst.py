@@ -70,10 +70,11 @@ class Container:
     the decoded layout's order), metadata, and reads that decode into memory at addresses
     the caller provides."""
 
-    def __init__(self, path, *, engine="auto", cache="auto"):
+    def __init__(self, path, *, engine="auto", cache="auto", opened=None):
         self.path = os.fspath(path)
         self.engine, self.cache = engine, cache
-        ck, tensors, meta, shards = _ckpt.open_checkpoint(self.path)
+        # (opened: what _ckpt.open_checkpoint gave a caller that opened it already)
+        ck, tensors, meta, shards = opened or _ckpt.open_checkpoint(self.path)
         fmt, stored = _C.ckpt_stored(ck)
         if fmt != _C.FORMAT_FST:
             raise ValueError(f"{self.path}: not a fastensor container (no FASTENSZ magic)")

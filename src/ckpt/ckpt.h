@@ -154,9 +154,10 @@ extern unsigned ft__fst_probe_shift;
 /** Whether a save to @p path writes a .fst container (the name ends in ".fst"). */
 bool ft__fst_path(const char *path);
 /** Write a container of @p n checked tensors (in this order) into the empty file @p f
- * (named @p path in messages): streams, header, head; not synced. @return 0 or -errno. */
-int ft__fst_write(ft_ctx *ctx, ft_file *f, const char *path, const ft_tensor *t, size_t n,
-                  const ft_save_opts *opts);
+ * (named @p path in messages, in directory @p dir, whose disk "auto" weighs): streams,
+ * header, head; not synced. @return 0 or -errno. */
+int ft__fst_write(ft_ctx *ctx, ft_file *f, const char *path, const char *dir,
+                  const ft_tensor *t, size_t n, const ft_save_opts *opts);
 
 /* ---- reading small files and indexes (open.c) ---- */
 

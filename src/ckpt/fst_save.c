@@ -579,17 +579,10 @@ static char *header_json(const ft_tensor *t, size_t n, const coded *all,
 }
 
 /* Which float sizes this save codes. */
-static int decide(writer *w, const ft_tensor *t, size_t n, ft_compression mode)
+static void decide(writer *w, const ft_tensor *t, size_t n, ft_compression mode,
+                   const char *dir)
 {
-    char *dir = NULL;
-    const char *slash = strrchr(w->path, '/');
-    if (mode == FT_COMPRESS_AUTO &&
-        !(dir = slash == w->path ? strdup("/") : slash ? strndup(w->path,
-                                                                 (size_t)(slash - w->path))
-                                                       : strdup(".")))
-        return ft__err(-ENOMEM, "%s", w->path);
-    int rc = 0;
-    for (size_t i = 0; rc == 0 && i < n; i++) {
+    for (size_t i = 0; i < n; i++) {
         unsigned e = ft__dtype_coded(t[i].dtype);
         if (!e || w->code[e] || mode == FT_COMPRESS_NONE)
             continue;
@@ -600,18 +593,15 @@ static int decide(writer *w, const ft_tensor *t, size_t n, ft_compression mode)
             w->code[e] = ft_fst_coding_pays(&c);
         /* a directory where O_DIRECT cannot be used (tmpfs): stored */
     }
-    free(dir);
-    return rc;
 }
 
-int ft__fst_write(ft_ctx *ctx, ft_file *f, const char *path, const ft_tensor *t, size_t n,
-                  const ft_save_opts *opts)
+int ft__fst_write(ft_ctx *ctx, ft_file *f, const char *path, const char *dir,
+                  const ft_tensor *t, size_t n, const ft_save_opts *opts)
 {
     writer w = {.ctx = ctx, .f = f, .path = path, .opts = opts};
-    int rc = decide(&w, t, n, opts ? opts->compression : FT_COMPRESS_AUTO);
+    decide(&w, t, n, opts ? opts->compression : FT_COMPRESS_AUTO, dir);
     coded *all = calloc(n + 1, sizeof *all);
-    if (rc == 0 && !all)
-        rc = ft__err(-ENOMEM, "%s: %zu tensors", path, n);
+    int rc = all ? 0 : ft__err(-ENOMEM, "%s: %zu tensors", path, n);
     batch b[2] = {{0}, {0}};
     pthread_t thread;
     bool running = false;

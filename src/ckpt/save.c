@@ -42,6 +42,7 @@ typedef struct save_job {
     const char *const *metadata;
     uint32_t gen;             /* the shards' generation (several shards) */
     bool fst;                 /* a .fst container (one file) */
+    const char *dir;          /* the checkpoint's directory */
     ft__first_err failed;     /* the first shard that failed */
 } save_job;
 
@@ -341,7 +342,8 @@ static int write_shard(save_job *job, save_shard *s)
         return rc;
     if ((rc = ft_file_open(job->ctx, &f, s->tmp, FT_OPEN_READ | FT_OPEN_WRITE, 0)) < 0)
         return rc;
-    rc = job->fst ? ft__fst_write(job->ctx, f, s->path, s->tensors, s->count, job->opts)
+    rc = job->fst ? ft__fst_write(job->ctx, f, s->path, job->dir, s->tensors, s->count,
+                                  job->opts)
                   : write_data(job, s, f);
     if (rc == 0 && !(job->opts && (job->opts->flags & FT_SAVE_NO_SYNC)))
         rc = ft_file_sync(f);
@@ -579,7 +581,7 @@ static int save_laid_out(ft_ctx *ctx, const char *path, const ft_tensor *tensors
         return rc;
     }
     save_job job = {.ctx = ctx, .opts = opts, .block = block, .fst = ft__fst_path(path),
-                    .metadata = opts ? opts->metadata : NULL};
+                    .dir = nm.dir, .metadata = opts ? opts->metadata : NULL};
     rc = plan_shards(&job, &nm, tensors, count, opts ? opts->shard_size : 0);
     if (rc == 0)
         rc = write_shards(&job);
