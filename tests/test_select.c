@@ -10,6 +10,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <sys/file.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -734,6 +735,119 @@ static void case_trial_slices(void)
     real_close(&x);
 }
 
+typedef struct fill_count {
+    ft__fill_watch w;
+    _Atomic uint64_t told;
+} fill_count;
+
+static void count_told(ft__fill_watch *w, uint64_t off, uint64_t len)
+{
+    (void)off;
+    atomic_fetch_add(&((fill_count *)w)->told, len);
+}
+
+/* The fill arm: the mmap engine's fill brings an evicted range into the page cache without
+ * a copy, telling its watcher of every byte (none read once stopped), and maps a caller's
+ * mapping in; the fill arm (ft__fill_read) reads ahead and copies behind, byte-exact at odd
+ * offsets and lengths, the data left cached, through a mapping that fails (read through a
+ * buffer instead) and to the first failure of its readahead or its copies; AUTO offers the
+ * arm for uncached reads of 16 MiB and more that the cache mode keeps, never for cached data,
+ * bypassing reads, small reads or writes. */
+static void case_fill_arm(void)
+{
+    real_file x;
+    const size_t n = (80u << 20) + 12345;
+    T_EQ(real_open(&x, "fill.bin", n, 41), 0);
+    const ft__engine_ops *mm = ft__engine_get(FT_ENGINE_MMAP);
+    T_TRUE(mm->fill != NULL);
+    bool evicts = t_evict(x.f->path);
+    if (!evicts)
+        printf("  (eviction did not take here: what is cached is not judged)\n");
+    /* the engine's fill, watched; stopped first: every piece told, none read */
+    fill_count fc = {.w.filled = count_told};
+    ft__io io = {.ctx = x.ctx, .file = x.f, .off = 4096, .len = n - 4096 - 777,
+                 .piece = 4u << 20, .device = -1, .watch = &fc.w};
+    atomic_store(&fc.w.stop, true);
+    T_EQ(mm->fill(&io), (int64_t)io.len);
+    T_EQ(atomic_load(&fc.told), io.len);
+    if (evicts)
+        T_TRUE(!ft__file_cached(x.f, io.off, io.len));
+    atomic_store(&fc.w.stop, false);
+    atomic_store(&fc.told, 0);
+    T_EQ(mm->fill(&io), (int64_t)io.len);
+    T_EQ(atomic_load(&fc.told), io.len);
+    T_TRUE(ft__file_cached(x.f, io.off, io.len));
+    /* ft__file_fill with a mapping: mapped in, byte-exact; bypass: nothing */
+    if (evicts)
+        t_evict(x.f->path);
+    uint8_t *m = mmap(NULL, n, PROT_READ, MAP_SHARED, x.f->fd, 0);
+    T_TRUE(m != MAP_FAILED);
+    T_EQ(ft__file_fill(x.f, 0, n, NULL, FT_CACHE_BYPASS), 0);
+    T_EQ(ft__file_fill(x.f, 8192, n - 8192, m + 8192, FT_CACHE_KEEP), 1);
+    T_TRUE(ft__file_cached(x.f, 8192, n - 8192));
+    T_MEMEQ(m, x.src, n);
+    munmap(m, n);
+    /* the arm: odd ranges, byte-exact, cached after */
+    static const struct { uint64_t off, len; } ranges[] = {
+        {0, 80u << 20}, {4097, (64u << 20) + 3}, {12345, (80u << 20)}};
+    for (unsigned i = 0; i < 3; i++) {
+        if (evicts)
+            t_evict(x.f->path);
+        memset(x.dst, 0, n);
+        ft__io rd = {.ctx = x.ctx, .file = x.f, .ptr = x.dst, .off = ranges[i].off,
+                     .len = ranges[i].len, .device = -1};
+        T_EQ(ft__fill_read(&rd, mm, FT_CACHE_KEEP, NULL), (int64_t)ranges[i].len);
+        T_MEMEQ(x.dst, x.src + ranges[i].off, ranges[i].len);
+        T_TRUE(ft__file_cached(x.f, rd.off, rd.len));
+    }
+    ft__io rd = {.ctx = x.ctx, .file = x.f, .ptr = x.dst, .off = 0, .len = n, .device = -1};
+    /* the readahead's mappings fail: its pieces are read through a buffer */
+    if (evicts)
+        t_evict(x.f->path);
+    memset(x.dst, 0, n);
+    t_fault_set(T_OP_MMAP, T_FAULT_ERRNO, ENOMEM, 1, 0);
+    T_EQ(ft__fill_read(&rd, mm, FT_CACHE_KEEP, NULL), (int64_t)n);
+    T_TRUE(t_fault_clear() >= 1);
+    T_MEMEQ(x.dst, x.src, n);
+    /* its advice fails: that error, naming the file */
+    t_fault_set(T_OP_FADVISE, T_FAULT_ERRNO, EIO, 2, 1);
+    T_EQ(ft__fill_read(&rd, mm, FT_CACHE_KEEP, NULL), -EIO);
+    T_TRUE(t_fault_clear() == 1);
+    T_TRUE(strstr(ft_last_error(), "readahead") && strstr(ft_last_error(), "fill.bin"));
+    /* AUTO: the arm for uncached reads the cache mode keeps, from 16 MiB up */
+    unsigned fill = ft__narms;
+    for (unsigned a = 0; a < ft__narms; a++)
+        if (ft__arms[a].fill)
+            fill = a;
+    T_TRUE(fill < ft__narms);
+    ft_buf all = ft_host_buf(x.dst, n);
+    ft__sel_key cold = {.bucket = (uint8_t)ft__sel_bucket(n), .cls = FT__CLS_COLD};
+    ft__sel_key warm = cold;
+    warm.cls = FT__CLS_CACHED;
+    for (unsigned i = 0; i < 16 && evicts; i++) { /* until every arm is tried */
+        t_evict(x.f->path);
+        T_EQ(ft_read(x.f, &all, 0, &(ft_io_opts){.cache = FT_CACHE_KEEP}), (int64_t)n);
+        T_MEMEQ(x.dst, x.src, n);
+    }
+    if (evicts)
+        T_TRUE(arm_of(x.f, &cold, fill).n >= 1);
+    for (unsigned i = 0; i < 16; i++) {
+        T_EQ(ft_read(x.f, &all, 0, NULL), (int64_t)n);
+        ft_buf small = ft_host_buf(x.dst, 8u << 20);
+        if (evicts)
+            t_evict(x.f->path);
+        T_EQ(ft_read(x.f, &small, 0, &(ft_io_opts){.cache = FT_CACHE_KEEP}), (int64_t)small.len);
+        T_EQ(ft_read(x.f, &all, 0, &(ft_io_opts){.cache = FT_CACHE_BYPASS}), (int64_t)n);
+    }
+    ft__sel_key small_cold = {.bucket = 23, .cls = FT__CLS_COLD};
+    T_EQ(arm_of(x.f, &warm, fill).n, 0u);
+    T_EQ(arm_of(x.f, &small_cold, fill).n, 0u);
+    printf("  fill arm samples: %u cold (of %u), %u cached, %u of 8 MiB\n",
+           arm_of(x.f, &cold, fill).n, samples_of(x.f, &cold), arm_of(x.f, &warm, fill).n,
+           arm_of(x.f, &small_cold, fill).n);
+    real_close(&x);
+}
+
 int main(void)
 {
     if (!t_have_odirect())
@@ -758,6 +872,7 @@ int main(void)
         {"a call that began alone but ended beside others", case_company_arrived},
         {"engine AUTO on real files, profile saved", case_auto_end_to_end},
         {"large trials a slice at a time, synchronous writes whole", case_trial_slices},
+        {"the fill arm: read ahead without a copy, copied behind as cached", case_fill_arm},
     };
     return t_run(cases, sizeof cases / sizeof *cases);
 }

@@ -143,6 +143,8 @@ int64_t ft__pwrite_full(int fd, const void *buf, uint64_t len, uint64_t off);
  * for pages beyond the file's end, -EIO).
  */
 int ft__populate(const void *from, uint64_t len);
+/** Read a byte of every page of a mapped range (and its last byte): faults map them in. */
+void ft__touch_pages(const void *from, uint64_t len);
 
 
 /** xxh3-64 of a block (csum.c): checkpoint and codec block checksums. */

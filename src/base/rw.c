@@ -77,3 +77,17 @@ int ft__populate(const void *from, uint64_t len)
     return -EINVAL;
 #endif
 }
+
+void ft__touch_pages(const void *from, uint64_t len)
+{
+    /* A read of each page: a fault maps the pages around it too (fault-around). Mapped
+     * cached pages one by one, MADV_POPULATE_READ ran at 9 GB/s on the H200 machine, where
+     * one thread's faults ran at 26. */
+    const volatile uint8_t *p = from;
+    unsigned sum = 0;
+    for (uint64_t i = 0; i < len; i += 4096)
+        sum += p[i];
+    if (len)
+        sum += p[len - 1];
+    (void)sum;
+}

@@ -235,16 +235,6 @@ void ft__commit_unlock(int fd);
 int ft__after_commit(ft_ctx *ctx, ft__ckpt_name *n, bool sharded, const char *const *keep,
                      size_t nkeep, bool sync);
 
-/**
- * Load shard @p k into @p dst (its data size at least) while it is read into the page cache:
- * where @p io's cache mode keeps the uncached shard, a parallel readahead of it in pieces,
- * and each part copied to @p dst by a transfer with @p io once its pieces are cached.
- * @return the bytes loaded, 0 where the shard is not to be prefetched (cached, empty, or
- * bypassing the cache: the caller reads it), or -errno (a failed readahead too).
- */
-int64_t ft__ckpt_prefetch_read(ft_ckpt *c, unsigned k, const ft_buf *dst, const ft_io_opts *io);
-/** Read a byte of every page of a mapped range (and its last byte): faults map them in. */
-void ft__touch_pages(const void *from, uint64_t len);
 /** Fault [base, base+len) in, in parallel slices on @p ctx's pool: @p advice
  * MADV_POPULATE_WRITE, or 0 to read a byte of every page (pages.c). */
 void ft__populate_pages(ft_ctx *ctx, void *base, uint64_t len, int advice);

@@ -228,16 +228,6 @@ int64_t ft_ckpt_load_shard(ft_ckpt *c, unsigned k, const ft_buf *dst, const ft_l
         rc = verify_shard(c->ctx, s, dst->ptr, device, &io, NULL, NULL, &done, s->data_size);
         return rc < 0 ? rc : (int64_t)s->data_size;
     }
-    ft_engine engine = io.engine == FT_ENGINE_AUTO ? c->ctx->cfg.engine : io.engine;
-    if (dst->kind == FT_MEM_CUDA && engine == FT_ENGINE_AUTO) {
-        /* An uncached shard the cache policy keeps is read into the cache in parallel (as
-         * host loads do while mapping it), each part copied to the device as soon as it is
-         * cached: the copies are cached reads, no cold read through one arm or another is
-         * left to chance, and they run while the disk reads the parts after them. */
-        int64_t r = ft__ckpt_prefetch_read(c, k, dst, &io);
-        if (r != 0)
-            return r;
-    }
     ft_buf part = *dst;
     part.len = (size_t)s->data_size;
     return ft__shard_read(s, &part, 0, &io);

@@ -619,7 +619,7 @@ int ft_ckpt_shard_cached(const ft_ckpt *c, unsigned k)
         return -ERANGE;
     const ft__shard *s = &c->shards[k];
     uint64_t size = s->fst ? s->stored_size : s->data_size; /* the bytes in the file */
-    return size && ft__probe_cache(s->file->fd, s->data_start, size) == 1;
+    return size && ft__file_cached(s->file, s->data_start, size);
 }
 
 int ft_ckpt_shard_fd(const ft_ckpt *c, unsigned k)

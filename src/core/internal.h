@@ -59,6 +59,28 @@ int64_t ft__transfer(ft_file *f, const ft_buf *buf, uint64_t offset, const ft_io
  * transfer was asked for; NULL: record one now). */
 int64_t ft__transfer_after(ft_file *f, const ft_buf *buf, uint64_t offset,
                            const ft_io_opts *opts, bool write, void *ready);
+/** Run @p io through @p engine (device memory through pinned staging where the engine does
+ * not move it itself), after @p ready. */
+int64_t ft__dispatch(const ft__io *io, ft_engine engine, bool write, void *ready);
+
+/* ---- filling the page cache (fill.c) ---- */
+
+/** The piece size of a fill of @p len bytes. */
+uint64_t ft__fill_piece(const ft_ctx *ctx, uint64_t len);
+/** AUTO's fill arm: read @p io's uncached range into the page cache with @p ops->fill and
+ * copy it to io->ptr span by span as each is cached (cached reads decided by AUTO under
+ * @p cache, after @p ready). @return what ft_read returns. */
+int64_t ft__fill_read(const ft__io *io, const ft__engine_ops *ops, int cache, void *ready);
+/**
+ * Bring [off, off + len) of @p f into the page cache where the cache policy keeps its
+ * uncached reads (@p cache, an ft_cache_mode), through the fill arm's engine; @p map (NULL,
+ * or the caller's readable mapping of the file at @p off) has its pages mapped in as they
+ * arrive. @return 1 (cached, or being read: a touch of a page waits for it), 0 (the policy
+ * reads such data around the cache, or no engine fills), or -errno.
+ */
+int ft__file_fill(ft_file *f, uint64_t off, uint64_t len, const void *map, int cache);
+/** Whether all of [off, off + len) of @p f (len > 0) is in the page cache. */
+bool ft__file_cached(ft_file *f, uint64_t off, uint64_t len);
 
 /* ---- engine AUTO (auto.c) ---- */
 
@@ -67,6 +89,7 @@ typedef struct ft__arm {
     ft_engine engine;
     uint64_t piece; /* 0: the engine's default; UINT64_MAX: one piece */
     const char *label;
+    bool fill;      /* the engine's fill op reads ahead, cached reads copy behind (fill.c) */
 } ft__arm;
 extern const ft__arm ft__arms[];
 extern const unsigned ft__narms;
@@ -81,16 +104,19 @@ typedef struct ft__decision {
     bool trial;         /* the policy is trying the arm: ends with its sample or release */
     bool joined;        /* the call joined an open sample window (which owns the trial) */
     bool shared;        /* an uncached read through the page cache: others may want it too */
+    bool fill;          /* the arm is a fill arm (ft__fill_read runs it) */
     uint64_t call;      /* bytes the caller asked for (a trial slice is a part of them) */
     ft__sel_key key;
 } ft__decision;
 
-/* @p durable (writes): 0 plain, 1 synced by the call itself (FT_IO_SYNC), 2 synced later by
- * the caller (FT_IO_SYNC_LATER): the write key's class. @p cache: the call's ft_cache_mode. */
+/* @p cls: for writes, 0 plain, 1 synced by the call itself (FT_IO_SYNC), 2 synced later by
+ * the caller (FT_IO_SYNC_LATER): the write key's class; for reads, FT__CLS_CACHED where the
+ * caller knows the range is cached (the fill arm's copies), else 0 (the cache is probed).
+ * @p cache: the call's ft_cache_mode. */
 /** Whether @p cache (an ft_cache_mode, FT_CACHE_AUTO resolved with the context's setting and
  * the cache policy) sends uncached reads of @p f through the page cache. */
 bool ft__auto_keeps(ft_file *f, int cache);
-void ft__auto_decide(ft_file *f, uint64_t off, uint64_t len, bool write, unsigned durable,
+void ft__auto_decide(ft_file *f, uint64_t off, uint64_t len, bool write, unsigned cls,
                      int device, int cache, ft__decision *d);
 /** Record what the decision @p d did: @p result bytes (or -errno), in the time since it was
  * made. @p counted: its transfer is still counted in the context's transfers in flight. */

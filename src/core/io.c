@@ -42,20 +42,13 @@ static ft_engine requested_engine(const ft_file *f, const ft_io_opts *opts)
     return e == FT_ENGINE_AUTO ? f->ctx->cfg.engine : e;
 }
 
-static int64_t dispatch(const ft__io *io, ft_engine engine, bool write, void *ready)
+/* Run @p part through the arm of decision @p d. */
+static int64_t run_arm(const ft__io *part, const ft__decision *d, bool write, int cache,
+                       void *ready)
 {
-    const ft__engine_ops *ops = ft__engine_get(engine);
-    if (io->device >= 0 && !(ops->caps & FT__CAP_DEVICE_MEMORY)) /* via pinned staging */
-        return ft__stage_transfer(io, ops, write, io->device, ready);
-    if (io->device >= 0 && !(ops->caps & FT__CAP_STREAM_ORDER)) {
-        /* cuFile runs on no stream: wait for the caller's on the host */
-        int rc = ft__cuda_event_wait(io->device, ready);
-        if (rc < 0)
-            return rc;
-    }
-    ft__io run = *io;
-    run.ready = ready;
-    return write ? ops->write(&run) : ops->read(&run);
+    if (d->fill)
+        return ft__fill_read(part, ft__engine_get(d->engine), cache, ready);
+    return ft__dispatch(part, d->engine, write, ready);
 }
 
 /* AUTO's decision for @p part of the call @p io (its bytes go into the trace). */
@@ -162,12 +155,12 @@ static int64_t auto_transfer(ft_file *f, const ft__io *io, bool write, unsigned 
         if (slice && !following)
             part.len = TRIAL_SLICE;
         part.piece = d->piece;
-        int64_t r = dispatch(&part, d->engine, write, ready);
+        int64_t r = run_arm(&part, d, write, cache, ready);
         const ft__engine_ops *ops = ft__engine_get(d->engine);
         if (r < 0 && ops->ready && !ops->ready(f)) { /* it can no longer take the file */
             decide_part(f, io, &part, write, durable, cache, d);
             part.piece = d->piece;
-            r = dispatch(&part, d->engine, write, ready);
+            r = run_arm(&part, d, write, cache, ready);
         }
         *last = r;
         if (r < 0 || !slice || (uint64_t)r < part.len) { /* failed, done, or the file's end */
@@ -221,7 +214,7 @@ int64_t ft__transfer_after(ft_file *f, const ft_buf *buf, uint64_t offset,
                                                          : (int)f->ctx->cfg.cache;
         r = e == FT_ENGINE_AUTO
                 ? auto_transfer(f, &io, write, durable, sync, cache, ready, &d, &last)
-                : dispatch(&io, e, write, ready);
+                : ft__dispatch(&io, e, write, ready);
         atomic_fetch_sub_explicit(&f->ctx->inflight, 1, memory_order_relaxed);
     }
     ft__cuda_event_free(io.device, own);

@@ -2,8 +2,8 @@
  * Transfer engines: each is a static const ft__engine_ops in its own file, listed in the
  * explicit table of table.c. To add one, copy the shape of posix.c:
  *   required: name, id, read, write;
- *   optional (NULL when not needed): available, ready, batch, file_close, ctx_init, ctx_fini,
- *   describe.
+ *   optional (NULL when not needed): available, ready, fill, batch, file_close, ctx_init,
+ *   ctx_fini, describe.
  * An engine's state of a context or a file hangs at engine_state[its id] (handle.h), read by
  * its own file only.
  * Engines receive a validated ft__io: host memory, any alignment, len > 0, reads clamped to
@@ -40,6 +40,14 @@ typedef struct ft__engine_ops {
     bool (*ready)(ft_file *f);
     int64_t (*read)(const ft__io *io);
     int64_t (*write)(const ft__io *io);
+    /** Optional: bring [io->off, io->off + io->len) of the file into the page cache without
+     * copying it anywhere, in pieces of ft__io_piece(io) run on the pool, telling io->watch
+     * (if any) of each. io->ptr: NULL, or the caller's readable mapping of the file at
+     * io->off, whose pages are mapped in as each piece arrives. An engine with it leaves
+     * what it reads cached: AUTO's fill arm reads ahead with it and copies behind (core/
+     * fill.c). @return io->len or -errno (a file shorter than the range: the bytes that
+     * are there are cached, the copy reports the rest). */
+    int64_t (*fill)(const ft__io *io);
     /** Optional: run a checked batch of device-memory ops of one @p device in one go.
      * @return 1 when it cannot take them (nothing ran), else 0 or the first failed op's
      * -errno with every op's result set. */

@@ -75,7 +75,16 @@ typedef struct ft__io {
     int device;     /* -1: ptr is host memory; else the CUDA device of ptr */
     void *ready;    /* device memory: a CUevent on the caller's stream, the work queued
                        there before the call (NULL: none) */
+    struct ft__fill_watch *watch; /* a fill: told of each piece (NULL: nobody watches) */
 } ft__io;
+
+/* Who watches a fill (ft__engine_ops.fill): told of each piece once it is cached (or its
+ * read failed: the copy that reads it again reports that), in any order; pieces not started
+ * once stop is set are told at once, unread. */
+typedef struct ft__fill_watch {
+    void (*filled)(struct ft__fill_watch *w, uint64_t off, uint64_t len);
+    atomic_bool stop;
+} ft__fill_watch;
 
 /** One piece of a transfer: [off, off+len) of the file <-> ptr. */
 typedef int64_t (*ft__piece_fn)(const ft__io *io, uint8_t *ptr, uint64_t off, uint64_t len);
