@@ -749,8 +749,8 @@ static void count_told(ft__fill_watch *w, uint64_t off, uint64_t len)
 /* The fill arm: the mmap engine's fill brings an evicted range into the page cache without
  * a copy, telling its watcher of every byte (none read once stopped), and maps a caller's
  * mapping in; the fill arm (ft__fill_read) reads ahead and copies behind, byte-exact at odd
- * offsets and lengths, the data left cached, through a mapping that fails (read through a
- * buffer instead) and to the first failure of its readahead or its copies; AUTO offers the
+ * offsets and lengths, the data left cached, where mappings cannot be populated (read
+ * through a buffer instead) and to the first failure of its readahead or its copies; AUTO offers the
  * arm for uncached reads of 16 MiB and more that the cache mode keeps, never for cached data,
  * bypassing reads, small reads or writes. */
 static void case_fill_arm(void)
@@ -801,11 +801,12 @@ static void case_fill_arm(void)
         T_TRUE(ft__file_cached(x.f, rd.off, rd.len));
     }
     ft__io rd = {.ctx = x.ctx, .file = x.f, .ptr = x.dst, .off = 0, .len = n, .device = -1};
-    /* the readahead's mappings fail: its pieces are read through a buffer */
+    /* the readahead's mappings cannot be populated (no such advice): its pieces are read
+     * through a buffer (a copy through the mmap arm ignores the advice's failure) */
     if (evicts)
         t_evict(x.f->path);
     memset(x.dst, 0, n);
-    t_fault_set(T_OP_MMAP, T_FAULT_ERRNO, ENOMEM, 1, 0);
+    t_fault_set(T_OP_MADVISE, T_FAULT_ERRNO, EINVAL, 1, 0);
     T_EQ(ft__fill_read(&rd, mm, FT_CACHE_KEEP, NULL), (int64_t)n);
     T_TRUE(t_fault_clear() >= 1);
     T_MEMEQ(x.dst, x.src, n);

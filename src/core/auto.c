@@ -22,23 +22,6 @@
 #include <time.h>
 #include <unistd.h>
 
-/* The arms: engines and the settings that change their behaviour (piece = 0: default;
- * UINT64_MAX: do not split). Appending keeps profiles valid; reordering needs a new tag. */
-const ft__arm ft__arms[] = {
-    {FT_ENGINE_POSIX, 0, "posix"},
-    {FT_ENGINE_POSIX, UINT64_MAX, "posix/1thread"},
-    {FT_ENGINE_DIRECT, 0, "direct"},
-    {FT_ENGINE_DIRECT, 8u << 20, "direct/8M"},
-    {FT_ENGINE_URING, 0, "uring"},
-    {FT_ENGINE_URING, 8u << 20, "uring/8M"},
-    {FT_ENGINE_MMAP, 0, "mmap"},
-    {FT_ENGINE_MMAP, UINT64_MAX, "mmap/1thread"},
-    {FT_ENGINE_CUFILE, 0, "cufile"},
-    {FT_ENGINE_CACHEDMA, 0, "cachedma"},
-    {FT_ENGINE_MMAP, 0, "fill", true},
-};
-const unsigned ft__narms = sizeof ft__arms / sizeof *ft__arms;
-
 #define MAX_DEVICES 16
 
 struct ft__auto {
@@ -303,19 +286,23 @@ bool ft__auto_keeps(ft_file *f, int cache)
 
 /* The arm explored first for a key nothing is known about: for uncached reads into device
  * memory the fill arm (read ahead in parallel, each part copied as cached data: 1.2-1.5x
- * the staging arms' cold loads on the H100 machine); a page-cache copy for buffered reads,
- * io_uring (else direct) for large O_DIRECT ones. */
+ * the staging arms' cold loads on the H100 machine; into host memory it ran at 0.75x posix
+ * on the development machine, where AUTO measures it among the others); else the arm of the
+ * lowest rank (ft__arm.first: a page-cache copy for buffered reads, io_uring, then direct
+ * for large O_DIRECT ones), else the first eligible one. */
 static unsigned static_default(uint32_t eligible, uint64_t len, const ft__sel_key *k)
 {
     if (k->mem == FT_MEM_CUDA && (eligible & fill_mask()))
         return (unsigned)__builtin_ctz(eligible & fill_mask());
-    if (len >= (1u << 20) && !(eligible & 1u)) {
-        if (eligible & (1u << 4))
-            return 4; /* uring */
-        if (eligible & (1u << 2))
-            return 2; /* direct */
+    unsigned best = (unsigned)__builtin_ctz(eligible), rank = 0;
+    for (unsigned i = 0; i < ft__narms; i++) {
+        unsigned r = ft__arms[i].first;
+        if ((eligible >> i & 1) && r && (!rank || r < rank) && (r == 1 || len >= (1u << 20))) {
+            best = i;
+            rank = r;
+        }
     }
-    return eligible & 1u ? 0 : (unsigned)__builtin_ctz(eligible);
+    return best;
 }
 
 /*

@@ -85,14 +85,6 @@ bool ft__file_cached(ft_file *f, uint64_t off, uint64_t len);
 /* ---- engine AUTO (auto.c) ---- */
 
 
-typedef struct ft__arm {
-    ft_engine engine;
-    uint64_t piece; /* 0: the engine's default; UINT64_MAX: one piece */
-    const char *label;
-    bool fill;      /* the engine's fill op reads ahead, cached reads copy behind (fill.c) */
-} ft__arm;
-extern const ft__arm ft__arms[];
-extern const unsigned ft__narms;
 
 typedef struct ft__decision {
     struct ft__selector *sel;

@@ -1,6 +1,8 @@
 /*
  * Transfer engines: each is a static const ft__engine_ops in its own file, listed in the
- * explicit table of table.c. To add one, copy the shape of posix.c:
+ * explicit table of table.c with the arms AUTO offers of it (ft__arms: its default, and the
+ * settings worth measuring), its id in the public header's ft_engine. To add one, copy the
+ * shape of posix.c:
  *   required: name, id, read, write;
  *   optional (NULL when not needed): available, ready, fill, batch, file_close, ctx_init,
  *   ctx_fini, describe.
@@ -74,6 +76,24 @@ extern const ft__engine_ops ft__engine_cachedma;
 
 /** @return the ops of a concrete engine, or NULL for AUTO and unknown ids. */
 const ft__engine_ops *ft__engine_get(ft_engine id);
+
+/*
+ * The arms AUTO chooses among (table.c): engines, and settings that change how they run a
+ * transfer. Profiles name arms by label, so arms may be added anywhere in the table.
+ */
+typedef struct ft__arm {
+    ft_engine engine;
+    uint64_t piece; /* 0: the engine's default; UINT64_MAX: one piece */
+    const char *label;
+    bool fill;      /* the engine's fill op reads ahead, cached reads copy behind (core/
+                       fill.c): offered for uncached reads only, explored first for those
+                       into device memory */
+    uint8_t first;  /* where nothing is known, the eligible arm of the lowest rank is
+                       explored first (1 a page-cache copy, 2 and 3 O_DIRECT reads of 1 MiB
+                       and more; 0: never first) */
+} ft__arm;
+extern const ft__arm ft__arms[];
+extern const unsigned ft__narms;
 
 /* ---- device memory: staging over host engines (staging.c), cuFile (cufile*.c) ---- */
 

@@ -14,6 +14,22 @@ static const ft__engine_ops *const engines[FT_ENGINE_COUNT] = {
     [FT_ENGINE_CACHEDMA] = &ft__engine_cachedma,
 };
 
+/* The arms, in no order that matters (profiles name them by label). */
+const ft__arm ft__arms[] = {
+    {FT_ENGINE_POSIX, 0, "posix", false, 1},
+    {FT_ENGINE_POSIX, UINT64_MAX, "posix/1thread", false, 0},
+    {FT_ENGINE_DIRECT, 0, "direct", false, 3},
+    {FT_ENGINE_DIRECT, 8u << 20, "direct/8M", false, 0},
+    {FT_ENGINE_URING, 0, "uring", false, 2},
+    {FT_ENGINE_URING, 8u << 20, "uring/8M", false, 0},
+    {FT_ENGINE_MMAP, 0, "mmap", false, 0},
+    {FT_ENGINE_MMAP, UINT64_MAX, "mmap/1thread", false, 0},
+    {FT_ENGINE_CUFILE, 0, "cufile", false, 0},
+    {FT_ENGINE_CACHEDMA, 0, "cachedma", false, 0},
+    {FT_ENGINE_MMAP, 0, "fill", true, 0},
+};
+const unsigned ft__narms = sizeof ft__arms / sizeof *ft__arms;
+
 const ft__engine_ops *ft__engine_get(ft_engine id)
 {
     if ((unsigned)id >= FT_ENGINE_COUNT)
