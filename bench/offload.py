@@ -322,7 +322,7 @@ def time_modes(w, modes, n, args, rounds, steps):
                         "tensors_offloaded", "tensors_on_gpu", "tensors_passed", "bytes_on_gpu",
                         "bytes_offloaded",
                         "bytes_written", "bytes_read", "bytes_demoted", "host_hits",
-                        "stall_seconds", "engine", "prefetch_bytes")}
+                        "stall_seconds", "engine", "cache", "prefetch_bytes")}
                     per_step[m]["host_pinned"] = s["host_pinned"]
                 del hooks, base
             del x, y

@@ -882,14 +882,15 @@ typedef struct ft_store_opts {
                                     CUDA is in use) in 64 MiB pieces as entries first reach
                                     them, and kept by the store from then on. */
     ft_engine engine;          /**< engine of the spill file's transfers. FT_ENGINE_AUTO:
-                                    posix (the page cache, which holds recent slots in
+                                    through the page cache (which holds recent slots in
                                     spare RAM and writes them back on its own) while the
-                                    file is within page_cache_bytes, then direct for every
-                                    entry put from there on; posix only where O_DIRECT is
-                                    not supported. Never the selector's per-call mix: page-
+                                    file is within page_cache_bytes, then O_DIRECT for
+                                    every entry put from there on; the page cache only
+                                    where O_DIRECT is not supported. Each transfer is
+                                    AUTO's, among the arms of its entry's kind only: page-
                                     cache and O_DIRECT I/O on one slot are not coherent
                                     (readahead may cache a slot's old contents while an
-                                    O_DIRECT write lands), so an entry keeps the engine it
+                                    O_DIRECT write lands), so an entry keeps the kind it
                                     was put with, and the switch goes one way only. */
     uint64_t page_cache_bytes; /**< FT_ENGINE_AUTO: the spill file size up to which its I/O
                                     goes through the page cache; 0: an eighth of the memory
@@ -920,6 +921,9 @@ typedef struct ft_store_stats {
     uint64_t host_pinned;          /**< bytes of host memory pinned so far (kept) */
     uint64_t bytes_demoted;        /**< bytes written from the host tier to make room */
     ft_engine engine;              /**< the engine the store's file transfers use */
+    ft_cache_mode cache;           /**< engine AUTO: where entries put now go,
+                                        FT_CACHE_KEEP (the page cache) or FT_CACHE_BYPASS
+                                        (O_DIRECT); a named engine: FT_CACHE_AUTO */
 } ft_store_stats;
 
 /**

@@ -3,7 +3,7 @@
  * capacity limits, drop, the unlinked file (also after SIGKILL), injected I/O faults,
  * concurrent use, and the slot allocator. */
 #include "testlib.h"
-#include "../src/store/extent.h"
+#include "../src/store/store.h" /* the store's file, and AUTO's state of it */
 
 #include <dirent.h>
 #include <errno.h>
@@ -387,7 +387,7 @@ static void case_page_cache_then_direct(void)
     T_EQ(ft_store_create(ctx, &s, &o), 0);
     uint8_t *a[N], *b = malloc(n);
     uint64_t k[N];
-    ft_engine eng[N];
+    ft_cache_mode eng[N];
     ft_store_stats st;
     for (int i = 0; i < N; i++) {
         a[i] = malloc(n);
@@ -395,17 +395,18 @@ static void case_page_cache_then_direct(void)
         ft_buf src = ft_host_buf(a[i], n);
         T_EQ(ft_store_put(s, &src, NULL, &k[i]), 0);
         T_EQ(ft_store_get_stats(s, &st), 0);
-        eng[i] = st.engine;
-        T_EQ(st.engine, st.file_size <= (64u << 20) ? FT_ENGINE_POSIX : FT_ENGINE_DIRECT);
+        eng[i] = st.cache;
+        T_EQ(st.engine, FT_ENGINE_AUTO);
+        T_EQ(st.cache, st.file_size <= (64u << 20) ? FT_CACHE_KEEP : FT_CACHE_BYPASS);
     }
-    T_EQ(eng[0], FT_ENGINE_POSIX);
-    T_EQ(eng[N - 1], FT_ENGINE_DIRECT);
+    T_EQ(eng[0], FT_CACHE_KEEP);
+    T_EQ(eng[N - 1], FT_CACHE_BYPASS);
     T_EQ(ft_store_flush(s), 0);
     /* Even page-cache entries give their slots to new O_DIRECT entries, between reads of
      * their page-cache neighbours. */
     for (int round = 0; round < 3; round++) {
         for (int i = round % 2; i < N; i += 2) {
-            if (eng[i] != FT_ENGINE_POSIX)
+            if (eng[i] != FT_CACHE_KEEP)
                 continue;
             T_EQ(ft_store_drop(s, k[i]), 0);
             t_fill_random(a[i], n, 1000 * (round + 1) + i);
@@ -428,10 +429,79 @@ static void case_page_cache_then_direct(void)
         }
     }
     T_EQ(ft_store_get_stats(s, &st), 0);
-    T_EQ(st.engine, FT_ENGINE_DIRECT);
+    T_EQ(st.cache, FT_CACHE_BYPASS);
     ft_store_destroy(s);
     for (int i = 0; i < N; i++)
         free(a[i]);
+    free(b);
+}
+
+/* An AUTO store's transfers are AUTO's, among the arms of the kind its entries were put with
+ * only (page-cache and O_DIRECT I/O of one slot are not coherent): a store within its page
+ * cache share measures buffered arms alone, one past it O_DIRECT arms alone; every entry
+ * reads back exact. */
+static void case_auto_kinds(void)
+{
+    if (!t_have_odirect()) {
+        printf("  (skipped: no O_DIRECT on the test filesystem, AUTO stays on the page cache)\n");
+        return;
+    }
+    setenv("FASTENSOR_PROFILE", "off", 1);
+    enum { N = 24 };
+    const size_t n = (3u << 20) + 5; /* larger than the ring: straight to and from the file */
+    uint8_t *a = malloc(N * n), *b = malloc(n);
+    t_fill_random(a, N * n, 71);
+    for (int kind = 0; kind < 2; kind++) {
+        ft_ctx *own = t_ctx(2);
+        ft_store_opts o = {.dir = store_dir(kind ? "kind-direct" : "kind-cache"),
+                           .staging_bytes = 1u << 20,
+                           .page_cache_bytes = kind ? 1u << 20 : 1u << 30,
+                           .capacity = kind ? 128u << 20 : 0};
+        ft_store *s;
+        T_EQ(ft_store_create(own, &s, &o), 0);
+        uint64_t k[N];
+        for (int i = 0; i < N; i++) {
+            ft_buf src = ft_host_buf(a + i * n, n);
+            T_EQ(ft_store_put(s, &src, NULL, &k[i]), 0);
+        }
+        T_EQ(ft_store_flush(s), 0);
+        for (int i = 0; i < N; i++) {
+            memset(b, 0, n);
+            ft_buf d = ft_host_buf(b, n);
+            T_EQ(ft_store_get(s, k[i], &d, NULL), 0);
+            T_EQ(ft_store_wait(s, k[i]), 0);
+            T_MEMEQ(a + i * n, b, n);
+        }
+        ft_store_stats st;
+        T_EQ(ft_store_get_stats(s, &st), 0);
+        T_EQ(st.engine, FT_ENGINE_AUTO);
+        T_EQ(st.cache, kind ? FT_CACHE_BYPASS : FT_CACHE_KEEP);
+        ft__selector *sel = atomic_load(&s->file->au->sel);
+        ft_store_destroy(s); /* (its file's last samples recorded as it closes) */
+        T_TRUE(sel != NULL);
+        unsigned sampled = 0, wrong = 0;
+        for (unsigned i = 0; sel && i < FT__SEL_KEYS; i++) {
+            ft__sel_entry *e = ft__sel_entry_at(sel, i, false);
+            for (unsigned arm = 0; e && arm < ft__narms; arm++) {
+                if (!e->arm[arm].n)
+                    continue;
+                bool bypass = ft__engine_get(ft__arms[arm].engine)->caps & FT__CAP_BYPASS_CACHE;
+                sampled++;
+                if (bypass != (kind == 1)) {
+                    wrong++;
+                    printf("  %s store: arm %s sampled\n", kind ? "O_DIRECT" : "page-cache",
+                           ft__arms[arm].label);
+                }
+            }
+        }
+        printf("  %s store: %u arms sampled, %u of the other kind\n",
+               kind ? "O_DIRECT" : "page-cache", sampled, wrong);
+        T_TRUE(sampled > 0);
+        T_EQ(wrong, 0u);
+        ft_ctx_destroy(own);
+    }
+    unsetenv("FASTENSOR_PROFILE");
+    free(a);
     free(b);
 }
 
@@ -545,7 +615,8 @@ static void case_bad_input(void)
     T_EQ(ft_store_ring_limit(s), 256u << 20); /* the default ring */
     ft_store_stats st0;
     T_EQ(ft_store_get_stats(s, &st0), 0); /* AUTO: the page cache while the file is small */
-    T_EQ(st0.engine, FT_ENGINE_POSIX);
+    T_EQ(st0.engine, FT_ENGINE_AUTO);
+    T_EQ(st0.cache, FT_CACHE_KEEP);
     void *stream = NULL;
     if (ft_cuda_available(NULL)) {
         T_EQ(ft_store_stream(s, 0, &stream), 0);
@@ -798,6 +869,7 @@ int main(int argc, char **argv)
     const t_case cases[] = {
         {"slot allocator against a model", case_extents},
         {"every size and alignment through every engine", case_engines},
+        {"AUTO's transfers stay within their entries' kind", case_auto_kinds},
         {"small ring: puts wait, large entries bypass it", case_small_ring},
         {"host tier keeps entries in memory", case_host_tier},
         {"a full host tier sends its oldest entries to the file", case_tier_demotes_oldest},

@@ -225,7 +225,7 @@ static PyObject *py_store_stats(PyObject *self, PyObject *args)
     if (rc < 0)
         return raise_ft(rc, NULL);
     return Py_BuildValue(
-        "{sKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKss}", "puts", st.puts, "gets", st.gets, "bytes_put",
+        "{sKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKssss}", "puts", st.puts, "gets", st.gets, "bytes_put",
         st.bytes_put, "bytes_written", st.bytes_written, "writes_skipped", st.writes_skipped,
         "bytes_read", st.bytes_read,
         "bytes_got", st.bytes_got, "bytes_prefetched", st.bytes_prefetched, "host_hits",
@@ -233,7 +233,8 @@ static PyObject *py_store_stats(PyObject *self, PyObject *args)
         "peak_inflight_bytes", st.peak_inflight_bytes, "entries", st.entries, "file_used",
         st.file_used, "file_size", st.file_size, "host_resident", st.host_resident,
         "host_used", st.host_used, "host_budget", st.host_budget, "host_pinned",
-        st.host_pinned, "bytes_demoted", st.bytes_demoted, "engine", ft_engine_name(st.engine));
+        st.host_pinned, "bytes_demoted", st.bytes_demoted, "engine", ft_engine_name(st.engine), "cache",
+        ft_cache_name(st.cache));
 }
 
 /* store_stream(store, device) -> the CUstream of device-to-host copies, as an int */

@@ -640,7 +640,8 @@ class offload_activations(torch.autograd.graph.saved_tensors_hooks):
         (kept on the GPU as they are, in steps that passed through),
         bytes_offloaded, bytes_on_gpu (kept on the GPU to backward), host_bytes (in the host tier now),
         file_bytes (held by the spill file now), bytes_demoted (host tier to file),
-        bytes_prefetched, stall_seconds, bytes_written, bytes_read, host_hits, ..."""
+        bytes_prefetched, stall_seconds, bytes_written, bytes_read, host_hits, engine and
+        cache (the spill file's: cache "keep" through the page cache, "bypass" O_DIRECT), ..."""
         c = dict(self._counts)
         with self._lock:
             self._reap()
@@ -657,5 +658,5 @@ class offload_activations(torch.autograd.graph.saved_tensors_hooks):
                  entries=len(self._live), host_bytes=s["host_resident"],
                  host_budget=s["host_budget"], host_pinned=s["host_pinned"],
                  file_bytes=s["file_used"], spill_file_bytes=s["file_size"],
-                 engine=s["engine"], prefetch_bytes=self.prefetch_bytes)
+                 engine=s["engine"], cache=s["cache"], prefetch_bytes=self.prefetch_bytes)
         return c

@@ -235,6 +235,23 @@ void ft__commit_unlock(int fd);
 int ft__after_commit(ft_ctx *ctx, ft__ckpt_name *n, bool sharded, const char *const *keep,
                      size_t nkeep, bool sync);
 
+/** The options of a checkpoint's metadata reads (headers, the checksum region a failure's
+ * message names): posix, whose readahead around a small read is the kernel's smallest. AUTO
+ * may explore the mmap arm for them, and a mapping's fault reads 128 KiB or more around it:
+ * data that a load bypassing the page cache means to leave out (test_cache.py's bypassing
+ * save found its file cached by the open after it). */
+static inline ft_io_opts ft__meta_io(void)
+{
+    return (ft_io_opts){.engine = FT_ENGINE_POSIX};
+}
+/** The options of a save's writes (its data, header and index): its engine and cache mode,
+ * synced later unless FT_SAVE_NO_SYNC. */
+static inline ft_io_opts ft__save_io(const ft_save_opts *so)
+{
+    return (ft_io_opts){.engine = so ? so->engine : FT_ENGINE_AUTO,
+                        .flags = so && (so->flags & FT_SAVE_NO_SYNC) ? 0 : FT_IO_SYNC_LATER,
+                        .cache = so ? so->cache : FT_CACHE_AUTO};
+}
 /** Fault [base, base+len) in, in parallel slices on @p ctx's pool: @p advice
  * MADV_POPULATE_WRITE, or 0 to read a byte of every page (pages.c). */
 void ft__populate_pages(ft_ctx *ctx, void *base, uint64_t len, int advice);

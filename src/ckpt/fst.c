@@ -96,7 +96,7 @@ int ft__fst_open(ft__shard *s, int64_t size)
 {
     uint8_t head[24];
     ft_buf b = ft_host_buf(head, sizeof head);
-    ft_io_opts o = {.engine = FT_ENGINE_POSIX};
+    ft_io_opts o = ft__meta_io();
     if (size < (int64_t)sizeof head)
         return ft__err(-EBADMSG, "%s: a .fst container truncated to %lld bytes (its head "
                                  "needs 24)", s->path, (long long)size);

@@ -464,10 +464,7 @@ static int64_t write_piece(void *arg, unsigned i)
     piece *p = &((piece *)arg)[i];
     uint64_t room = page_up(p->x->size), len = FT__MIN((uint64_t)PIECE, room - p->from);
     ft_buf b = ft_host_buf(p->x->buf + p->from, (size_t)len);
-    const ft_save_opts *so = p->w->opts;
-    ft_io_opts o = {.engine = so ? so->engine : FT_ENGINE_AUTO,
-                    .flags = so && (so->flags & FT_SAVE_NO_SYNC) ? 0 : FT_IO_SYNC_LATER,
-                    .cache = so ? so->cache : FT_CACHE_AUTO};
+    ft_io_opts o = ft__save_io(p->w->opts);
     int64_t r = ft__transfer(p->w->f, &b, FT__FST_DATA + p->x->at + p->from, &o, true);
     if (r >= 0 && (uint64_t)r != len)
         r = ft__err(-EIO, "%s: a short write", p->w->path);
@@ -675,7 +672,7 @@ int ft__fst_write(ft_ctx *ctx, ft_file *f, const char *path, const char *dir,
             head[8 + k] = (uint8_t)(hoff >> (8 * k));
             head[16 + k] = (uint8_t)((uint64_t)jlen >> (8 * k));
         }
-        ft_io_opts o = {.engine = FT_ENGINE_POSIX};
+        ft_io_opts o = ft__save_io(opts);
         ft_buf hb = ft_host_buf(json, jlen);
         int64_t r = ft__transfer(f, &hb, hoff, &o, true);
         hb = ft_host_buf(head, FT__FST_DATA);

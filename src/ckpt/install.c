@@ -30,7 +30,7 @@ int ft_file_install(ft_ctx *ctx, const char *path, const void *data, size_t len,
     rc = lock < 0 ? lock : ft_file_open(ctx, &f, tmp, FT_OPEN_WRITE, 0);
     if (rc == 0) {
         ft_buf b = ft_host_buf((void *)data, len);
-        ft_io_opts o = {.engine = FT_ENGINE_POSIX};
+        ft_io_opts o = {0}; /* AUTO, as a file of its own */
         int64_t w = len ? ft_write(f, &b, 0, &o) : 0;
         rc = w < 0 ? (int)w : 0;
         if (rc == 0 && sync)

@@ -73,7 +73,7 @@ static bool bad_parts(ft__shard *s, uint64_t k, char *buf, size_t len)
             spans[i] = (ft__span){h->tensors[i].begin, h->tensors[i].end};
         ft__parts_layout(spans, h->ntensors, block, h->ncsums, first);
         ft_buf b = ft_host_buf(data, (size_t)(to - from));
-        ft_io_opts o = {.engine = FT_ENGINE_POSIX};
+        ft_io_opts o = ft__meta_io();
         uint64_t part = first[k];
         if (part != UINT64_MAX &&
             ft__transfer(s->file, &b, s->data_start + from, &o, false) == (int64_t)(to - from)) {

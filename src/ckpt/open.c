@@ -35,7 +35,7 @@ int ft__slurp(ft_ctx *ctx, const char *path, uint64_t max, char **out, size_t *l
         n = ft__err(-ENOMEM, "%s", path);
     else if (buf) {
         ft_buf b = ft_host_buf(buf, (size_t)size);
-        ft_io_opts o = {.engine = FT_ENGINE_POSIX};
+        ft_io_opts o = ft__meta_io();
         n = ft_read(f, &b, 0, &o);
     }
     ft_file_close(f);
@@ -82,7 +82,7 @@ static int shard_parse(ft__shard *s, uint64_t n, int64_t size)
     if (!json)
         return ft__err(-ENOMEM, "%s: header", s->path);
     ft_buf b = ft_host_buf(json, (size_t)n);
-    ft_io_opts o = {.engine = FT_ENGINE_POSIX};
+    ft_io_opts o = ft__meta_io();
     int64_t r = ft_read(s->file, &b, 8, &o);
     int rc;
     if (r == (int64_t)n) {
@@ -109,7 +109,7 @@ static int shard_open(ft_ctx *ctx, ft__shard *s, bool alone)
         return (int)size;
     uint8_t le[8];
     ft_buf b = ft_host_buf(le, 8);
-    ft_io_opts o = {.engine = FT_ENGINE_POSIX};
+    ft_io_opts o = ft__meta_io();
     if (size < 8 || ft_read(s->file, &b, 0, &o) != 8)
         return ft__err(-EBADMSG, "%s: not a safetensors file (%lld bytes, shorter than the "
                                  "8-byte header length)", s->path, (long long)size);

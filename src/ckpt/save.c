@@ -240,10 +240,7 @@ static int64_t write_piece(void *arg, unsigned i)
         part_sums(s, (at + b) / block, block, buf + b, at + b);
     }
     ft_buf fb = ft_host_buf(buf, (size_t)len);
-    const ft_save_opts *so = pj->job->opts;
-    ft_io_opts o = {.engine = so ? so->engine : FT_ENGINE_AUTO,
-                    .flags = so && (so->flags & FT_SAVE_NO_SYNC) ? 0 : FT_IO_SYNC_LATER,
-                    .cache = so ? so->cache : FT_CACHE_AUTO};
+    ft_io_opts o = ft__save_io(pj->job->opts);
     int64_t r = ft__transfer(pj->f, &fb, s->header_size + at, &o, true);
     ft__bufpool_put(pj->staging, buf);
     return r;
@@ -322,7 +319,7 @@ static int write_data(save_job *job, save_shard *s, ft_file *f)
             memcpy(buf + 8, hdr, jlen);
             memset(buf + 8 + jlen, ' ', (size_t)(n - jlen));
             ft_buf hb = ft_host_buf(buf, (size_t)s->header_size);
-            ft_io_opts o = {.engine = FT_ENGINE_POSIX};
+            ft_io_opts o = ft__save_io(job->opts);
             int64_t w = ft__transfer(f, &hb, 0, &o, true);
             rc = w < 0 ? (int)w : 0;
         }
@@ -465,7 +462,7 @@ static int write_index(save_job *job, const ft__ckpt_name *nm)
         rc = lock;
     if (rc == 0 && (rc = ft_file_open(job->ctx, &f, tmp, FT_OPEN_WRITE, 0)) == 0) {
         ft_buf b = ft_host_buf(text, text_len);
-        ft_io_opts o = {.engine = FT_ENGINE_POSIX};
+        ft_io_opts o = ft__save_io(job->opts);
         int64_t wrote = ft_write(f, &b, 0, &o);
         rc = wrote < 0 ? (int)wrote : 0;
         if (rc == 0 && !(job->opts && (job->opts->flags & FT_SAVE_NO_SYNC)))

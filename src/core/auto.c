@@ -272,6 +272,13 @@ static uint32_t cache_arms(ft_file *f, ft__selector *sel, const ft__sel_key *k, 
     return m ? m : eligible;
 }
 
+int ft__auto_spill_goal(ft_file *f, uint64_t data, uint64_t limit)
+{
+    if (ft__file_direct_fd(f) < 0)
+        return FT_CACHE_KEEP; /* no O_DIRECT here: the page cache is the only way */
+    return ft__sel_spill_goal(data, limit);
+}
+
 bool ft__auto_keeps(ft_file *f, int cache)
 {
     int mode = cache != FT_CACHE_AUTO ? cache : (int)f->ctx->cfg.cache;

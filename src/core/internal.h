@@ -108,6 +108,10 @@ typedef struct ft__decision {
 /** Whether @p cache (an ft_cache_mode, FT_CACHE_AUTO resolved with the context's setting and
  * the cache policy) sends uncached reads of @p f through the page cache. */
 bool ft__auto_keeps(ft_file *f, int cache);
+/** Where a spill file @p f of @p data bytes goes, @p limit the bytes of it the page cache
+ * may hold (0: unknown): FT_CACHE_KEEP or FT_CACHE_BYPASS, its transfers then AUTO's among
+ * that kind's arms (select/objective.c). */
+int ft__auto_spill_goal(ft_file *f, uint64_t data, uint64_t limit);
 void ft__auto_decide(ft_file *f, uint64_t off, uint64_t len, bool write, unsigned cls,
                      int device, int cache, ft__decision *d);
 /** Record what the decision @p d did: @p result bytes (or -errno), in the time since it was

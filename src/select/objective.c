@@ -60,6 +60,19 @@ static bool prefers_direct(ft__selector *sel, int mem, uint64_t now)
  * O_DIRECT from 64 KiB: buffered ones only move their cost into the sync; plain writes and
  * small ones may take any arm.
  */
+/*
+ * A spill file (activations written once and read back soon, once): through the page cache
+ * while the file is within what the cache may hold of it (@p limit; 0: unknown): the cache
+ * keeps recent entries in spare memory and writes them back on its own; past it O_DIRECT,
+ * where it evicts nothing. One way: page-cache and O_DIRECT I/O of one slot are not
+ * coherent (readahead may cache a slot's old contents while an O_DIRECT write lands), so
+ * the caller keeps each entry's class and never goes back.
+ */
+int ft__sel_spill_goal(uint64_t data, uint64_t limit)
+{
+    return limit && data <= limit ? FT_CACHE_KEEP : FT_CACHE_BYPASS;
+}
+
 int ft__sel_cache_goal(ft__selector *sel, const ft__sel_key *k, uint64_t len, int mode,
                        uint64_t data, uint64_t room, uint64_t now)
 {

@@ -102,6 +102,9 @@ void ft__sel_arm_changed(ft__sel_arm *a);
  */
 int ft__sel_cache_goal(ft__selector *sel, const ft__sel_key *k, uint64_t len, int mode,
                        uint64_t data, uint64_t room, uint64_t now);
+/** Where a spill file of @p data bytes goes (FT_CACHE_KEEP or FT_CACHE_BYPASS), @p limit
+ * the bytes of it the page cache may hold (0: unknown). */
+int ft__sel_spill_goal(uint64_t data, uint64_t limit);
 /** The most data that fits what the page cache can keep, of @p room. */
 uint64_t ft__sel_cache_fits(uint64_t room);
 /** Whether cold reads measured faster O_DIRECT here (both kinds' best rates, at large sizes,

@@ -75,7 +75,7 @@ static int sync_event(int device, CUevent ev, const char *what)
 int64_t ft__store_slot_transfer(ft_store *s, const ft__entry *e, const ft_buf *mem,
                                 int device, CUstream stream, bool write)
 {
-    ft_io_opts o = {.engine = e->engine, .stream = stream};
+    ft_io_opts o = {.engine = e->engine, .stream = stream, .cache = e->cache};
     uint64_t body = e->len / FT__DIRECT_ALIGN * FT__DIRECT_ALIGN, tail = e->len - body;
     ft_buf part = *mem;
     part.len = body;
@@ -147,7 +147,7 @@ static void put_task(void *arg)
     ft_store *s = t->s;
     ft__entry *e = t->e;
     free(t);
-    ft_io_opts o = {.engine = e->engine};
+    ft_io_opts o = {.engine = e->engine, .cache = e->cache};
     int64_t r = 0;
     bool write = true, ring = e->host_off >= 0; /* fixed while the put holds it */
     if (ring) {
@@ -236,7 +236,8 @@ int ft_store_put(ft_store *s, const ft_buf *src, void *stream, uint64_t *key)
         off = ft__store_file_reserve(s, e->slot);
         if (off >= 0)
             e->file_off = off;
-        e->engine = s->opts.engine; /* after the reserve, which may have switched it */
+        e->engine = s->opts.engine;
+        e->cache = s->cache; /* after the reserve, which may have switched it */
         if (off >= 0 && e->slot <= ft_store_ring_limit(s) &&
             (off = ft__store_ring_take(s, e->slot, UINT64_MAX, true)) >= 0) {
             e->host_off = off;

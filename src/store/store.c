@@ -214,12 +214,8 @@ int ft_store_create(ft_ctx *ctx, ft_store **out, const ft_store_opts *opts)
     if (rc == 0 && o.capacity && (rc = file_extend(s, 0, o.capacity)) == 0)
         s->file_size = o.capacity;
     if (rc == 0 && o.engine == FT_ENGINE_AUTO) { /* see the header */
-        s->opts.engine = FT_ENGINE_POSIX;
-        if (ft__file_direct_fd(s->file) >= 0) {
-            s->cache_limit = o.page_cache_bytes ? o.page_cache_bytes : available_memory() / 8;
-            if (!s->cache_limit || s->file_size > s->cache_limit) /* 0: memory unknown */
-                s->opts.engine = FT_ENGINE_DIRECT;
-        }
+        s->cache_limit = o.page_cache_bytes ? o.page_cache_bytes : available_memory() / 8;
+        s->cache = ft__auto_spill_goal(s->file, s->file_size, s->cache_limit);
     }
     if (rc == 0)
         rc = ft__extents_init(&s->ring, o.staging_bytes + o.host_cache_bytes);
@@ -359,10 +355,8 @@ int64_t ft__store_file_reserve(ft_store *s, uint64_t len)
         if ((rc = ft__extents_grow(&s->space, want)) < 0)
             return ft__err(rc, "spill store: slot table");
         s->file_size = want;
-        if (s->opts.engine == FT_ENGINE_POSIX && s->cache_limit && want > s->cache_limit) {
-            /* Past the page cache's share: entries from now on go straight to the disk. */
-            s->opts.engine = FT_ENGINE_DIRECT;
-        }
+        if (s->opts.engine == FT_ENGINE_AUTO && s->cache == FT_CACHE_KEEP)
+            s->cache = ft__auto_spill_goal(s->file, want, s->cache_limit); /* one way */
         off = ft__extents_alloc(&s->space, len);
     }
     if (off == -ENOSPC)
@@ -422,7 +416,7 @@ static bool evict_one(ft_store *s, uint64_t before)
 
 int64_t ft__store_copy_io(ft_store *s, const ft__entry *e, bool write)
 {
-    ft_io_opts o = {.engine = e->engine};
+    ft_io_opts o = {.engine = e->engine, .cache = e->cache};
     ft_buf b = ft_host_buf(s->host + e->host_off, e->slot);
     return ft__transfer(s->file, &b, (uint64_t)e->file_off, &o, write);
 }
@@ -602,7 +596,8 @@ int ft_store_get_stats(ft_store *s, ft_store_stats *out)
     *out = s->st;
     out->file_used = s->space.used;
     out->file_size = s->file_size;
-    out->engine = s->opts.engine; /* the current one: AUTO may have moved on to direct */
+    out->engine = s->opts.engine;
+    out->cache = s->cache; /* the current one: AUTO may have moved on to O_DIRECT */
     pthread_mutex_unlock(&s->lock);
     return 0;
 }

@@ -36,6 +36,7 @@ typedef struct ft__entry {
     uint64_t lru;       /* last use, for evicting cached copies */
     uint64_t order;     /* when it was put (the store's tick then) */
     ft_engine engine;   /* of its file transfers: the store's when it was put */
+    ft_cache_mode cache; /* and their class (AUTO: page cache or O_DIRECT), the same way */
     ft_buf src;         /* the put's source (used by its task) */
     int src_device;     /* -1: host memory */
     ft_buf dst;         /* the running get's destination */
@@ -54,7 +55,9 @@ struct ft_store {
     pthread_cond_t changed; /* any entry's state moved on */
     ft__extents space;      /* slots of the spill file */
     uint64_t file_size;     /* bytes allocated to the file */
-    uint64_t cache_limit;   /* AUTO on posix: switch to direct once the file grows past it */
+    uint64_t cache_limit;   /* AUTO: the bytes of the file the page cache may hold */
+    ft_cache_mode cache;    /* AUTO: where entries put now go (FT_CACHE_KEEP, then BYPASS
+                               once the file outgrows cache_limit; one way) */
     ft__extents ring;       /* pinned host memory */
     uint8_t *host;          /* reserved mapping of the ring: staging + host tier */
     uint64_t host_bytes;

@@ -602,16 +602,17 @@ def test_auto_store_moves_from_page_cache_to_o_direct(tmp):
     put after that go through O_DIRECT, slots change hands, every entry reads back exact."""
     with fastensor.SpillStore(tmp, staging_bytes=4096, page_cache_bytes=64 << 20) as st:
         g = torch.Generator().manual_seed(5)
-        data, keys, engines = [], [], []
+        data, keys, kinds = [], [], []
         for i in range(30):
             t = torch.randint(0, 255, ((3 << 20) + i,), dtype=torch.uint8, generator=g)
             data.append(t)
             keys.append(st.put(t))
-            engines.append(st.stats()["engine"])
-        assert engines[0] == "posix"
-        if engines[-1] == "posix":  # AUTO stays there only where O_DIRECT is refused
+            assert st.stats()["engine"] == "auto"
+            kinds.append(st.stats()["cache"])
+        assert kinds[0] == "keep"
+        if kinds[-1] == "keep":  # AUTO stays there only where O_DIRECT is refused
             pytest.skip("no O_DIRECT on the test filesystem: AUTO stays on the page cache")
-        assert engines[-1] == "direct"
+        assert kinds[-1] == "bypass"
         for i in range(0, 30, 3):  # page-cache slots handed to O_DIRECT entries
             st.drop(keys[i])
             data[i] = torch.randint(0, 255, ((3 << 20) + i,), dtype=torch.uint8, generator=g)
