@@ -31,7 +31,8 @@ class SpillStore:
     entries first reach it, and kept by the store).
     ``engine``: of the file's transfers; "auto": through the page cache while the file is
     within ``page_cache_bytes`` (0: an eighth of the memory available), O_DIRECT for entries
-    put after it grew past that.
+    put after it grew past that; each transfer is AUTO's among the arms of its entry's kind
+    (``stats()["cache"]``: "keep" or "bypass", where entries put now go).
     """
 
     def __init__(self, directory=None, *, capacity: int = 0, staging_bytes: int = 0,
