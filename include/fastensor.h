@@ -430,6 +430,10 @@ size_t ft_dtype_size(ft_dtype dtype);
 /** @return bits per element (4, 6, 8, ..., 64), or 0 for an unknown value. A tensor of a
  * packed type holds a whole number of bytes: elements x bits is a multiple of 8. */
 unsigned ft_dtype_bits(ft_dtype dtype);
+/** @return the dtype's rank in safetensors' layout order (its Dtype enum): a save lays
+ * tensors out from the highest rank down, each rank by name, so every tensor sits aligned to
+ * its element (0 for an unknown value). */
+unsigned ft_dtype_rank(ft_dtype dtype);
 
 #define FT_MAX_DIMS 16
 

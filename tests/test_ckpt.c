@@ -133,6 +133,20 @@ static void case_every_dtype(void)
     T_EQ(ft_dtype_bits(FT_DTYPE_F4), 4);
     T_EQ(ft_dtype_size(FT_DTYPE_F6_E2M3), 0);
     T_EQ(ft_dtype_bits(FT_DTYPE_COUNT), 0);
+    /* safetensors' layout ranks: each once; a higher rank never has smaller whole-byte
+     * elements (so every tensor of a save sits aligned to its element); BF16 above F16 */
+    unsigned seen = 0;
+    for (int d = 0; d < FT_DTYPE_COUNT; d++) {
+        unsigned r = ft_dtype_rank((ft_dtype)d);
+        T_TRUE(r < FT_DTYPE_COUNT && !(seen >> r & 1));
+        seen |= 1u << r;
+        for (int e = 0; e < FT_DTYPE_COUNT; e++)
+            if (ft_dtype_rank((ft_dtype)e) > r && ft_dtype_size((ft_dtype)e) &&
+                ft_dtype_size((ft_dtype)d))
+                T_TRUE(ft_dtype_size((ft_dtype)e) >= ft_dtype_size((ft_dtype)d));
+    }
+    T_TRUE(ft_dtype_rank(FT_DTYPE_BF16) == ft_dtype_rank(FT_DTYPE_F16) + 1);
+    T_EQ(ft_dtype_rank(FT_DTYPE_COUNT), 0);
     /* packed elements that leave a partial byte are refused (nothing written) */
     uint64_t odd[1] = {3};
     uint8_t two[2] = {0};
@@ -533,9 +547,9 @@ static void case_layout_and_shard_ranges(void)
                     continue;
                 unsigned bits = ft_dtype_bits(info.dtype);
                 T_EQ(info.data_offset % (bits >= 8 ? bits / 8 : 1), 0);
-                if (prev.name) {
-                    unsigned pbits = ft_dtype_bits(prev.dtype);
-                    T_TRUE(pbits > bits || (pbits == bits && strcmp(prev.name, info.name) < 0));
+                if (prev.name) { /* safetensors' dtype rank down, then by name */
+                    unsigned pr = ft_dtype_rank(prev.dtype), r = ft_dtype_rank(info.dtype);
+                    T_TRUE(pr > r || (pr == r && strcmp(prev.name, info.name) < 0));
                 }
                 prev = info;
                 int64_t at = ft_ckpt_find(c, info.name);

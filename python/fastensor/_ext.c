@@ -420,11 +420,13 @@ PyMODINIT_FUNC PyInit__C(void)
         Py_DECREF(m);
         return NULL;
     }
-    /* the library's dtypes, in its order: (safetensors name, bits of an element) */
+    /* the library's dtypes, in its order: (safetensors name, bits of an element, rank in
+     * safetensors' layout order) */
     PyObject *dtypes = PyTuple_New(FT_DTYPE_COUNT);
     for (int d = 0; dtypes && d < FT_DTYPE_COUNT; d++)
-        PyTuple_SetItem(dtypes, d, Py_BuildValue("(sI)", ft_dtype_name((ft_dtype)d),
-                                                 ft_dtype_bits((ft_dtype)d)));
+        PyTuple_SetItem(dtypes, d, Py_BuildValue("(sII)", ft_dtype_name((ft_dtype)d),
+                                                 ft_dtype_bits((ft_dtype)d),
+                                                 ft_dtype_rank((ft_dtype)d)));
     if (!dtypes || PyModule_AddObject(m, "DTYPES", dtypes) < 0) {
         Py_XDECREF(dtypes);
         Py_DECREF(m);

@@ -30,8 +30,8 @@ _WINDOW_MOST = 1 << 30
 _WINDOW_ALIGN = 64
 # the library's dtypes (ft_dtype_name, ft_dtype_bits): bits of the packed sub-byte types,
 # bytes of the others
-_PACKED_BITS = {name: bits for name, bits in _C.DTYPES if bits % 8}
-_BYTES = {name: bits // 8 for name, bits in _C.DTYPES if bits % 8 == 0}
+_PACKED_BITS = {name: bits for name, bits, _ in _C.DTYPES if bits % 8}
+_BYTES = {name: bits // 8 for name, bits, _ in _C.DTYPES if bits % 8 == 0}
 
 
 def runs_of(shape, box, esize):

@@ -13,17 +13,11 @@ import os
 from . import _C
 from ._C import SafetensorError, SafetensorKeyError, SafetensorValueError  # noqa: F401 (re-exported)
 
-# The header's dtype codes in safetensors' order (serialize lays tensors out from the last of
-# these to the first, each group by name, so every tensor sits aligned to its element); the
-# bits of one element are the library's.
-_ORDER = ("BOOL", "F4", "F6_E2M3", "F6_E3M2", "U8", "I8", "F8_E5M2", "F8_E4M3", "F8_E8M0",
-          "F8_E4M3FNUZ", "F8_E5M2FNUZ", "I16", "U16", "F16", "BF16", "I32", "U32", "F32",
-          "C64", "F64", "I64", "U64")
-_RANK = {code: k for k, code in enumerate(_ORDER)}
-BITS = dict(_C.DTYPES)  # (ft_dtype_name, ft_dtype_bits)
-if set(BITS) != set(_ORDER):
-    raise ImportError(f"fastensor: the library's dtypes ({sorted(BITS)}) are not the ones "
-                      f"safetensors' order lists ({sorted(_ORDER)}): a mismatched build")
+# The header's dtype codes, the bits of one element and their rank in safetensors' layout
+# order (serialize lays tensors out from the highest rank down, each rank by name, so every
+# tensor sits aligned to its element): the library's (ft_dtype_name, _bits, _rank).
+BITS = {code: bits for code, bits, _ in _C.DTYPES}
+_RANK = {code: rank for code, _, rank in _C.DTYPES}
 # TensorSpec's dtype names (numpy's and torch's) and their codes
 _CODES = {"bool": "BOOL", "int8": "I8", "uint8": "U8", "int16": "I16", "uint16": "U16",
           "int32": "I32", "uint32": "U32", "int64": "I64", "uint64": "U64",

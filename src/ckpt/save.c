@@ -555,13 +555,14 @@ static void free_job(save_job *job)
     free(job->shards);
 }
 
-/* safetensors' layout order: larger elements first (each tensor then sits aligned to its
- * element size), then by name (a loop over the sorted names reads the file front to back). */
+/* safetensors' layout order: the highest dtype rank first (larger elements first: each
+ * tensor then sits aligned to its element size), then by name (a loop over the sorted names
+ * reads the file front to back). */
 static int by_layout(const void *a, const void *b)
 {
     const ft_tensor *x = a, *y = b;
-    unsigned bx = ft_dtype_bits(x->dtype), by = ft_dtype_bits(y->dtype);
-    return bx != by ? (bx < by ? 1 : -1) : strcmp(x->name, y->name);
+    unsigned rx = ft_dtype_rank(x->dtype), ry = ft_dtype_rank(y->dtype);
+    return rx != ry ? (rx < ry ? 1 : -1) : strcmp(x->name, y->name);
 }
 
 /* ft_ckpt_save of checked tensors in layout order. */
