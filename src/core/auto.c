@@ -288,9 +288,6 @@ bool ft__auto_keeps(ft_file *f, int cache)
     return mode == FT_CACHE_KEEP;
 }
 
-/* Uncached reads through the page cache from this size up take the file's lock (io.c) */
-#define SHARED_MIN (16u << 20)
-
 /* The arm explored first for a key nothing is known about: for uncached reads into device
  * memory the fill arm (read ahead in parallel, each part copied as cached data: 1.2-1.5x
  * the staging arms' cold loads on the H100 machine; into host memory it ran at 0.75x posix
@@ -363,8 +360,6 @@ void ft__auto_decide(ft_file *f, uint64_t off, uint64_t len, bool write, unsigne
     d->engine = ft__arms[d->arm].engine;
     d->piece = ft__arms[d->arm].piece;
     d->fill = ft__arms[d->arm].fill;
-    d->shared = !write && d->key.cls != FT__CLS_CACHED && mode == FT_CACHE_KEEP &&
-                len >= SHARED_MIN;
     bool timed = write || d->trial || ft__win_key(&d->key) || len >= SMALL_READ ||
                  small_read_drawn(now);
     /* the clock starts now: the decision's own cost (the first call of a file opens its

@@ -95,7 +95,6 @@ typedef struct ft__decision {
     unsigned inflight;  /* transfers of the context in flight then, this one included */
     bool trial;         /* the policy is trying the arm: ends with its sample or release */
     bool joined;        /* the call joined an open sample window (which owns the trial) */
-    bool shared;        /* an uncached read through the page cache: others may want it too */
     bool fill;          /* the arm is a fill arm (ft__fill_read runs it) */
     uint64_t call;      /* bytes the caller asked for (a trial slice is a part of them) */
     ft__sel_key key;

@@ -1,12 +1,9 @@
 /* Synchronous transfers: checks, engine choice, dispatch, durability. */
 #include "internal.h"
 #include "../engine/engine.h"
-#include "../base/syscall.h"
 #include "../gpu/cuda.h"
 
 #include <errno.h>
-#include <sys/file.h>
-#include <time.h>
 
 int ft__io_check(ft_file *f, const ft_buf *buf, uint64_t offset, const ft_io_opts *opts,
                  bool write)
@@ -59,61 +56,6 @@ static void decide_part(ft_file *f, const ft__io *io, const ft__io *part, bool w
     d->call = io->len;
 }
 
-/*
- * Several processes reading one file's uncached data through the page cache at once (the
- * ranks of a node loading one checkpoint) each start their own readahead among the others'
- * and break the disk's requests up: four processes loading a 1 GiB checkpoint at once took
- * over three times as long each as one alone. So such a read first tries the file's flock:
- * free, it takes it and reads the data from the disk; held by another reader, it follows that
- * reader: each piece of its range is copied out of the page cache as soon as the other
- * reader has brought it there, while that reader goes on with the rest (waiting for the
- * whole read instead cost the second of 2 processes its copy time on top: the workflow
- * demo's 2-process cold load, 0.62-0.69 s against 0.46-0.51 for processes that do not wait).
- * Once the other reader is gone (it read another range), the follower takes the lock and
- * reads what is still uncached. A lock that cannot be had for another reason is no lock.
- */
-static bool share_lock(ft_file *f, bool *busy)
-{
-    *busy = false;
-    if (ft__sys.flock(f->fd, LOCK_EX | LOCK_NB) == 0)
-        return true;
-    *busy = errno == EWOULDBLOCK;
-    return false;
-}
-
-/* A follower copies this much at once, each piece once it is cached. */
-#define FOLLOW_PIECE (16ull << 20)
-/* and looks again this often while it is not */
-#define FOLLOW_POLL_NS 500000L
-
-/* Wait until bytes [off, off + len) of @p f are in the page cache (@return true: go on
- * following), or the other reader is gone: then this reader takes the lock and reads the
- * rest (*locked), or the lock cannot be asked about (@return false both ways). */
-static bool follow(ft_file *f, uint64_t off, uint64_t len, bool *locked)
-{
-    while (ft__probe_cache(f->fd, off, len) != FT__CLS_CACHED) {
-        bool busy;
-        if ((*locked = share_lock(f, &busy)) || !busy)
-            return false;
-        struct timespec ts = {0, FOLLOW_POLL_NS};
-        nanosleep(&ts, NULL);
-    }
-    return true;
-}
-
-/* Make @p part the next piece of the @p left bytes to go and follow() it (its decision then
- * probes the cache again). @return whether to go on following; where not, @p part is all
- * that is left again. */
-static bool follow_piece(ft_file *f, ft__io *part, uint64_t left, bool *locked)
-{
-    part->len = FT__MIN(left, FOLLOW_PIECE);
-    bool on = follow(f, part->off, part->len, locked);
-    atomic_store_explicit(&f->au->cache_memo, 0, memory_order_relaxed);
-    if (!on)
-        part->len = left;
-    return on;
-}
-
 /* A trial of an arm on a large transfer covers this much of it. Not less: a slice pays the
  * call's fixed costs (staging pipeline fill and drain for device memory), and the arms pay
  * them unequally. H200 machine, warm reads into device memory: 64 MiB slices ran at 67%
@@ -138,21 +80,11 @@ static int64_t auto_transfer(ft_file *f, const ft__io *io, bool write, unsigned 
     ft__io part = *io;
     uint64_t left = io->len;
     int64_t total = 0;
-    bool locked = false, first = true, following = false;
     for (;;) {
         part.len = left;
-        if (following) /* the next piece, once the other reader has brought it in */
-            following = follow_piece(f, &part, left, &locked);
         decide_part(f, io, &part, write, durable, cache, d);
-        if (first && d->shared && !(locked = share_lock(f, &following)) && following) {
-            ft__auto_done(f, d, 0, true); /* (no sample: decided again piece by piece) */
-            following = follow_piece(f, &part, left, &locked);
-            decide_part(f, io, &part, write, durable, cache, d);
-        }
-        first = false;
-        bool slice = (d->trial && !sync && left >= 2 * TRIAL_SLICE) ||
-                     (following && part.len < left);
-        if (slice && !following)
+        bool slice = d->trial && !sync && left >= 2 * TRIAL_SLICE;
+        if (slice)
             part.len = TRIAL_SLICE;
         part.piece = d->piece;
         int64_t r = run_arm(&part, d, write, cache, ready);
@@ -163,11 +95,8 @@ static int64_t auto_transfer(ft_file *f, const ft__io *io, bool write, unsigned 
             r = run_arm(&part, d, write, cache, ready);
         }
         *last = r;
-        if (r < 0 || !slice || (uint64_t)r < part.len) { /* failed, done, or the file's end */
-            if (locked)
-                ft__sys.flock(f->fd, LOCK_UN);
+        if (r < 0 || !slice || (uint64_t)r < part.len) /* failed, done, or the file's end */
             return r < 0 ? r : total + r;
-        }
         total += r;
         ft__auto_done(f, d, r, true);
         part.ptr += r;
