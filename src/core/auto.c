@@ -289,11 +289,11 @@ bool ft__auto_keeps(ft_file *f, int cache)
 }
 
 /* The arm explored first for a key nothing is known about: for uncached reads into device
- * memory the fill arm (read ahead in parallel, each part copied as cached data: 1.2-1.5x
- * the staging arms' cold loads on the H100 machine; into host memory it ran at 0.75x posix
- * on the development machine, where AUTO measures it among the others); else the arm of the
- * lowest rank (ft__arm.first: a page-cache copy for buffered reads, io_uring, then direct
- * for large O_DIRECT ones), else the first eligible one. */
+ * memory the fill arm (read ahead in parallel, each part copied as cached data: what such
+ * loads always did before it was an arm; into host memory, 512 MiB cold, it ran at about
+ * 0.75x posix on the development machine, so there AUTO measures it among the others);
+ * else the arm of the lowest rank (ft__arm.first: a page-cache copy for buffered reads,
+ * io_uring, then direct for large O_DIRECT ones), else the first eligible one. */
 static unsigned static_default(uint32_t eligible, uint64_t len, const ft__sel_key *k)
 {
     if (k->mem == FT_MEM_CUDA && (eligible & fill_mask()))

@@ -7,9 +7,10 @@
  * its own, and copies it to the destination span by span as soon as a span's pieces are
  * cached. Each copy is a cached read, decided by AUTO as one (into device memory: cachedma or
  * pinned staging), its tasks queued ahead of the pieces still waiting, so the copies run
- * while the disk reads the spans after them. Into device memory no cold read through one
- * staging arm or another is left to chance: a 1 GiB checkpoint reached an H100 1.2-1.5x as
- * fast this way as by reading it cold through the staging arms (docs/benchmarks).
+ * while the disk reads the spans after them. It is what cold loads into device memory with
+ * engine auto always did before AUTO chose it (the checkpoint layer's prefetch path; as an
+ * arm, 2 GiB cold into an H100 ran at 0.99x that path, its twin 0.90x:
+ * docs/benchmarks/scenarios-h100-cuda-fill-paired.json).
  */
 #include "internal.h"
 #include "../engine/engine.h"
