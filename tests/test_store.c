@@ -370,6 +370,17 @@ static void case_retained(void)
     free(b);
 }
 
+/* Get entry @p key of @p s back into @p b (@p n bytes, zeroed first), waited for, and
+ * compare it with @p want. */
+static void get_back(ft_store *s, uint64_t key, uint8_t *b, size_t n, const uint8_t *want)
+{
+    memset(b, 0, n);
+    ft_buf d = ft_host_buf(b, n);
+    T_EQ(ft_store_get(s, key, &d, NULL), 0);
+    T_EQ(ft_store_wait(s, key), 0);
+    T_MEMEQ(want, b, n);
+}
+
 /* AUTO: the page cache while the file is within page_cache_bytes, then O_DIRECT for the
  * entries put from there on; slots of page-cache entries are reused by O_DIRECT ones while
  * neighbouring page-cache entries are read (readahead), and every entry reads back exact. */
@@ -412,21 +423,12 @@ static void case_page_cache_then_direct(void)
             t_fill_random(a[i], n, 1000 * (round + 1) + i);
             ft_buf src = ft_host_buf(a[i], n);
             T_EQ(ft_store_put(s, &src, NULL, &k[i]), 0);
-            if (i + 1 < N) {
-                ft_buf d = ft_host_buf(b, n);
-                T_EQ(ft_store_get(s, k[i + 1], &d, NULL), 0);
-                T_EQ(ft_store_wait(s, k[i + 1]), 0);
-                T_MEMEQ(a[i + 1], b, n);
-            }
+            if (i + 1 < N)
+                get_back(s, k[i + 1], b, n, a[i + 1]);
         }
         T_EQ(ft_store_flush(s), 0);
-        for (int i = 0; i < N; i++) {
-            memset(b, 0, n);
-            ft_buf d = ft_host_buf(b, n);
-            T_EQ(ft_store_get(s, k[i], &d, NULL), 0);
-            T_EQ(ft_store_wait(s, k[i]), 0);
-            T_MEMEQ(a[i], b, n);
-        }
+        for (int i = 0; i < N; i++)
+            get_back(s, k[i], b, n, a[i]);
     }
     T_EQ(ft_store_get_stats(s, &st), 0);
     T_EQ(st.cache, FT_CACHE_BYPASS);
@@ -465,13 +467,8 @@ static void case_auto_kinds(void)
             T_EQ(ft_store_put(s, &src, NULL, &k[i]), 0);
         }
         T_EQ(ft_store_flush(s), 0);
-        for (int i = 0; i < N; i++) {
-            memset(b, 0, n);
-            ft_buf d = ft_host_buf(b, n);
-            T_EQ(ft_store_get(s, k[i], &d, NULL), 0);
-            T_EQ(ft_store_wait(s, k[i]), 0);
-            T_MEMEQ(a + i * n, b, n);
-        }
+        for (int i = 0; i < N; i++)
+            get_back(s, k[i], b, n, a + i * n);
         ft_store_stats st;
         T_EQ(ft_store_get_stats(s, &st), 0);
         T_EQ(st.engine, FT_ENGINE_AUTO);

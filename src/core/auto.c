@@ -212,12 +212,29 @@ static unsigned read_class(ft_file *f, uint64_t off, uint64_t len, unsigned infl
 #define FILL_MIN (16u << 20)
 
 /* The fill arms. */
+/* What the arm table says, worked out once (every decision reads it): the fill arms, and the
+ * arms explored first where nothing is known, lowest rank first. */
+static struct {
+    pthread_once_t once;
+    uint32_t fill;
+    unsigned nfirst;
+    uint8_t first[FT__SEL_MAX_ARMS];
+} arm_facts = {.once = PTHREAD_ONCE_INIT};
+
+static void arm_facts_init(void)
+{
+    for (unsigned i = 0; i < ft__narms; i++)
+        arm_facts.fill |= (uint32_t)ft__arms[i].fill << i;
+    for (unsigned rank = 1; rank <= UINT8_MAX; rank++)
+        for (unsigned i = 0; i < ft__narms; i++)
+            if (ft__arms[i].first == rank)
+                arm_facts.first[arm_facts.nfirst++] = (uint8_t)i;
+}
+
 static uint32_t fill_mask(void)
 {
-    uint32_t m = 0;
-    for (unsigned i = 0; i < ft__narms; i++)
-        m |= (uint32_t)ft__arms[i].fill << i;
-    return m;
+    pthread_once(&arm_facts.once, arm_facts_init);
+    return arm_facts.fill;
 }
 
 /* The arms that can run this transfer (key @p k) on @p f. */
@@ -296,17 +313,15 @@ bool ft__auto_keeps(ft_file *f, int cache)
  * io_uring, then direct for large O_DIRECT ones), else the first eligible one. */
 static unsigned static_default(uint32_t eligible, uint64_t len, const ft__sel_key *k)
 {
-    if (k->mem == FT_MEM_CUDA && (eligible & fill_mask()))
-        return (unsigned)__builtin_ctz(eligible & fill_mask());
-    unsigned best = (unsigned)__builtin_ctz(eligible), rank = 0;
-    for (unsigned i = 0; i < ft__narms; i++) {
-        unsigned r = ft__arms[i].first;
-        if ((eligible >> i & 1) && r && (!rank || r < rank) && (r == 1 || len >= (1u << 20))) {
-            best = i;
-            rank = r;
-        }
+    uint32_t fill = eligible & fill_mask(); /* (arm_facts made) */
+    if (k->mem == FT_MEM_CUDA && fill)
+        return (unsigned)__builtin_ctz(fill);
+    for (unsigned j = 0; j < arm_facts.nfirst; j++) {
+        unsigned i = arm_facts.first[j];
+        if ((eligible >> i & 1) && (ft__arms[i].first == 1 || len >= (1u << 20)))
+            return i;
     }
-    return best;
+    return (unsigned)__builtin_ctz(eligible);
 }
 
 /*

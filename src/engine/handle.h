@@ -86,7 +86,7 @@ typedef struct ft__fill_watch {
     atomic_bool stop;
 } ft__fill_watch;
 
-/** One piece of a transfer: [off, off+len) of the file <-> ptr. */
+/** One piece of a transfer: [off, off+len) of the file <-> ptr (NULL where io->ptr is). */
 typedef int64_t (*ft__piece_fn)(const ft__io *io, uint8_t *ptr, uint64_t off, uint64_t len);
 
 /**

@@ -10,7 +10,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
-#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -142,79 +141,54 @@ static int populate_cached(int fd, uint64_t at, uint64_t end)
     return r == 0 ? 0 : 1;
 }
 
-typedef struct fill_job {
-    const ft__io *io;
-    uint64_t piece;
-    ft__first_err failed; /* the lowest failing piece, with its worker's detail */
-} fill_job;
+/* Read [at, end) of the file through a bounce buffer: the pages land in the page cache.
+ * @return 0 or -errno. */
+static int64_t read_through(const ft__io *io, uint64_t at, uint64_t end)
+{
+    uint8_t *buf = ft__bufpool_get(io->ctx->bounce);
+    if (!buf)
+        return ft__err(-ENOMEM, "%s: readahead: no buffer", io->file->path);
+    uint64_t step = ft__bufpool_size(io->ctx->bounce);
+    int64_t r = 0;
+    for (uint64_t o = at; o < end && r >= 0; o += step) {
+        r = ft__pread_full(io->file->fd, buf, FT__MIN(step, end - o), o);
+        if (r >= 0 && (uint64_t)r < FT__MIN(step, end - o))
+            break; /* the file ended early: the copy reports it */
+    }
+    ft__bufpool_put(io->ctx->bounce, buf);
+    return r < 0 ? ft__err((int)r, "%s: readahead: %s", io->file->path, ft_strerror((int)r)) : 0;
+}
 
 /* One piece: readahead asked for all of it at once, then waited for, so it is in the page
  * cache when this returns: through a mapping (no copy; on the development machine a cold
  * 1 GiB load ran 2x faster than when the piece was read through a bounce buffer, four
  * processes at once 2.3x), else by reading it through a bounce buffer (where the kernel
- * ignores the advice, as some sandboxes do, the reads do the work). */
-static int64_t fill_piece(const ft__io *io, uint64_t at, uint64_t end)
+ * ignores the advice, as some sandboxes do, the reads do the work). @p map: the caller's
+ * mapping of the piece, mapped in once it is cached, or NULL. */
+static int64_t fill_piece(const ft__io *io, uint8_t *map, uint64_t at, uint64_t len)
 {
-    int fd = io->file->fd;
-    int e = ft__sys.fadvise(fd, (off_t)at, (off_t)(end - at), POSIX_FADV_WILLNEED);
-    if (e)
-        return ft__err(-e, "%s: readahead: %s", io->file->path, ft_strerror(-e));
-    if (populate_cached(fd, at, end) != 0) {
-        uint8_t *buf = ft__bufpool_get(io->ctx->bounce);
-        if (!buf)
-            return ft__err(-ENOMEM, "%s: readahead: no buffer", io->file->path);
-        uint64_t step = ft__bufpool_size(io->ctx->bounce);
-        int64_t r = 0;
-        for (uint64_t o = at; o < end && r >= 0; o += step) {
-            r = ft__pread_full(fd, buf, FT__MIN(step, end - o), o);
-            if (r >= 0 && (uint64_t)r < FT__MIN(step, end - o))
-                break; /* the file ended early: the copy reports it */
-        }
-        ft__bufpool_put(io->ctx->bounce, buf);
-        if (r < 0)
-            return ft__err((int)r, "%s: readahead: %s", io->file->path, ft_strerror((int)r));
-    }
-    if (io->ptr) /* cached now: mapped in while the other pieces are still read */
-        ft__touch_pages(io->ptr + (at - io->off), end - at);
-    return 0;
-}
-
-static int64_t fill_one(void *arg, unsigned i)
-{
-    fill_job *j = arg;
-    const ft__io *io = j->io;
-    uint64_t at = io->off + (uint64_t)i * j->piece;
-    uint64_t end = FT__MIN(at + j->piece, io->off + io->len);
+    ft__fill_watch *w = io->watch;
     int64_t r = 0;
-    if (!io->watch || !atomic_load(&io->watch->stop))
-        r = fill_piece(io, at, end);
-    if (r < 0)
-        ft__first_err_note(&j->failed, i, (int)r);
-    if (io->watch)
-        io->watch->filled(io->watch, at, end - at);
-    return r;
+    if (!w || !atomic_load(&w->stop)) { /* (once stopped: told, unread) */
+        int e = ft__sys.fadvise(io->file->fd, (off_t)at, (off_t)len, POSIX_FADV_WILLNEED);
+        if (e)
+            r = ft__err(-e, "%s: readahead: %s", io->file->path, ft_strerror(-e));
+        else if (populate_cached(io->file->fd, at, at + len) != 0)
+            r = read_through(io, at, at + len);
+        if (r >= 0 && map) /* cached now: mapped in while the other pieces are still read */
+            ft__touch_pages(map, len);
+    }
+    if (w)
+        w->filled(w, at, len);
+    return r < 0 ? r : (int64_t)len;
 }
 
-/* All pieces queued at once: one thread's readahead keeps a few requests in flight at most,
- * and pieces near each other keep the threads' reads one sequential stream to the disk. */
+/* All pieces queued at once (ft__io_parallel): one thread's readahead keeps a few requests
+ * in flight at most, and pieces near each other keep the threads' reads one sequential
+ * stream to the disk. */
 static int64_t mmap_fill(const ft__io *io)
 {
-    fill_job j = {.io = io, .piece = ft__io_piece(io)};
-    uint64_t n64 = (io->len + j.piece - 1) / j.piece;
-    if (n64 > UINT32_MAX / 2)
-        return ft__err(-EINVAL, "a %llu-byte fill in %llu-byte pieces is too many pieces",
-                       (unsigned long long)io->len, (unsigned long long)j.piece);
-    unsigned n = (unsigned)n64;
-    int64_t *results = calloc(n, sizeof *results);
-    if (!results)
-        return ft__err(-ENOMEM, "%s: readahead", io->file->path);
-    ft__first_err_init(&j.failed);
-    int rc = ft__pool_run(io->ctx->pool, n, fill_one, &j, results);
-    int first = ft__first_err_take(&j.failed);
-    free(results);
-    if (rc < 0)
-        return ft__err(rc, "cannot queue a readahead");
-    return first < 0 ? first : (int64_t)io->len;
+    return ft__io_parallel(io, ft__io_piece(io), fill_piece);
 }
 
 const ft__engine_ops ft__engine_mmap = {

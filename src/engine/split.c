@@ -22,7 +22,8 @@ static int64_t parallel_piece(void *arg, unsigned i)
 {
     parallel_job *job = arg;
     uint64_t start = (uint64_t)i * job->piece;
-    int64_t r = job->fn(job->io, job->io->ptr + start, job->io->off + start, piece_len(job, i));
+    uint8_t *ptr = job->io->ptr ? job->io->ptr + start : NULL; /* (a fill may have none) */
+    int64_t r = job->fn(job->io, ptr, job->io->off + start, piece_len(job, i));
     if (r < 0)
         ft__first_err_note(&job->failed, i, (int)r);
     return r;
