@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# `fastensor demo` on a tiny model: the workflow table (every engine, a twin, the verdict),
+# `fastensor demo` on a tiny model: the workflow table (every engine in rounds, a twin, the
+# medians, the verdict),
 # every load's bytes checked in its child process (the demo exits non-zero otherwise), and
 # the checksums verified.
 set -u
@@ -22,6 +23,9 @@ for e in auto posix direct uring mmap; do
         { echo "no JSON line for $e"; exit 1; }
 done
 printf '%s\n' "$out" | grep -qE '^[a-z]+ \(twin\) ' || { echo "no twin row"; exit 1; }
+printf '%s\n' "$out" | grep -q '^median of 3 rounds' || { echo "no median table"; exit 1; }
+[ "$(printf '%s\n' "$out" | grep -c '"what":"workflow","engine":"posix"')" = 3 ] ||
+    { echo "posix did not run 3 rounds"; exit 1; }
 printf '%s\n' "$out" | grep -q '^auto [0-9.]* s against the best fixed engine' ||
     { echo "no verdict line"; exit 1; }
 printf '%s\n' "$out" | grep -q '^verify: all checksums match' || { echo "not verified"; exit 1; }

@@ -599,20 +599,37 @@ static void case_write_windows(void)
     real_close(&x);
 }
 
-/* An engine's first call in a context pays for what the engine sets up once: no sample. */
+/* An engine's first call in a context pays for what the engine sets up once (direct's bounce
+ * buffers and descriptor): no sample. The page-cache engines set nothing up for host memory:
+ * their first call is one. */
 static void case_first_use(void)
 {
     real_file x;
     T_EQ(real_open(&x, "first.bin", 1u << 20, 8), 0);
     ft_buf d = ft_host_buf(x.dst, x.n);
     ft__sel_key key = {.bucket = 20, .cls = FT__CLS_CACHED};
+    T_EQ(ft_read(x.f, &d, 0, NULL), x.n); /* cached: posix explored first */
+    T_MEMEQ(x.src, x.dst, x.n);
+    printf("  posix samples after its first call: %u\n", arm_of(x.f, &key, 0).n);
+    T_EQ(arm_of(x.f, &key, 0).n, 1u);
+    unsigned direct = 0;
+    while (direct < ft__narms && strcmp(ft__arms[direct].label, "direct"))
+        direct++;
+    T_TRUE(direct < ft__narms);
     uint32_t samples[2];
     for (unsigned i = 0; i < 2; i++) {
-        T_EQ(ft_read(x.f, &d, 0, NULL), x.n); /* cached: posix explored first */
+        ft__decision dec;
+        ft__auto_decide(x.f, 0, x.n, false, 0, -1, FT_CACHE_AUTO, &dec);
+        memset(x.dst, 0, x.n);
+        int64_t r = ft_read(x.f, &d, 0, &(ft_io_opts){.engine = FT_ENGINE_DIRECT});
+        T_EQ(r, x.n);
         T_MEMEQ(x.src, x.dst, x.n);
-        samples[i] = arm_of(x.f, &key, 0).n;
+        dec.arm = direct;
+        dec.engine = FT_ENGINE_DIRECT;
+        ft__auto_done(x.f, &dec, r, false);
+        samples[i] = arm_of(x.f, &dec.key, direct).n;
     }
-    printf("  posix samples after 1, 2 calls: %u %u\n", samples[0], samples[1]);
+    printf("  direct samples after 1, 2 calls: %u %u\n", samples[0], samples[1]);
     T_EQ(samples[0], 0u);
     T_EQ(samples[1], 1u);
     real_close(&x);
@@ -862,7 +879,7 @@ int main(void)
         {"uncached reads wait for no other reader, several contexts at once", case_shared_reads},
         {"stream reads beside others: a sample per 32 MiB window", case_stream_windows},
         {"plain writes: a sample per run at the sync", case_write_windows},
-        {"an engine's first call in a context is not a sample", case_first_use},
+        {"an engine's first call is no sample where it sets something up", case_first_use},
         {"a call that began alone but ended beside others", case_company_arrived},
         {"engine AUTO on real files, profile saved", case_auto_end_to_end},
         {"large trials a slice at a time, synchronous writes whole", case_trial_slices},

@@ -3,7 +3,8 @@
  * 124M float32 parameters, by default): saved durably with checksums and timed against a
  * plain write()/read() path; then the workflow a user runs, per engine: a cold load in a
  * fresh process, a second load in another (a restarted job), and two processes loading it
- * at once from a cold cache (two ranks), every load's bytes checked.
+ * at once from a cold cache (two ranks), every load's bytes checked; in rounds, the engines
+ * interleaved, each engine's medians against the best fixed engine's own spread.
  */
 #include "cli.h"
 
@@ -128,6 +129,9 @@ static void child_load(const model *m, const char *path, ft_engine e)
         same = k >= 0 && !memcmp(ft_ckpt_data(ck, (size_t)k), m->t[i].data.ptr,
                                  m->t[i].data.len);
     }
+    /* as a user's process ends: the context saves what AUTO learned for the next one */
+    ft_ckpt_close(ck);
+    ft_ctx_destroy(ctx);
     _exit(same ? 0 : 2);
 }
 
@@ -171,78 +175,146 @@ static int workflow_one(const model *m, const char *path, ft_engine e, double t[
     return t[2] < 0 ? -1 : 0;
 }
 
-static void workflow_row(const model *m, const char *label, const double t[3], bool json)
+/* The median of @p n values (sorted in place). */
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cli_cmp_double);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+static void workflow_row(const model *m, const char *label, int round, const double t[3],
+                         bool json)
 {
     double gb = (double)m->bytes / 1e9;
-    printf("%-14s %8.3f %8.2f %8.3f %8.2f %8.3f %8.2f %9.3f\n", label, t[0], gb / t[0], t[1],
-           gb / t[1], t[2], 2 * gb / t[2], t[0] + t[1] + t[2]);
+    printf("%-14s %5d %8.3f %8.2f %8.3f %8.2f %8.3f %8.2f %9.3f\n", label, round + 1, t[0],
+           gb / t[0], t[1], gb / t[1], t[2], 2 * gb / t[2], t[0] + t[1] + t[2]);
     if (json)
-        printf("{\"what\":\"workflow\",\"engine\":\"%s\",\"bytes\":%llu,\"cold\":%.6f,"
-               "\"second\":%.6f,\"two_procs_cold\":%.6f}\n", label,
+        printf("{\"what\":\"workflow\",\"engine\":\"%s\",\"round\":%d,\"bytes\":%llu,"
+               "\"cold\":%.6f,\"second\":%.6f,\"two_procs_cold\":%.6f}\n", label, round + 1,
                (unsigned long long)m->bytes, t[0], t[1], t[2]);
 }
 
-/* Every engine of the comma list @p engines through the workflow, auto first, then the best
- * fixed engine's second run (its twin: the noise floor), and which line to pick. */
-static int workflow(const model *m, const char *path, const char *engines, bool json)
+#define DEMO_MAX_ENGINES 8
+#define DEMO_MAX_ROUNDS 15
+
+/* The medians of @p rounds workflows @p t (cold, 2nd, 2 procs, total), the totals' range in
+ * @p lo and @p hi; prints the row (and its JSON line). */
+static void median_row(const model *m, const char *label, double (*t)[4], int rounds,
+                       double med[4], double *lo, double *hi, bool json)
 {
-    printf("\nworkflow, every load in a fresh process: a cold load, a second load (a restarted "
-           "job),\n2 processes loading it at once from a cold cache (2 ranks); GB/s of 2 "
-           "procs: together\n%-14s %8s %8s %8s %8s %8s %8s %9s\n", "engine", "cold s", "GB/s",
-           "2nd s", "GB/s", "2proc s", "GB/s", "total s");
+    for (int c = 0; c < 4; c++) {
+        double v[DEMO_MAX_ROUNDS];
+        for (int r = 0; r < rounds; r++)
+            v[r] = t[r][c];
+        med[c] = median(v, rounds);
+        if (c == 3)
+            *lo = v[0], *hi = v[rounds - 1];
+    }
+    double gb = (double)m->bytes / 1e9;
+    printf("%-14s %8.3f %8.2f %8.3f %8.2f %8.3f %8.2f %9.3f (%.3f-%.3f)\n", label, med[0],
+           gb / med[0], med[1], gb / med[1], med[2], 2 * gb / med[2], med[3], *lo, *hi);
+    if (json)
+        printf("{\"what\":\"workflow-median\",\"engine\":\"%s\",\"rounds\":%d,\"cold\":%.6f,"
+               "\"second\":%.6f,\"two_procs_cold\":%.6f,\"total\":%.6f,\"total_min\":%.6f,"
+               "\"total_max\":%.6f}\n", label, rounds, med[0], med[1], med[2], med[3], *lo, *hi);
+}
+
+/* Every engine of the comma list @p engines through the workflow, @p rounds times, the
+ * engines' order rotated each round (interleaved: a slow minute of the disk falls on all of
+ * them); then as many runs of the best fixed engine again (its twin: the noise floor, which
+ * also shows how much of the best engine's lead was luck in being picked as the best), each
+ * engine's medians and which line to pick. */
+static int workflow(const model *m, const char *path, const char *engines, int rounds,
+                    bool json)
+{
+    ft_engine e[DEMO_MAX_ENGINES];
+    int n = 0;
     char list[256];
     snprintf(list, sizeof list, "%s", engines);
-    double best = 0, auto_total = -1, t[3];
-    int best_e = -1;
     for (char *save = NULL, *name = strtok_r(list, ",", &save); name;
          name = strtok_r(NULL, ",", &save)) {
-        int e = ft_engine_from_name(name);
-        if (e < 0) {
-            cli_error("demo", "unknown engine '%s'", name);
+        int k = ft_engine_from_name(name);
+        if (k < 0 || n == DEMO_MAX_ENGINES) {
+            cli_error("demo", k < 0 ? "unknown engine '%s'" : "more than 8 engines at '%s'",
+                      name);
             return -1;
         }
-        if (workflow_one(m, path, (ft_engine)e, t) < 0)
-            return -1;
-        workflow_row(m, name, t, json);
-        double total = t[0] + t[1] + t[2];
-        if (e == FT_ENGINE_AUTO)
-            auto_total = total;
-        else if (best_e < 0 || total < best)
-            best = total, best_e = e;
+        e[n++] = (ft_engine)k;
     }
-    if (best_e < 0 || auto_total < 0)
+    printf("\nworkflow, every load in a fresh process: a cold load, a second load (a restarted "
+           "job),\n2 processes loading it at once from a cold cache (2 ranks); GB/s of 2 "
+           "procs: together;\n%d round%s, the engines' order rotated each round, then the best "
+           "fixed engine's twin\n%-14s %5s %8s %8s %8s %8s %8s %8s %9s\n", rounds,
+           rounds > 1 ? "s" : "", "engine", "round", "cold s", "GB/s", "2nd s", "GB/s",
+           "2proc s", "GB/s", "total s");
+    /* rows: the engines, then the twin */
+    static double t[DEMO_MAX_ENGINES + 1][DEMO_MAX_ROUNDS][4];
+    for (int r = 0; r < rounds; r++)
+        for (int i = 0; i < n; i++) {
+            int k = (i + r) % n;
+            if (workflow_one(m, path, e[k], t[k][r]) < 0)
+                return -1;
+            t[k][r][3] = t[k][r][0] + t[k][r][1] + t[k][r][2];
+            workflow_row(m, ft_engine_name(e[k]), r, t[k][r], json);
+        }
+    double med[DEMO_MAX_ENGINES + 1][4], lo[DEMO_MAX_ENGINES + 1], hi[DEMO_MAX_ENGINES + 1];
+    int best = -1, autok = -1;
+    for (int k = 0; k < n; k++) {
+        double v[DEMO_MAX_ROUNDS];
+        for (int r = 0; r < rounds; r++)
+            v[r] = t[k][r][3];
+        med[k][3] = median(v, rounds);
+        if (e[k] == FT_ENGINE_AUTO)
+            autok = k;
+        else if (best < 0 || med[k][3] < med[best][3])
+            best = k;
+    }
+    char twin[64] = "";
+    if (best >= 0 && autok >= 0) {
+        snprintf(twin, sizeof twin, "%s (twin)", ft_engine_name(e[best]));
+        for (int r = 0; r < rounds; r++) {
+            if (workflow_one(m, path, e[best], t[n][r]) < 0)
+                return -1;
+            t[n][r][3] = t[n][r][0] + t[n][r][1] + t[n][r][2];
+            workflow_row(m, twin, r, t[n][r], json);
+        }
+    }
+    printf("\nmedian of %d round%s (total: its range)\n%-14s %8s %8s %8s %8s %8s %8s %9s\n",
+           rounds, rounds > 1 ? "s" : "", "engine", "cold s", "GB/s", "2nd s", "GB/s",
+           "2proc s", "GB/s", "total s");
+    for (int k = 0; k < n + (*twin != 0); k++)
+        median_row(m, k < n ? ft_engine_name(e[k]) : twin, t[k], rounds, med[k], &lo[k],
+                   &hi[k], json);
+    if (!*twin)
         return 0;
-    char label[64];
-    snprintf(label, sizeof label, "%s (twin)", ft_engine_name((ft_engine)best_e));
-    if (workflow_one(m, path, (ft_engine)best_e, t) < 0)
-        return -1;
-    workflow_row(m, label, t, json);
-    double twin = t[0] + t[1] + t[2], spread = twin > best ? twin - best : best - twin;
-    double lo = best < twin ? best : twin;
+    double a = med[autok][3], b = med[best][3], w = med[n][3];
+    double low = b < w ? b : w, high = b < w ? w : b;
     printf("\nauto %.3f s against the best fixed engine, %s, %.3f s (its twin %.3f s): %s.\n",
-           auto_total, ft_engine_name((ft_engine)best_e), best, twin,
-           auto_total <= lo ? "auto is the fastest line"
-           : auto_total <= lo + spread ? "auto is within that engine's own run-to-run spread"
-                                       : "a fixed engine was faster here");
+           a, ft_engine_name(e[best]), b, w,
+           a <= low ? "auto is the fastest line"
+           : a <= high ? "auto is within that engine's own run-to-run spread"
+                       : "a fixed engine was faster here");
     printf("%s it measures the engines on this machine as it goes (the profile keeps "
            "what it\nlearned; `fastensor tune` measures them all up front), reads a checkpoint "
            "that fits in\nthe page cache through it so the next load, in any process, finds it "
            "there, and reads\nlarger ones around it.\n",
-           auto_total <= lo + spread ? "auto is the line to pick:" : "What auto does:");
+           a <= high ? "auto is the line to pick:" : "What auto does:");
     return 0;
 }
 
 static void demo_usage(FILE *out)
 {
     fprintf(out, "usage: fastensor demo [--model gpt2|gpt2-medium|tiny | --size BYTES] [--dir DIR] "
-                 "[--engines LIST] [--json]\n\n"
+                 "[--engines LIST] [--rounds N] [--json]\n\n"
                  "Builds a synthetic float32 checkpoint with the model's layer shapes, saves it "
                  "durably\nwith checksums against plain write(), then runs a user's workflow "
                  "with each engine:\na cold load, a second load and 2 processes loading at once "
-                 "(cold), each in a fresh\nprocess, every byte checked; then verifies the "
-                 "checksums. Files go to DIR (default .)\nand are removed. --size builds a "
-                 "width-1024 decoder of about that size; --engines: a\ncomma list (default "
-                 "auto,posix,direct,uring,mmap); --json adds one JSON line per\nmeasurement.\n");
+                 "(cold), each in a fresh\nprocess, every byte checked, in N rounds (3) with "
+                 "the engines interleaved; prints\neach engine's medians and whether auto is "
+                 "the line to pick; then verifies the\nchecksums. Files go to DIR (default .) "
+                 "and are removed. --size builds a width-1024\ndecoder of about that size; "
+                 "--engines: a comma list (default\nauto,posix,direct,uring,mmap, at most 8); "
+                 "--rounds: 1 to 15; --json adds one JSON line\nper measurement.\n");
 }
 
 int cmd_demo(int argc, char **argv)
@@ -252,13 +324,14 @@ int cmd_demo(int argc, char **argv)
                                          {"size", required_argument, NULL, 's'},
                                          {"json", no_argument, NULL, 'j'},
                                          {"engines", required_argument, NULL, 'e'},
+                                         {"rounds", required_argument, NULL, 'r'},
                                          {"help", no_argument, NULL, 'h'},
                                          {0}};
     const char *dir = ".", *name = "gpt2", *engines = "auto,posix,direct,uring,mmap";
     uint64_t size = 0;
     bool json = false;
-    int c;
-    while ((c = getopt_long(argc, argv, "m:d:s:je:h", opts, NULL)) != -1) {
+    int c, rounds = 3;
+    while ((c = getopt_long(argc, argv, "m:d:s:je:r:h", opts, NULL)) != -1) {
         if (c == 'm')
             name = optarg;
         else if (c == 'e')
@@ -267,6 +340,8 @@ int cmd_demo(int argc, char **argv)
             dir = optarg;
         else if (c == 'j')
             json = true;
+        else if (c == 'r' && (rounds = atoi(optarg)) >= 1 && rounds <= DEMO_MAX_ROUNDS)
+            continue;
         else if (c == 's' && ft_parse_size(optarg, &size) == 0 && size > 0)
             name = "sized";
         else {
@@ -327,7 +402,7 @@ int cmd_demo(int argc, char **argv)
     /* the workflow's loads run in fresh processes: this one keeps no threads across forks */
     ft_ctx_destroy(ctx);
     ctx = NULL;
-    if (status == EXIT_OK && workflow(&m, path, engines, json) < 0)
+    if (status == EXIT_OK && workflow(&m, path, engines, rounds, json) < 0)
         status = EXIT_ERR;
     if (status == EXIT_OK && (rc = ft_ctx_create(&ctx, NULL)) < 0) {
         cli_ft_error("demo", "context", rc);

@@ -388,13 +388,19 @@ void ft__auto_decide(ft_file *f, uint64_t off, uint64_t len, bool write, unsigne
 
 /*
  * Whether this is the context's first call of the decision's engine for its memory kind
- * (engines, not arms: an engine's settings share what it sets up). That call pays for what
- * the engine sets up once and keeps (pinned staging buffers and CUDA streams: 12 ms on the
- * H200 machine; an io_uring ring; bounce buffers), which says nothing of the arm's speed:
- * recorded, a 4 KiB staged read looked 50 times slower than it is.
+ * (engines, not arms: an engine's settings share what it sets up), where that engine sets
+ * something up. That call pays for what the engine sets up once and keeps (pinned staging
+ * buffers and CUDA streams: 12 ms on the H200 machine; an io_uring ring; bounce buffers),
+ * which says nothing of the arm's speed: recorded, a 4 KiB staged read looked 50 times slower
+ * than it is. The page-cache engines set nothing up for host memory (the pool is the
+ * context's): their first call is a sample, the only one a process that loads a checkpoint
+ * once gives (development machine, a cached 498 MB load by posix: 109 and 101 ms as a
+ * context's first call, 81-104 ms as its second and third).
  */
 static bool first_use(ft_file *f, const ft__decision *d)
 {
+    if (!d->key.mem && !(ft__engine_get(d->engine)->caps & FT__CAP_SETS_UP))
+        return false;
     uint32_t bit = 1u << d->engine;
     _Atomic uint32_t *used = &f->ctx->autosel->used[d->key.mem & 1];
     if (atomic_load_explicit(used, memory_order_relaxed) & bit)

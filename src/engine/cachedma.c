@@ -273,7 +273,8 @@ static size_t cachedma_describe(int devices, char *buf, size_t len)
 const ft__engine_ops ft__engine_cachedma = {
     .name = "cachedma",
     .id = FT_ENGINE_CACHEDMA,
-    .caps = FT__CAP_DEVICE_MEMORY | FT__CAP_STREAM_ORDER | FT__CAP_CACHED_READS,
+    .caps = FT__CAP_DEVICE_MEMORY | FT__CAP_STREAM_ORDER | FT__CAP_CACHED_READS |
+            FT__CAP_SETS_UP,
     .ready = cachedma_ready,
     .read = cachedma_read,
     .write = cachedma_write,

@@ -139,7 +139,8 @@ static size_t cufile_describe(int devices, char *buf, size_t len)
 const ft__engine_ops ft__engine_cufile = {
     .name = "cufile",
     .id = FT_ENGINE_CUFILE,
-    .caps = FT__CAP_BYPASS_CACHE | FT__CAP_NEEDS_DIRECT | FT__CAP_DEVICE_MEMORY,
+    .caps = FT__CAP_BYPASS_CACHE | FT__CAP_NEEDS_DIRECT | FT__CAP_DEVICE_MEMORY |
+            FT__CAP_SETS_UP,
     .available = cufile_available,
     .ready = cufile_ready,
     .read = cufile_read,

@@ -70,7 +70,7 @@ static int64_t direct_write(const ft__io *io)
 const ft__engine_ops ft__engine_direct = {
     .name = "direct",
     .id = FT_ENGINE_DIRECT,
-    .caps = FT__CAP_BYPASS_CACHE | FT__CAP_NEEDS_DIRECT,
+    .caps = FT__CAP_BYPASS_CACHE | FT__CAP_NEEDS_DIRECT | FT__CAP_SETS_UP,
     .read = direct_read,
     .write = direct_write,
 };

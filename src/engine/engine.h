@@ -28,6 +28,10 @@ enum {
                                         its own (else the caller's stream is waited for on
                                         the host first) */
     FT__CAP_CACHED_READS = 1u << 4,  /* AUTO offers it for reads of cached data only */
+    FT__CAP_SETS_UP = 1u << 5,       /* its first transfer of host memory in a context sets
+                                        up what it keeps (a ring, bounce buffers, a driver's
+                                        state); device memory's pinned staging is set up by
+                                        every engine that stages */
 };
 
 typedef struct ft__engine_ops {

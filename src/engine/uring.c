@@ -384,7 +384,7 @@ static void uring_ctx_fini(ft_ctx *ctx)
 const ft__engine_ops ft__engine_uring = {
     .name = "uring",
     .id = FT_ENGINE_URING,
-    .caps = FT__CAP_BYPASS_CACHE | FT__CAP_NEEDS_DIRECT,
+    .caps = FT__CAP_BYPASS_CACHE | FT__CAP_NEEDS_DIRECT | FT__CAP_SETS_UP,
     .available = uring_available,
     .read = uring_read,
     .write = uring_write,
