@@ -191,7 +191,8 @@ def raw_io(path, size, write):
     if fio:
         args = [fio, "--name=ceiling", f"--filename={path}", f"--size={size}", "--bs=16M",
                 "--iodepth=16", "--ioengine=libaio", "--direct=1", "--output-format=json",
-                f"--rw={'write' if write else 'read'}"] + (["--end_fsync=1"] if write else [])
+                f"--rw={'write' if write else 'read'}"] + (["--end_fsync=1"] if write else
+                                                       ["--readonly"])
         r = json.loads(subprocess.run(args, capture_output=True, text=True, check=True).stdout)
         job = r["jobs"][0]["write" if write else "read"]
         return job["io_bytes"], job["runtime"] / 1000.0

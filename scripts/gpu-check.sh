@@ -3,7 +3,8 @@
 # Python tests (CUDA included), and the GPU benchmarks, with logs and JSON under $OUT.
 #
 #   scripts/gpu-check.sh [--udev] [--quick] [--no-bench] [--no-tests] [--auto] [--offload]
-#                        [--fio] [--ckpt] [--scenarios] [--dropin] [--dma] [--dcp] [--codec] [--pack]
+#                        [--fio] [--ckpt] [--scenarios] [--dropin] [--dma] [--dcp] [--codec]
+#                        [--peers] [--pack]
 #
 # The GPU machine has no -dev packages, so by default it runs what was built on the
 # development machine and carried along: `make BUILD=gpubuild all tests python` there, then
@@ -58,6 +59,14 @@
 #         GPU decode of streams coded in blocks of FT_CODEC_BLOCKS (256K,512K));
 #         JSON in $OUT/codec.json; then bench/fst-save.py (the .fst save against a plain one, in
 #         $OUT/fst-save.txt).
+# --peers: only the peer loaders (bench/peers.py: fastensor beside safetensors, fastsafetensors,
+#         InstantTensor and the Run:ai streamer, fresh processes, every load fingerprinted),
+#         the peers installed from .peers/wheels (scripts/fetch-peers.sh there; carry
+#         .peers/wheels); FT_PEERS_SIZE (4G), FT_PEERS_ROWS (cold,warm,restart,procs),
+#         FT_PEERS_TOOLS (all), FT_PEERS_ROUNDS (3), FT_PEERS_SHARDED (none: a sharded
+#         directory's size, in FT_PEERS_SHARD (5G) shards), FT_PEERS_SWEEP=1 tries each peer's
+#         settings first, FT_PEERS_LIMIT seconds before the last round starts (420);
+#         JSON in $OUT/peers-cuda.json.
 # --pack: leave one archive, $OUT/results.tgz, instead of the separate logs.
 # FT_GPU_PYTEST_ARGS: more arguments for the Python tests' pytest (--deselect ...).
 # --udev: ONLY on a throwaway test VM: create the udev entry cuFile needs for the block
@@ -68,6 +77,7 @@ cd "$here"
 OUT=${OUT:-$here/gpu-out}
 BUILD=${BUILD:-gpubuild}
 UDEV=0 QUICK=0 BENCH=1 TESTS=1 AUTO=0 OFFLOAD=0 PACK=0 FIO=0 CKPT=0 SCEN=0 DROPIN=0 DMA=0 DCP=0 CODEC=0
+PEERS=0
 for a in "$@"; do
     case $a in
         --udev) UDEV=1 ;;
@@ -80,6 +90,7 @@ for a in "$@"; do
         --fio) FIO=1 ;;
         --ckpt) CKPT=1 ;;
         --scenarios) SCEN=1 BENCH=0 TESTS=0 ;;
+        --peers) PEERS=1 BENCH=0 TESTS=0 ;;
         --dropin) DROPIN=1 BENCH=0 TESTS=0 ;;
         --dma) DMA=1 DROPIN=1 BENCH=0 TESTS=0 ;;
         --dcp) DCP=1 BENCH=0 TESTS=0 ;;
@@ -191,6 +202,26 @@ elif [ $BENCH = 1 ]; then
     rm -f "$F"
     [ $QUICK = 0 ] && compare_ckpt
 fi
+if [ $PEERS = 1 ]; then
+    site="$WORK/peers-site"
+    if ls .peers/wheels/*.whl >/dev/null 2>&1; then
+        python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+            --target "$site" .peers/wheels/*.whl 2>&1 | tail -3
+    else
+        log "--peers: no wheels in .peers/wheels (scripts/fetch-peers.sh, then carry .peers/wheels)"
+    fi
+    log "peer loaders: ${FT_PEERS_SIZE:-4G} bf16, CUDA, fresh processes"
+    # shellcheck disable=SC2046  (the optional arguments split on purpose)
+    PEERS_SITE="$site" PYTHONPATH="$here/python" PYTHONUNBUFFERED=1 python3 bench/peers.py \
+        --device cuda --size "${FT_PEERS_SIZE:-4G}" --rounds "${FT_PEERS_ROUNDS:-3}" \
+        --dir "$WORK" --rows "${FT_PEERS_ROWS:-cold,warm,restart,procs}" \
+        --tools "${FT_PEERS_TOOLS:-fastensor,fastensor-twin,fastensor-bypass,fastensor-open,safetensors,safetensors-open,fastsafetensors,instanttensor,runai,raw}" \
+        ${FT_PEERS_SHARDED:+--sharded-size "$FT_PEERS_SHARDED" --shard "${FT_PEERS_SHARD:-5G}"} \
+        $( [ "${FT_PEERS_SWEEP:-0}" = 1 ] && echo --sweep) --time-limit "${FT_PEERS_LIMIT:-420}" \
+        --json "$OUT/peers-cuda.json" 2>"$OUT/peers-cuda.log" | tee "$OUT/peers-cuda.txt" |
+        grep -v '^round \|^sweep ' | tee -a "$OUT/summary.txt"
+fi
+
 if [ $SCEN = 1 ]; then
     dev=${FT_SCEN_DEVICE:-cuda}
     log "scenario benchmark: ${FT_SCEN_SIZE:-2G} bf16, device $dev, fresh processes"
