@@ -252,9 +252,6 @@ static inline ft_io_opts ft__save_io(const ft_save_opts *so)
                         .flags = so && (so->flags & FT_SAVE_NO_SYNC) ? 0 : FT_IO_SYNC_LATER,
                         .cache = so ? so->cache : FT_CACHE_AUTO};
 }
-/** Fault [base, base+len) in, in parallel slices on @p ctx's pool: @p advice
- * MADV_POPULATE_WRITE, or 0 to read a byte of every page (pages.c). */
-void ft__populate_pages(ft_ctx *ctx, void *base, uint64_t len, int advice);
 /** The element size a .fst save codes dtype @p d's bytes by (1, 2, 4, 8), 0 for a type it
  * stores as it is (dtype.c's table). */
 unsigned ft__dtype_coded(ft_dtype d);

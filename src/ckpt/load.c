@@ -172,21 +172,18 @@ static int check_load_opts(const ft_load_opts *o)
     return 0;
 }
 
-#ifndef MADV_POPULATE_WRITE
-#define MADV_POPULATE_WRITE 23 /* Linux 5.14 */
-#endif
-
 /*
- * A large host destination is advised MADV_HUGEPAGE and then faulted in, in parallel slices
- * (MADV_POPULATE_WRITE: no byte changes), before it is filled. In a VM the first touch of
- * fresh memory is the slow part of a load (0.2 GB/s with 4 KiB pages on the development VM,
- * 0.67 GB/s with huge pages, per thread), and io_uring faults a transfer's pages in from
- * the one thread that submits it: a 2.4 GB load into a fresh allocation ran at 0.25-0.3
- * GB/s through `uring` where `direct`'s parallel preads fault it in at 1.6-3.2. Memory
- * already touched costs a page-table walk. Hints only: errors (kernels before 5.14) are
- * ignored.
+ * A large host destination is advised MADV_HUGEPAGE: its first touch, the read's, faults in
+ * 2 MiB at a time (in a VM the first touch of fresh memory was 0.2 GB/s per thread with 4 KiB
+ * pages, 0.67 with huge pages). It is no longer faulted in before the read
+ * (MADV_POPULATE_WRITE in parallel slices, which a uring load once needed): the engines'
+ * reads fault it in as they copy, in parallel and under the I/O, where the populate was a
+ * phase of its own before it. Development machine, cold loads (ms, C API, 3 and 2 runs):
+ * 498 MB posix 259-322 with the populate, 228-265 without; direct 240-316 / 228-250; uring
+ * 250-279 / 227-255; 2.4 GB posix 1282-1332 / 1104-1159, direct 1184-1220 / 1046-1087,
+ * uring 1258-1308 / 1069-1213. A hint: errors are ignored.
  */
-static void prepare_host_dst(ft_ctx *ctx, const ft_buf *dst, uint64_t len)
+static void prepare_host_dst(const ft_buf *dst, uint64_t len)
 {
     const uintptr_t huge = 2u << 20;
     int device;
@@ -196,7 +193,6 @@ static void prepare_host_dst(ft_ctx *ctx, const ft_buf *dst, uint64_t len)
     uintptr_t hi = ((uintptr_t)dst->ptr + len) & ~(huge - 1);
     if (hi > lo)
         ft__sys.madvise((void *)lo, hi - lo, MADV_HUGEPAGE);
-    ft__populate_pages(ctx, dst->ptr, len, MADV_POPULATE_WRITE);
 }
 
 int64_t ft_ckpt_load_shard(ft_ckpt *c, unsigned k, const ft_buf *dst, const ft_load_opts *o)
@@ -214,7 +210,7 @@ int64_t ft_ckpt_load_shard(ft_ckpt *c, unsigned k, const ft_buf *dst, const ft_l
         return ft__err(-EINVAL, "%s: memory kind %d is not supported", s->path,
                        (int)dst->kind);
     ft_io_opts io = io_opts(o);
-    prepare_host_dst(c->ctx, dst, s->data_size);
+    prepare_host_dst(dst, s->data_size);
     if (s->fst) { /* streams decoded into the layout; FT_LOAD_VERIFY: on the host */
         ft_buf part = *dst;
         part.len = (size_t)s->data_size;
@@ -299,7 +295,7 @@ static int64_t read_part(ft__shard *s, uint64_t begin, const ft_buf *dst, const 
     uint64_t n = dst->len;
     ft_io_opts io = io_opts(o);
     uint64_t block = s->header.csum_block;
-    prepare_host_dst(s->file->ctx, dst, n); /* a fresh tensor's pages, faulted in parallel */
+    prepare_host_dst(dst, n); /* a fresh tensor's pages */
     if (s->fst)
         return ft__fst_read(s->file->ctx, s, begin, dst, &io,
                             o && (o->flags & FT_LOAD_VERIFY));

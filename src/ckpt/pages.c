@@ -1,5 +1,5 @@
 /* What loads and the prefetch share: a shard's data read in full, and the pages of a mapping
- * or of a fresh destination faulted in by the pool's threads. */
+ * faulted in by the pool's threads. */
 #include "ckpt.h"
 #include "../base/syscall.h"
 
@@ -16,47 +16,34 @@ int64_t ft__shard_read(ft__shard *s, const ft_buf *dst, uint64_t at, const ft_io
     return r;
 }
 
-#ifndef MADV_POPULATE_WRITE
-#define MADV_POPULATE_WRITE 23 /* Linux 5.14 */
-#endif
 #define POPULATE_SLICE (64u << 20)
 
 typedef struct populate_job {
-    uint8_t *base;
+    const uint8_t *base;
     uint64_t len;
-    int advice;
 } populate_job;
 
 static int64_t populate_slice(void *arg, unsigned i)
 {
     const populate_job *j = arg;
     uint64_t at = (uint64_t)i * POPULATE_SLICE;
-    size_t len = (size_t)FT__MIN((uint64_t)POPULATE_SLICE, j->len - at);
-    if (j->advice == MADV_POPULATE_WRITE) {
-        ft__sys.madvise(j->base + at, len, j->advice);
-        return 0;
-    }
-    ft__touch_pages(j->base + at, len);
+    ft__touch_pages(j->base + at, FT__MIN((uint64_t)POPULATE_SLICE, j->len - at));
     return 0;
-}
-
-void ft__populate_pages(ft_ctx *ctx, void *base, uint64_t len, int advice)
-{
-    const uintptr_t page = 4096;
-    populate_job j = {.base = (uint8_t *)((uintptr_t)base & ~(page - 1)), .advice = advice};
-    j.len = (uint64_t)((uintptr_t)base + len - (uintptr_t)j.base);
-    unsigned n = (unsigned)((j.len + POPULATE_SLICE - 1) / POPULATE_SLICE);
-    int64_t *results = n ? calloc(n, sizeof *results) : NULL;
-    if (results)
-        ft__pool_run(ctx->pool, n, populate_slice, &j, results);
-    free(results);
 }
 
 int ft_map_populate(ft_ctx *ctx, const void *addr, size_t len)
 {
     if (!ctx || (!addr && len))
         return ft__err(-EINVAL, "ft_map_populate: bad context or range");
-    ft__populate_pages(ctx, (void *)(uintptr_t)addr, len, 0);
+    /* the mapping's pages read once, in slices on the pool */
+    const uintptr_t page = 4096;
+    populate_job j = {.base = (const uint8_t *)((uintptr_t)addr & ~(page - 1))};
+    j.len = (uint64_t)((uintptr_t)addr + len - (uintptr_t)j.base);
+    unsigned n = (unsigned)((j.len + POPULATE_SLICE - 1) / POPULATE_SLICE);
+    int64_t *results = n ? calloc(n, sizeof *results) : NULL;
+    if (results)
+        ft__pool_run(ctx->pool, n, populate_slice, &j, results);
+    free(results);
     return 0;
 }
 
