@@ -91,16 +91,30 @@ def label(tool, v):
 
 # ---- the checkpoint and its fingerprints ----
 
+_STEP = 65521 * 256  # 8-byte words per chunk: a whole number of weight periods
+_WEIGHTS = {}
+
+
 def fingerprint(t):
-    """Weighted sum of the tensor's bytes, weights 1..65521 by position: exact (int64), the same
-    on the CPU and the GPU; a byte changed, moved or missing changes it."""
+    """The tensor's bytes as 8-byte words, summed with weights 1..65521 by position (int64
+    arithmetic, which wraps the same way in any order, on the CPU and the GPU), the last
+    bytes weighted one by one: a byte changed, moved or missing changes it."""
     import torch
     flat = t.detach().contiguous().view(-1).view(torch.uint8)
-    total, step = 0, 32 << 20
-    for at in range(0, flat.numel(), step):
-        x = flat[at:at + step].to(torch.int64)
-        w = torch.arange(at, at + x.numel(), dtype=torch.int64, device=x.device) % 65521 + 1
-        total += int((x * w).sum())
+    whole = flat.numel() // 8 * 8
+    head = flat[:whole]
+    if head.storage_offset() % 8:
+        head = head.clone()
+    words = head.view(torch.int64)
+    w = _WEIGHTS.get(words.device)
+    if w is None:
+        w = _WEIGHTS[words.device] = (torch.arange(_STEP, dtype=torch.int64, device=words.device)
+                                      % 65521 + 1)
+    total = 0
+    for at in range(0, words.numel(), _STEP):
+        x = words[at:at + _STEP]
+        total += int((x * w[:x.numel()]).sum())
+    total += sum((i + 1) * int(b) for i, b in enumerate(flat[whole:].tolist()))
     return [str(t.dtype).replace("torch.", ""), list(t.shape), total]
 
 
