@@ -312,16 +312,10 @@ def worker(spec):
 # ---- the driver ----
 
 def spawn(spec, env):
-    cmd = [sys.executable, os.path.abspath(__file__), "--worker", json.dumps(spec)]
-    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=env)
+    return sc.spawn(spec, env, __file__)
 
 
-def collect(p):
-    out, err = p.communicate()
-    if p.returncode != 0:
-        raise RuntimeError(f"worker failed ({p.returncode}): {err.strip()[-600:]}")
-    return json.loads(out.strip().splitlines()[-1])
+collect = sc.collect
 
 
 def env_for(tool, v, args):

@@ -333,8 +333,9 @@ def drop_caches():
         return False
 
 
-def spawn(spec, env):
-    cmd = [sys.executable, os.path.abspath(__file__), "--worker", json.dumps(spec)]
+def spawn(spec, env, script=__file__):
+    """A worker: @p script run with --worker @p spec (bench/peers.py's workers too)."""
+    cmd = [sys.executable, os.path.abspath(script), "--worker", json.dumps(spec)]
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=env)
 
