@@ -318,7 +318,8 @@ def spawn(spec, env):
 collect = sc.collect
 
 
-def env_for(tool, v, args):
+def env_for(tool, v, work):
+    """The worker's environment: the package, the peers, a profile in @p work per tool."""
     env = dict(os.environ)
     site = os.environ.get("PEERS_SITE", os.path.join(ROOT, ".peers", "site"))
     env["PYTHONPATH"] = os.pathsep.join(p for p in (os.path.join(ROOT, "python"), site,
@@ -326,7 +327,7 @@ def env_for(tool, v, args):
     env["FASTENSOR_QUIET"] = "1"
     env["RUNAI_STREAMER_LOG_LEVEL"] = "WARNING"
     if tool.startswith("fastensor"):
-        env["FASTENSOR_PROFILE"] = os.path.join(args.work, "profile-" + tool)
+        env["FASTENSOR_PROFILE"] = os.path.join(work, "profile-" + tool)
     env.update(v.get("env", {}))
     return env
 
@@ -345,7 +346,7 @@ def measure(args, tool, v, row, made):
     if kind not in made:
         return None, None
     path = made[kind]
-    env = env_for(tool, v, args)
+    env = env_for(tool, v, args.work)
     spec = {"tool": tool, "variant": v, "path": path, "device": args.device, "kind": kind,
             "fingerprints": os.path.join(args.work, "fingerprints.json")}
     if tool == "raw":
@@ -384,7 +385,7 @@ def measure(args, tool, v, row, made):
 def available(tool):
     if tool.startswith("fastensor") or tool == "raw":
         return None
-    env = env_for(tool, {}, argparse.Namespace(work=""))
+    env = env_for(tool, {}, "")
     mod = MODULES[tool]
     p = subprocess.run([sys.executable, "-c", f"import {mod}"], env=env, capture_output=True,
                        text=True)

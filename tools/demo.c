@@ -163,8 +163,9 @@ static double fresh_loads(const model *m, const char *path, ft_engine e, int pro
     return ok ? cli_now() - t0 : -1;
 }
 
-/* The workflow with engine @p e: cold, second, 2 processes cold. @return 0 or -1. */
-static int workflow_one(const model *m, const char *path, ft_engine e, double t[3])
+/* The workflow with engine @p e: cold, second, 2 processes cold, and their total in t[3].
+ * @return 0 or -1. */
+static int workflow_one(const model *m, const char *path, ft_engine e, double t[4])
 {
     cli_evict(path);
     t[0] = fresh_loads(m, path, e, 1);
@@ -172,6 +173,7 @@ static int workflow_one(const model *m, const char *path, ft_engine e, double t[
     if (t[1] >= 0)
         cli_evict(path);
     t[2] = t[1] < 0 ? -1 : fresh_loads(m, path, e, 2);
+    t[3] = t[0] + t[1] + t[2];
     return t[2] < 0 ? -1 : 0;
 }
 
@@ -182,12 +184,12 @@ static double median(double *v, int n)
     return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
-static void workflow_row(const model *m, const char *label, int round, const double t[3],
+static void workflow_row(const model *m, const char *label, int round, const double t[4],
                          bool json)
 {
     double gb = (double)m->bytes / 1e9;
     printf("%-14s %5d %8.3f %8.2f %8.3f %8.2f %8.3f %8.2f %9.3f\n", label, round + 1, t[0],
-           gb / t[0], t[1], gb / t[1], t[2], 2 * gb / t[2], t[0] + t[1] + t[2]);
+           gb / t[0], t[1], gb / t[1], t[2], 2 * gb / t[2], t[3]);
     if (json)
         printf("{\"what\":\"workflow\",\"engine\":\"%s\",\"round\":%d,\"bytes\":%llu,"
                "\"cold\":%.6f,\"second\":%.6f,\"two_procs_cold\":%.6f}\n", label, round + 1,
@@ -197,19 +199,26 @@ static void workflow_row(const model *m, const char *label, int round, const dou
 #define DEMO_MAX_ENGINES 8
 #define DEMO_MAX_ROUNDS 15
 
-/* The medians of @p rounds workflows @p t (cold, 2nd, 2 procs, total), the totals' range in
- * @p lo and @p hi; prints the row (and its JSON line). */
+/* The median of column @p c (cold, 2nd, 2 procs, total) of @p rounds workflows @p t, its
+ * range in @p lo and @p hi. */
+static double column_median(double (*t)[4], int rounds, int c, double *lo, double *hi)
+{
+    double v[DEMO_MAX_ROUNDS];
+    for (int r = 0; r < rounds; r++)
+        v[r] = t[r][c];
+    double med = median(v, rounds);
+    *lo = v[0];
+    *hi = v[rounds - 1];
+    return med;
+}
+
+/* The medians of @p rounds workflows @p t, the totals' range in @p lo and @p hi; prints the
+ * row (and its JSON line). */
 static void median_row(const model *m, const char *label, double (*t)[4], int rounds,
                        double med[4], double *lo, double *hi, bool json)
 {
-    for (int c = 0; c < 4; c++) {
-        double v[DEMO_MAX_ROUNDS];
-        for (int r = 0; r < rounds; r++)
-            v[r] = t[r][c];
-        med[c] = median(v, rounds);
-        if (c == 3)
-            *lo = v[0], *hi = v[rounds - 1];
-    }
+    for (int c = 0; c < 4; c++)
+        med[c] = column_median(t, rounds, c, lo, hi); /* the total last: its range stays */
     double gb = (double)m->bytes / 1e9;
     printf("%-14s %8.3f %8.2f %8.3f %8.2f %8.3f %8.2f %9.3f (%.3f-%.3f)\n", label, med[0],
            gb / med[0], med[1], gb / med[1], med[2], 2 * gb / med[2], med[3], *lo, *hi);
@@ -254,16 +263,12 @@ static int workflow(const model *m, const char *path, const char *engines, int r
             int k = (i + r) % n;
             if (workflow_one(m, path, e[k], t[k][r]) < 0)
                 return -1;
-            t[k][r][3] = t[k][r][0] + t[k][r][1] + t[k][r][2];
             workflow_row(m, ft_engine_name(e[k]), r, t[k][r], json);
         }
     double med[DEMO_MAX_ENGINES + 1][4], lo[DEMO_MAX_ENGINES + 1], hi[DEMO_MAX_ENGINES + 1];
     int best = -1, autok = -1;
     for (int k = 0; k < n; k++) {
-        double v[DEMO_MAX_ROUNDS];
-        for (int r = 0; r < rounds; r++)
-            v[r] = t[k][r][3];
-        med[k][3] = median(v, rounds);
+        med[k][3] = column_median(t[k], rounds, 3, &lo[k], &hi[k]);
         if (e[k] == FT_ENGINE_AUTO)
             autok = k;
         else if (best < 0 || med[k][3] < med[best][3])
@@ -275,7 +280,6 @@ static int workflow(const model *m, const char *path, const char *engines, int r
         for (int r = 0; r < rounds; r++) {
             if (workflow_one(m, path, e[best], t[n][r]) < 0)
                 return -1;
-            t[n][r][3] = t[n][r][0] + t[n][r][1] + t[n][r][2];
             workflow_row(m, twin, r, t[n][r], json);
         }
     }
