@@ -15,6 +15,9 @@ Tools (each load in a fresh process; `--tools` picks, those not installed are sk
                      tensor moved to the device as it arrives (as vLLM's loader does)
   raw                the disk's ceiling: a sequential O_DIRECT read of as many bytes (and the
                      write, reported beside the table)
+A tool may carry settings: TOOL:KEY=VALUE+KEY=VALUE runs it with those environment variables
+(`fastensor-bypass:FASTENSOR_THREADS=64`, its own profile), for raw fio's jobs (each a
+contiguous share of the file), bs and depth (`raw:jobs=16+bs=4M+depth=8`).
 
 Rows: cold (page cache dropped), warm (every file read into the page cache first, by `cat`:
 the stand-in for storage faster than this disk), restart (the tool's own cold load in one
@@ -84,8 +87,19 @@ def variants(tool, device):
     return [{}]
 
 
+def parse_tool(spec):
+    """A --tools entry: TOOL, or TOOL:KEY=VALUE+KEY=VALUE (environment settings of the tool's
+    processes, or for raw fio's jobs, bs and depth): the tool and its fixed variant, or None."""
+    tool, _, rest = spec.partition(":")
+    if not rest:
+        return tool, None
+    pairs = dict(kv.split("=", 1) for kv in rest.split("+"))
+    return tool, ({"fio": pairs} if tool == "raw" else {"env": pairs})
+
+
 def label(tool, v):
-    s = ",".join(f"{k}={x}" for d in (v.get("kw", {}), v.get("env", {})) for k, x in d.items())
+    s = ",".join(f"{k}={x}" for d in (v.get("kw", {}), v.get("env", {}), v.get("fio", {}))
+                 for k, x in d.items())
     return f"{tool}[{s}]" if s else tool
 
 
@@ -263,7 +277,9 @@ def worker(spec):
         __import__(MODULES[tool])
     import_s = time.perf_counter() - t
     if tool == "raw":
-        n, secs = sc.raw_io(spec["path"], spec["size"], False)
+        fio = spec.get("variant", {}).get("fio", {})
+        n, secs = sc.raw_io(spec["path"], spec["size"], False, int(fio.get("jobs", 1)),
+                            fio.get("bs", "16M"), int(fio.get("depth", 16)))
         now = time.time()
         return {"bytes": n, "seconds": secs, "start": now - secs, "end": now, "ok": True}
     if spec.get("barrier"):
@@ -339,14 +355,14 @@ def warm_up(path):
                 pass
 
 
-def measure(args, tool, v, row, made):
+def measure(args, tool, v, row, made, name=None):
     """GB/s of one row's load, or None (the row does not apply, or no root to drop caches);
-    the worker's report rides along."""
+    the worker's report rides along. @p name: the --tools entry (its own profile)."""
     kind = "sharded" if row.startswith("sharded") else "single"
     if kind not in made:
         return None, None
     path = made[kind]
-    env = env_for(tool, v, args.work)
+    env = env_for(name or tool, v, args.work)
     spec = {"tool": tool, "variant": v, "path": path, "device": args.device, "kind": kind,
             "fingerprints": os.path.join(args.work, "fingerprints.json")}
     if tool == "raw":
@@ -420,7 +436,8 @@ def sweep(args, tools, made, rows):
 
 
 def table(res, rows, tools, settings):
-    peers = [t for t in tools if not t.startswith("fastensor") and t != "raw"]
+    peers = [t for t in tools if parse_tool(t)[0] not in ("fastensor", "raw")
+             and not t.startswith("fastensor")]
     head = "| row | " + " | ".join(tools) + " | fastensor / best peer | fastensor / twin |"
     lines = [head, "|---" * (len(tools) + 3) + "|"]
     for row in rows:
@@ -454,7 +471,7 @@ def costs(reports, tools):
     out = {}
     for t in tools:
         rs = [r for r in reports.get(t, []) if r]
-        if not rs or t == "raw":
+        if not rs or parse_tool(t)[0] == "raw":
             continue
 
         def med(k, scale=1.0):
@@ -498,7 +515,8 @@ def main():
     skipped = {}
     tools = []
     for t in [t for t in args.tools.split(",") if t]:
-        why = ("CUDA only" if t == "instanttensor" and not cuda else available(t))
+        base = parse_tool(t)[0]
+        why = ("CUDA only" if base == "instanttensor" and not cuda else available(base))
         if why:
             skipped[t] = why
         else:
@@ -523,11 +541,12 @@ def main():
             order = [(r, t) for r in rows for t in tools]
             random.Random(rnd).shuffle(order)
             for row, tool in order:
-                v = settings.get((tool, row), settings.get((tool, "cold"), variants(
+                base, fixed = parse_tool(tool)
+                v = fixed or settings.get((tool, row), settings.get((tool, "cold"), variants(
                     tool, args.device)[0]))
                 base_row = "procs" if row.startswith("procs") else row
                 try:
-                    g, rep = measure(args, tool, v, base_row, made)
+                    g, rep = measure(args, base, v, base_row, made, tool)
                 except RuntimeError as e:
                     g, rep = None, None
                     skipped[f"{tool} {row}"] = str(e)[-300:]
@@ -536,7 +555,7 @@ def main():
                 res[row][tool].append(g)
                 if row == "cold" and rep:
                     reports.setdefault(tool, []).append(rep)
-                print(f"round {rnd + 1} {row:13s} {label(tool, v):40s} "
+                print(f"round {rnd + 1} {row:13s} {tool if fixed else label(tool, v):40s} "
                       f"{'-' if g is None else f'{g:.2f}'} GB/s", flush=True)
             done += 1
         raw_w = None

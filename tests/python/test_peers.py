@@ -60,3 +60,21 @@ def test_other_bytes_get_no_figure(tmp, monkeypatch):
     res, _ = run(tmp, "--tools", "fastensor", "--rows", "warm")
     assert res["samples"]["warm"]["fastensor"] == [None]
     assert "other bytes than written" in res["skipped"]["fastensor warm"]
+
+
+def test_tools_with_settings(tmp):
+    assert peers.parse_tool("fastensor") == ("fastensor", None)
+    assert peers.parse_tool("fastensor-bypass:FASTENSOR_THREADS=3+FASTENSOR_ENGINE=posix") == \
+        ("fastensor-bypass", {"env": {"FASTENSOR_THREADS": "3", "FASTENSOR_ENGINE": "posix"}})
+    assert peers.parse_tool("raw:jobs=4+bs=4M") == ("raw", {"fio": {"jobs": "4", "bs": "4M"}})
+    env = peers.env_for("fastensor:FASTENSOR_THREADS=3", {"env": {"FASTENSOR_THREADS": "3"}},
+                        str(tmp))
+    assert env["FASTENSOR_THREADS"] == "3"
+    assert env["FASTENSOR_PROFILE"].endswith("profile-fastensor:FASTENSOR_THREADS=3")
+    # a setting that the library refuses fails that tool's loads, which the run reports
+    res, _ = run(tmp, "--tools", "fastensor:FASTENSOR_THREADS=2,fastensor:FASTENSOR_THREADS=5000",
+                 "--rows", "warm")
+    (gbps,) = res["samples"]["warm"]["fastensor:FASTENSOR_THREADS=2"]
+    assert gbps and gbps > 0
+    assert res["samples"]["warm"]["fastensor:FASTENSOR_THREADS=5000"] == [None]
+    assert "threads=5000 is above 4096" in res["skipped"]["fastensor:FASTENSOR_THREADS=5000 warm"]
