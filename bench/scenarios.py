@@ -19,9 +19,12 @@ not counted):
            round robin, cpu:gloo,cuda:nccl), the state dict as DTensors sharded on dimension
            0: `dcp.save` (durable), `dcp.load` after a page-cache drop, and `dcp.async_save`
            (size / the caller's blocking time, the longest rank's), each from a barrier to a
-           barrier; tool `fastensor` is fastensor.dcp's FastensorWriter/FastensorReader, `dcp`
-           DCP's default FileSystemWriter/FileSystemReader, `raw` the disk's ceiling with one
-           writer (reader) per rank; each save goes to a new directory, as a job's do
+           barrier; tool `fastensor` is fastensor.dcp's FastensorWriter/FastensorReader,
+           `fastensor-fst` the same with compression="always" (.fst data files; DCP scenarios
+           only), `dcp` DCP's default FileSystemWriter/FileSystemReader, `raw` the disk's
+           ceiling with one writer (reader) per rank; each save goes to a new directory, as a
+           job's do; `--dcp-data weights` makes the tensors weights-like (normal, std 0.02,
+           bf16: what the codec is for) instead of random bytes
 Tools: fastensor with a fresh profile (what a new user has: one empty profile directory for
 the run) and with a tuned one (`fastensor tune` first), safetensors, torch.save/torch.load
 (and torch.load(mmap=True)), torch.distributed.checkpoint's default
@@ -60,7 +63,7 @@ TOOLS = ["fastensor", "fastensor-tuned", "safetensors", "torch", "torch-mmap", "
 SCENARIOS = ["save", "cold", "repeat2", "repeat3", "procs", "big", "dcp-save", "dcp-load",
              "dcp-async"]
 # the tools of the DCP scenarios (fastensor.dcp under fastensor's names)
-DCP_TOOLS = ("fastensor", "fastensor-tuned", "fastensor-twin", "dcp", "raw")
+DCP_TOOLS = ("fastensor", "fastensor-tuned", "fastensor-twin", "fastensor-fst", "dcp", "raw")
 
 
 # ---- the state dict (made in each worker from a seed: the same bytes everywhere) ----
@@ -272,6 +275,9 @@ def dcp_rank(spec):
         local_shape = (hi - lo,) + tuple(shape[1:])
         if op == "dcp-load":
             t = torch.empty(local_shape, dtype=torch.bfloat16, device=dev)
+        elif spec.get("weights"):
+            g = torch.Generator().manual_seed(k * 1000 + rank)
+            t = (torch.randn(local_shape, generator=g) * 0.02).to(torch.bfloat16).to(dev)
         else:
             g = torch.Generator().manual_seed(k * 1000 + rank)
             t = torch.randint(-32768, 32768, local_shape, dtype=torch.int16,
@@ -285,7 +291,8 @@ def dcp_rank(spec):
         reader = lambda: dcp.FileSystemReader(spec["path"])  # noqa: E731
     else:
         import fastensor.dcp as fdcp
-        writer = lambda: fdcp.FastensorWriter(spec["path"])  # noqa: E731
+        mode = "always" if tool == "fastensor-fst" else None
+        writer = lambda: fdcp.FastensorWriter(spec["path"], compression=mode)  # noqa: E731
         reader = lambda: fdcp.FastensorReader(spec["path"])  # noqa: E731
     if op != "dcp-load" and rank == 0:
         shutil.rmtree(spec["path"], ignore_errors=True)  # a new directory, outside the timing
@@ -359,7 +366,8 @@ def env_for(tool, profiles, base=None):
     if tool.startswith("fastensor"):
         env["FASTENSOR_PROFILE"] = profiles[{"fastensor": "fresh", "fastensor-tuned": "tuned",
                                              "fastensor-base": "base",
-                                             "fastensor-twin": "twin"}[tool]]
+                                             "fastensor-twin": "twin",
+                                             "fastensor-fst": "fst"}[tool]]
     return env
 
 
@@ -415,7 +423,7 @@ def measure_dcp(args, tool, scenario, profiles, paths):
     env.update(NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1",
                NVSHMEM_DISABLE_NVLS="1")
     spec = {"tool": tool, "path": path, "device": args.device, "size": args.size_bytes,
-            "op": scenario}
+            "op": scenario, "weights": args.dcp_data == "weights"}
     procs = [spawn(spec, dict(env, RANK=str(r), WORLD_SIZE=str(args.ranks),
                               LOCAL_RANK=str(r), MASTER_ADDR="127.0.0.1",
                               MASTER_PORT=str(port)))
@@ -427,6 +435,8 @@ def measure_dcp(args, tool, scenario, profiles, paths):
 def measure(args, tool, scenario, profiles, paths, cgroup):
     if scenario.startswith("dcp-"):
         return measure_dcp(args, tool, scenario, profiles, paths)
+    if tool == "fastensor-fst":
+        return None
     env = env_for(tool, profiles, args.base)
     spec = {"tool": tool, "path": paths[tool], "device": args.device, "size": args.size_bytes,
             "op": "save" if scenario == "save" else "load"}
@@ -520,6 +530,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--procs", type=int, default=4, help="processes of the procsN scenario")
     ap.add_argument("--ranks", type=int, default=4, help="ranks of the dcp-* scenarios")
+    ap.add_argument("--dcp-data", choices=("random", "weights"), default="random",
+                    help="the dcp-* scenarios' tensors: random bytes, or weights-like bf16")
     ap.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
     ap.add_argument("--dir", default=None, help="where the checkpoints go (a real disk)")
     ap.add_argument("--tools", default=",".join(TOOLS))
@@ -556,7 +568,7 @@ def main():
         tools = [t for t in tools if t != "safetensors"]
     args.work = tempfile.mkdtemp(prefix="ft-scenarios-", dir=args.dir)
     profiles = {k: os.path.join(args.work, "profile-" + k)
-                for k in ("fresh", "tuned", "base", "twin")}
+                for k in ("fresh", "tuned", "base", "twin", "fst")}
     for p in profiles.values():
         os.makedirs(p)
     skipped = {}

@@ -50,7 +50,9 @@
 #         then the dcp-save, dcp-load and dcp-async scenarios (bench/scenarios.py, one rank
 #         per GPU, FT_DCP_LIST (dcp-save,dcp-load,dcp-async), FT_DCP_RANKS (the GPUs),
 #         FT_DCP_SIZE (2G), FT_DCP_ROUNDS (3), FT_DCP_LIMIT
-#         seconds before the last round starts (300)); JSON in $OUT/dcp-cuda.json.
+#         seconds before the last round starts (300), FT_DCP_TOOLS (fastensor,dcp,raw; add
+#         fastensor-fst for compressed .fst data files), FT_DCP_DATA (random, or weights:
+#         weights-like bf16, what the codec compresses)); JSON in $OUT/dcp-cuda.json.
 # --codec: only the tensor codec: test_gpu's GPU-decoder case against the source bytes,
 #         tests/python/test_fst.py (CUDA loads), then bench/codec.py --device cuda (a bf16
 #         Llama-style state dict of FT_CODEC_SIZE (2G), then FT_CODEC_MODELS (gpt2-fp32):
@@ -300,7 +302,8 @@ if [ $DCP = 1 ]; then
     ranks=${FT_DCP_RANKS:-$(nvidia-smi -L 2>/dev/null | wc -l)}
     PYTHONPATH="$here/python" BUILD="$BUILD" python3 bench/scenarios.py --device cuda \
         --ranks "${ranks:-1}" --size "${FT_DCP_SIZE:-2G}" --rounds "${FT_DCP_ROUNDS:-3}" \
-        --dir "$WORK" --tools fastensor,dcp,raw --scenarios "${FT_DCP_LIST:-dcp-save,dcp-load,dcp-async}" \
+        --dir "$WORK" --tools "${FT_DCP_TOOLS:-fastensor,dcp,raw}" --dcp-data "${FT_DCP_DATA:-random}" \
+        --scenarios "${FT_DCP_LIST:-dcp-save,dcp-load,dcp-async}" \
         --time-limit "${FT_DCP_LIMIT:-300}" --json "$OUT/dcp-cuda.json" \
         2>"$OUT/dcp-cuda.log" | tee -a "$OUT/summary.txt"
 fi

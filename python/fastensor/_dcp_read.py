@@ -17,7 +17,7 @@ from torch.distributed.checkpoint.planner import LoadItemType, LoadPlan
 from torch.distributed.checkpoint.storage import StorageReader
 from torch.futures import Future
 
-from . import File, _C, _ckpt, cache_id, engine_id
+from . import File, _C, _ckpt, _fst, cache_id, engine_id
 from ._safe import runs_of
 
 METADATA = ".metadata"
@@ -210,9 +210,25 @@ class FastensorReader(_Directory, StorageReader):
         fut.set_result(None)
         return fut
 
+    def _chunk(self, req):
+        """(storage info, saved chunk's sizes, dtype) of a tensor item (ValueError where the
+        metadata does not describe it consistently)."""
+        info = self.storage_data[req.storage_index]
+        key = (req.storage_index.fqn, tuple(req.storage_index.offset or ()))
+        sizes, dtype = self.chunks.get(key, (None, None))
+        if sizes is None:
+            raise ValueError(f"item {key[0]!r} at {list(key[1])}: no such chunk in the "
+                             "metadata")
+        if math.prod(sizes) * dtype.itemsize != info.length:
+            raise ValueError(f"item {key[0]!r}: the metadata gives {info.length} bytes "
+                             f"for a chunk of {list(sizes)} {dtype}")
+        return info, sizes, dtype
+
     def _read_file(self, relative, reqs, planner):
         path = self._data_path(relative)
         try:
+            if relative.endswith(_fst.SUFFIX):
+                return _FstRead(self, path, planner).run(reqs)
             if not relative.endswith(".safetensors"):
                 return self._read_torch_save(path, reqs, planner)
             return _FileRead(self, path, planner).run(reqs)
@@ -269,16 +285,8 @@ class _FileRead:
             raise ValueError("a safetensors data file cannot hold non-tensor items")
         direct, spans = [], []  # spans: (req, target, dtype, sizes, first, last)
         for req in tensors:
-            info = self.r.storage_data[req.storage_index]
-            key = (req.storage_index.fqn, tuple(req.storage_index.offset or ()))
-            sizes, dtype = self.r.chunks.get(key, (None, None))
-            if sizes is None:
-                raise ValueError(f"item {key[0]!r} at {list(key[1])}: no such chunk in the "
-                                 "metadata")
+            info, sizes, dtype = self.r._chunk(req)
             esize = dtype.itemsize
-            if math.prod(sizes) * esize != info.length:
-                raise ValueError(f"item {key[0]!r}: the metadata gives {info.length} bytes "
-                                 f"for a chunk of {list(sizes)} {dtype}")
             target = self.planner.resolve_tensor(req).detach()
             _check_size(req, target, req.lengths)
             box = [(int(o), int(o) + int(n)) for o, n in zip(req.storage_offsets, req.lengths)]
@@ -371,3 +379,57 @@ class _FileRead:
         with ThreadPoolExecutor(max_workers=min(8, max(1, len(ops)))) as ex:
             for f in [ex.submit(one, op) for op in ops]:
                 f.result()
+
+
+class _FstRead:
+    """The reads of one load plan from one ``.fst`` data file (FastensorWriter's
+    ``compression``): each saved chunk's stream is read and decoded once, straight into the
+    destination where the plan reads the whole chunk into dense memory of its dtype, else
+    into temporary memory on the destination's device, from which each item's box is
+    copied. CUDA destinations decode on the GPU where the library can (unless ``verify``:
+    block checksums are checked on the host)."""
+
+    def __init__(self, reader, path, planner):
+        self.r, self.path, self.planner = reader, path, planner
+
+    def run(self, reqs):
+        if any(q.type == LoadItemType.BYTE_IO for q in reqs):
+            raise ValueError("a .fst data file cannot hold non-tensor items")
+        c = _fst.Container(self.path, engine=self.r.engine, cache=self.r.cache)
+        at = {x.begin: x for x in c.entries}
+        chunks = {}  # entry index -> (entry, sizes, dtype, [(req, target)])
+        for req in reqs:
+            info, sizes, dtype = self.r._chunk(req)
+            x = at.get(info.offset)
+            if x is None or x.nbytes != info.length:
+                raise ValueError(f"item {req.storage_index.fqn!r}: the container has no tensor "
+                                 f"of {info.length} bytes at {info.offset} of its layout")
+            target = self.planner.resolve_tensor(req).detach()
+            _check_size(req, target, req.lengths)
+            if math.prod(req.lengths) == 0:
+                self.planner.commit_tensor(req, target)
+                continue
+            chunks.setdefault(x.index, (x, sizes, dtype, []))[3].append((req, target))
+        for x, sizes, dtype, uses in chunks.values():
+            self._decode(c, x, sizes, dtype, uses)
+
+    def _decode(self, c, x, sizes, dtype, uses):
+        req, target = uses[0]
+        whole = len(uses) == 1 and tuple(req.lengths) == tuple(sizes) and \
+            not any(req.storage_offsets) and target.dtype == dtype and \
+            target.is_contiguous() and target.device.type in ("cpu", "cuda")
+        cuda = target.device.type == "cuda"
+        dev = target.device if cuda else torch.device("cpu")
+        into = target if whole else torch.empty(x.nbytes, dtype=torch.uint8, device=dev)
+        stream = torch.cuda.current_stream(dev).cuda_stream if cuda else 0
+        c.decode_into({x.name: into.data_ptr()}, device=(dev.index or 0) if cuda else None,
+                      stream=stream, verify=self.r.verify)
+        if not whole:
+            src = into.view(dtype).view(sizes)
+            for req, target in uses:
+                box = src
+                for d, (o, n) in enumerate(zip(req.storage_offsets, req.lengths)):
+                    box = box.narrow(d, int(o), int(n))
+                target.copy_(box)
+        for req, target in uses:
+            self.planner.commit_tensor(req, target)

@@ -9,7 +9,9 @@
 
 Layout (DCP's, with safetensors data files): each rank writes the items of its plan as one
 safetensors file ``__<rank>_<tag>.safetensors`` (fastensor's save: aligned, checksummed,
-durable, written in parallel), and its non-tensor items, where it has any, as
+durable, written in parallel; with ``compression``, a compressed container
+``__<rank>_<tag>.fst``, the items' offsets those of its decoded layout), and its non-tensor
+items, where it has any, as
 ``__<rank>_<tag>.distcp``; the coordinator commits the checkpoint by replacing ``.metadata``
 (DCP's pickled :class:`~torch.distributed.checkpoint.metadata.Metadata`, the items' file
 offsets in ``storage_data``) with one rename, then removes the data files of the checkpoint
@@ -53,7 +55,7 @@ from torch.distributed.checkpoint.storage import StorageWriter, WriteResult
 from torch.distributed.tensor import DTensor
 from torch.futures import Future
 
-from . import _async, _ckpt, cache_id, engine_id
+from . import _async, _ckpt, _fst, cache_id, engine_id
 from ._dcp_read import METADATA, FastensorReader, _Directory
 from ._gpumem import device_room
 from .torch import _TO_ST, _items
@@ -63,7 +65,7 @@ __all__ = ["FastensorWriter", "FastensorReader", "consolidate"]
 # DCP's keys in a safetensors file's metadata (torch.distributed.checkpoint._hf_utils)
 _SHARDING_KEY = "DCP_SHARDING_INFO"
 _VERSION_KEY = "DCP_VERSION"
-_DATA_FILE = re.compile(r"^__(\d+)_([0-9a-f]{12})\.(safetensors|distcp)$")
+_DATA_FILE = re.compile(r"^__(\d+)_([0-9a-f]{12})\.(safetensors|distcp|fst)$")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -216,6 +218,11 @@ class FastensorWriter(_Directory, StorageWriter, AsyncStager):
     ``sync_files``: make the files durable before the commit (default; without it a crash
     can leave a committed checkpoint whose data is not on the disk); ``overwrite``: False
     raises RuntimeError where the directory already holds a checkpoint.
+    ``compression``: None (default) writes each rank's tensors as a safetensors file;
+    "auto", "always" or "none" as a compressed container ``__<rank>_<tag>.fst`` coded as
+    :func:`fastensor.torch.save_file` codes a ``.fst`` name (the codec runs on the host:
+    CUDA tensors are copied there first). :class:`FastensorReader` decodes each saved chunk
+    once and reshards as for safetensors files; DCP's own readers cannot read them.
 
     As an ``AsyncStager`` (``dcp.async_save``), it stages the state dict into memory kept for
     the next async save of the same structure (pinned where CUDA is present), so the
@@ -227,10 +234,13 @@ class FastensorWriter(_Directory, StorageWriter, AsyncStager):
     _synchronize_after_execute = False
 
     def __init__(self, path, *, engine: str = "auto", cache: str = "auto",
-                 sync_files: bool = True, overwrite: bool = True):
+                 sync_files: bool = True, overwrite: bool = True, compression: str | None = None):
         super().__init__()
         engine_id(engine)
         cache_id(cache)
+        if compression is not None:
+            _fst.compression_id(compression)
+        self.compression = compression
         self.path = os.fspath(path)
         self.engine, self.cache = engine, cache
         self.sync_files, self.overwrite = bool(sync_files), bool(overwrite)
@@ -313,7 +323,8 @@ class FastensorWriter(_Directory, StorageWriter, AsyncStager):
         return results
 
     def _write_tensors(self, sd, items, planner, where):
-        name = f"{sd.prefix}{sd.tag}.safetensors"
+        coded = self.compression is not None
+        name = f"{sd.prefix}{sd.tag}{_fst.SUFFIX if coded else '.safetensors'}"
         path = os.path.join(self.path, name)
         names = [it.index.fqn for it in items]
         if len(set(names)) != len(names):  # one rank with two chunks of one tensor
@@ -322,8 +333,8 @@ class FastensorWriter(_Directory, StorageWriter, AsyncStager):
         tensors, sharding = {}, {}
         for n, it in zip(names, items):
             t = planner.resolve_data(it).detach()
-            if t.device.type not in ("cpu", "cuda"):
-                t = t.to("cpu")
+            if t.device.type not in ("cpu", "cuda") or (coded and t.device.type != "cpu"):
+                t = t.to("cpu")  # (the codec runs on the host)
             if t.dtype not in _TO_ST:
                 raise ValueError(f"{where}: item {it.index.fqn!r}: dtype {t.dtype} has no "
                                  "safetensors equivalent")
@@ -334,15 +345,16 @@ class FastensorWriter(_Directory, StorageWriter, AsyncStager):
         entries, keep = _items(tensors, check=False)
         meta = {"format": "pt", _SHARDING_KEY: json.dumps(sharding), _VERSION_KEY: "1.0"}
         try:
-            _ckpt.save(path, entries, meta, engine=self.engine, durable=self.sync_files,
-                       cache=self.cache)
+            _ckpt.save(path, [e[:5] for e in entries] if coded else entries, meta,
+                       engine=self.engine, durable=self.sync_files, cache=self.cache,
+                       compression=_fst.compression_id(self.compression) if coded else 0)
             ck, described, _, shards = _ckpt.open_checkpoint(path)
         except OSError as e:
             raise OSError(e.errno, f"{where}: {path}: {e.strerror or e}") from e
         except ValueError as e:
             raise ValueError(f"{where}: {path}: {e}") from e
         del ck, keep
-        start = shards[0][2]
+        start = 0 if coded else shards[0][2]  # (a container's items: their decoded layout's)
         at = {t[0]: (start + t[5], t[3]) for t in described}
         return [WriteResult(index=it.index, size_in_bytes=at[n][1],
                             storage_data=_StorageInfo(name, at[n][0], at[n][1]))

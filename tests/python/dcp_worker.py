@@ -9,6 +9,7 @@ load:  build the model with other values, sharded over this world (FSDP2, or --c
        DTensors sharded on dimension 1), load with FastensorReader (--path) or DCP's
        FileSystemReader (--default), write the full tensors (rank 0) to OUT.
 --async-save: save with dcp.async_save (the blocking time printed).
+--compression MODE: FastensorWriter's (.fst data files).
 --kill-rank R --kill-at data|commit: rank R dies in the middle of writing its data file,
        or (R = 0) just before the commit's rename.
 """
@@ -110,6 +111,7 @@ def main():
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--kill-rank", type=int, default=-1)
     p.add_argument("--kill-at", default="data")
+    p.add_argument("--compression", default=None)
     a = p.parse_args()
     dist.init_process_group("gloo", timeout=timedelta(seconds=60))
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -126,7 +128,8 @@ def main():
             fut.result()
             print(f"rank {rank}: async_save blocked {blocked * 1e3:.1f} ms", flush=True)
         else:
-            dcp.save(state, storage_writer=fdcp.FastensorWriter(a.path))
+            dcp.save(state, storage_writer=fdcp.FastensorWriter(a.path,
+                                                                compression=a.compression))
         if a.default_path:
             dcp.save(state, storage_writer=dcp.FileSystemWriter(a.default_path))
         expected = full(state)

@@ -79,6 +79,78 @@ def test_save_at_4_load_at_2_and_1_byte_exact_against_dcp_default(tmp):
     assert_same(outs[(2, ("--columns",))], outs[(2, ("--columns", "--default"))])
 
 
+def test_compressed_save_at_4_load_at_2_1_and_by_columns(tmp):
+    """compression="always": each rank's tensors in a .fst container, decoded and resharded
+    on load as safetensors data files are."""
+    ck, exp = os.path.join(tmp, "ck"), os.path.join(tmp, "expected.pt")
+    torchrun(4, "save", exp, "--path", ck, "--compression", "always")
+    names = os.listdir(ck)
+    assert len([n for n in names if n.endswith(".fst")]) == 4
+    assert not [n for n in names if n.endswith(".safetensors")]
+    expected = loaded(exp)
+    for world, extra in ((2, []), (1, []), (2, ["--columns"])):
+        out = os.path.join(tmp, f"got-{world}-{'-'.join(extra)}.pt")
+        torchrun(world, "load", out, "--path", ck, *extra)
+        got = loaded(out)
+        if extra:
+            want = {k: v for k, v in expected.items() if k.startswith("model.")}
+            want["step"] = expected["step"]
+            assert_same(got, want)
+        else:
+            assert_same(got, expected)
+
+
+def test_compressed_one_process_modes_verify_corruption_consolidate(tmp):
+    g = torch.Generator().manual_seed(12)
+    s = small_state(8)
+    s["wb"] = (torch.randn(256, 512, generator=g) * 0.02).to(torch.bfloat16)  # weights-like
+    sizes = {}
+    for mode in (None, "none", "auto", "always"):
+        ck = os.path.join(tmp, str(mode))
+        dcp.save(s, storage_writer=fdcp.FastensorWriter(ck, compression=mode))
+        data = [n for n in os.listdir(ck) if n.endswith(".fst" if mode else ".safetensors")]
+        assert len(data) == 1, os.listdir(ck)
+        sizes[mode] = os.path.getsize(os.path.join(ck, data[0]))
+        for verify in (False, True):
+            got = zeros_like_state(s)
+            dcp.load(got, storage_reader=fdcp.FastensorReader(ck, verify=verify))
+            assert_same(flat(got), flat(s))
+    assert sizes["always"] < 0.85 * sizes["none"], sizes  # bf16 weights: about 0.67
+    # the container is one fastensor reads by itself, and consolidate reads it
+    ck = os.path.join(tmp, "always")
+    data = os.path.join(ck, [n for n in os.listdir(ck) if n.endswith(".fst")][0])
+    tensors = {k: v for k, v in flat(s).items() if isinstance(v, torch.Tensor)}
+    assert_same(load_file(data), tensors)
+    out = os.path.join(tmp, "full.safetensors")
+    assert sorted(fdcp.consolidate(ck, out)) == ["nested.lr", "step"]
+    assert_same(load_file(out), tensors)
+    # a byte flipped in the coded stream of "wb": verify names the rank, file, item, checksum
+    md = pickle.load(open(os.path.join(ck, ".metadata"), "rb"))
+    from fastensor import _fst
+    entry = _fst.Container(data).entry("wb")
+    assert entry.compressed
+    c = _fst.Container(data)
+    with open(data, "r+b") as f:
+        at = c.data_start + entry.stored[0] + (entry.stored[1] - entry.stored[0]) // 2
+        f.seek(at)
+        b = f.read(1)
+        f.seek(at)
+        f.write(bytes([b[0] ^ 0x10]))
+    del c
+    with pytest.raises(FAIL) as e:
+        dcp.load(zeros_like_state(s), storage_reader=fdcp.FastensorReader(ck, verify=True))
+    msg = str(e.value)
+    name = os.path.basename(data)
+    assert "rank 0" in msg and name in msg and "'wb'" in msg and "checksum" in msg, msg
+    assert any(k.fqn == "wb" for k in md.storage_data)
+    # another save replaces the container and removes it
+    dcp.save(s, storage_writer=fdcp.FastensorWriter(ck, compression="always"))
+    assert not os.path.exists(data)
+    got = zeros_like_state(s)
+    dcp.load(got, storage_reader=fdcp.FastensorReader(ck, verify=True))
+    assert_same(flat(got), flat(s))
+
+
 def test_async_save_at_2(tmp):
     ck, exp, out = (os.path.join(tmp, n) for n in ("ck", "exp.pt", "got.pt"))
     log = torchrun(2, "save", exp, "--path", ck, "--async-save")
@@ -310,12 +382,13 @@ def test_corruption_and_truncation_name_rank_file_and_item(tmp):
         dcp.load(got, storage_reader=fdcp.FastensorReader(os.path.join(tmp, "badck")))
 
 
-def test_strided_and_dtype_changing_reads(tmp):
+@pytest.mark.parametrize("compression", [None, "always"])
+def test_strided_and_dtype_changing_reads(tmp, compression):
     # a plan that reads a box of columns (runs far apart), and a destination of another dtype
     g = torch.Generator().manual_seed(5)
     s = {"m": torch.randn(300, 200, generator=g), "h": torch.randn(64, 64, generator=g)}
     ck = os.path.join(tmp, "ck")
-    dcp.save(s, storage_writer=fdcp.FastensorWriter(ck))
+    dcp.save(s, storage_writer=fdcp.FastensorWriter(ck, compression=compression))
     reader = fdcp.FastensorReader(ck)
     md = reader.read_metadata()
     reader.set_up_storage_reader(md, True)
@@ -382,19 +455,23 @@ def test_bad_settings_are_refused(tmp):
         fdcp.FastensorWriter(tmp, engine="nope")
     with pytest.raises(ValueError):
         fdcp.FastensorReader(tmp, cache="sometimes")
+    with pytest.raises(ValueError, match="compression must be one of"):
+        fdcp.FastensorWriter(tmp, compression="zip")
     save_file({"x": torch.zeros(2)}, os.path.join(tmp, "plain.safetensors"))
     with pytest.raises(FAIL, match=NO_CHECKPOINT):
         dcp.load({"x": torch.zeros(2)}, storage_reader=fdcp.FastensorReader(tmp))
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device (torch.cuda)")
-def test_cuda_state_dict_round_trip_against_default(tmp):
+@pytest.mark.parametrize("compression", [None, "always"])
+def test_cuda_state_dict_round_trip_against_default(tmp, compression):
+    """(compressed: decoded on the GPU into the CUDA destinations, on the host with verify)"""
     g = torch.Generator().manual_seed(9)
     s = {"w": torch.randn(1024, 513, generator=g).cuda(),
          "b": torch.randn(77, generator=g).to(torch.bfloat16).cuda(), "step": 5,
          "host": torch.arange(10)}
     ck, ref = os.path.join(tmp, "ft"), os.path.join(tmp, "default")
-    dcp.save(s, storage_writer=fdcp.FastensorWriter(ck))
+    dcp.save(s, storage_writer=fdcp.FastensorWriter(ck, compression=compression))
     dcp.save(s, storage_writer=dcp.FileSystemWriter(ref))
     for reader in (fdcp.FastensorReader(ck), fdcp.FastensorReader(ck, verify=True)):
         got = {"w": torch.zeros_like(s["w"]), "b": torch.zeros_like(s["b"]), "step": 0,
@@ -410,7 +487,8 @@ def test_cuda_state_dict_round_trip_against_default(tmp):
     assert torch.equal(want["w"], got["w"]) and torch.equal(want["b"], got["b"])
     # columns of a CUDA destination: a strided read through a device span
     cols = {"w": torch.zeros(1024, 513, device="cuda")[:, 100:200]}
-    fut = dcp.async_save(s, storage_writer=fdcp.FastensorWriter(os.path.join(tmp, "a")))
+    fut = dcp.async_save(s, storage_writer=fdcp.FastensorWriter(os.path.join(tmp, "a"),
+                                                                 compression=compression))
     fut.result()
     got = {"w": torch.zeros_like(s["w"])}
     dcp.load(got, storage_reader=fdcp.FastensorReader(os.path.join(tmp, "a")))
