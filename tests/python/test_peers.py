@@ -71,6 +71,8 @@ def test_tools_with_settings(tmp):
                         str(tmp))
     assert env["FASTENSOR_THREADS"] == "3"
     assert env["FASTENSOR_PROFILE"].endswith("profile-fastensor:FASTENSOR_THREADS=3")
+    env = peers.env_for("fastensor:PYTHONPATH=/a/b", {}, str(tmp))  # (a profile in the run's
+    assert os.path.dirname(env["FASTENSOR_PROFILE"]) == str(tmp)    # directory, not below it)
     # a setting that the library refuses fails that tool's loads, which the run reports
     res, _ = run(tmp, "--tools", "fastensor:FASTENSOR_THREADS=2,fastensor:FASTENSOR_THREADS=5000",
                  "--rows", "warm")
