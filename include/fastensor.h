@@ -115,7 +115,7 @@ typedef struct ft_config {
     size_t chunk_size;     /**< largest piece of a split transfer and of one O_DIRECT
                                 request (64 MiB) */
     unsigned queue_depth;  /**< io_uring requests in flight per transfer (16) */
-    size_t bounce_size;    /**< size of one aligned bounce buffer (4 MiB) */
+    size_t bounce_size;    /**< one aligned bounce buffer and pinned staging buffer (4 MiB) */
     ft_engine engine;      /**< engine for calls that ask for AUTO (default AUTO: the
                                 library's choice) */
     ft_cache_mode cache;   /**< cache mode for calls that ask for FT_CACHE_AUTO (default AUTO) */

@@ -26,7 +26,7 @@ int ft_ctx_create(ft_ctx **out, const ft_config *cfg_in)
     pthread_mutex_init(&ctx->ext_lock, NULL);
     if ((rc = ft__bufpool_create(&ctx->bounce, cfg.bounce_size, 2 * cfg.threads + 2)) < 0 ||
         (rc = ft__auto_create(&ctx->autosel)) < 0 ||
-        (rc = ft__stage_create(&ctx->stage, FT__MAX(cfg.bounce_size, (size_t)16 << 20))) < 0 ||
+        (rc = ft__stage_create(&ctx->stage, cfg.bounce_size)) < 0 ||
         (rc = ft__pool_create(&ctx->pool, cfg.threads)) < 0) {
         ft_ctx_destroy(ctx);
         return rc == -ENOMEM ? ft__err(rc, "context") : rc;
