@@ -239,7 +239,7 @@ def inspect(path) -> dict:
     container: stored bytes and ratio per tensor and in all)."""
     ck = _C.ckpt_open(context(), os.fspath(path))
     tensors, meta, shards, has_csum = _C.ckpt_describe(ck)
-    if _C.ckpt_stored(ck)[0] == _C.FORMAT_FST:  # (the handle opened here, described there)
+    if _C.ckpt_format(ck) == _C.FORMAT_FST:  # (the handle opened here, described there)
         from . import _fst
         return _fst.Container(path, opened=(ck, tensors, meta, shards)).describe()
     return {"tensors": {t[0]: {"dtype": t[1], "shape": t[2], "bytes": t[3], "shard": t[4],

@@ -183,6 +183,14 @@ fail:
     return NULL;
 }
 
+/* ckpt_format(ckpt) -> FORMAT_FST or 0 (safetensors): what the library found the file to be */
+static PyObject *py_ckpt_format(PyObject *self, PyObject *args)
+{
+    (void)self;
+    ft_ckpt *c = ckpt_arg(args);
+    return c ? PyLong_FromLong(ft_ckpt_format(c)) : NULL;
+}
+
 /* ckpt_stored(ckpt) -> (format, [(file offset, stored bytes, coded)]): a .fst container's
  * streams (FT_FORMAT_FST), or a safetensors checkpoint's tensors as they are */
 static PyObject *py_ckpt_stored(PyObject *self, PyObject *args)
@@ -533,6 +541,7 @@ static PyMethodDef checkpoint_methods[] = {
     {"ckpt_open", py_ckpt_open, METH_VARARGS, "ckpt_open(ctx, path) -> ckpt"},
     {"ckpt_describe", py_ckpt_describe, METH_VARARGS, "ckpt_describe(ckpt) -> (...)"},
     {"ckpt_stored", py_ckpt_stored, METH_VARARGS, "ckpt_stored(ckpt) -> (format, [...])"},
+    {"ckpt_format", py_ckpt_format, METH_VARARGS, "ckpt_format(ckpt) -> format"},
     {"file_install", py_file_install, METH_VARARGS, "file_install(ctx, path, data, sync)"},
     {"file_remove", py_file_remove, METH_VARARGS, "file_remove(ctx, path)"},
     {"fst_measure", py_fst_measure, METH_VARARGS, "fst_measure(ctx, dir, elem) -> (...)"},

@@ -70,6 +70,12 @@ def open_checkpoint(path):
     return ck, tensors, meta, shards
 
 
+def is_container(opened) -> bool:
+    """Whether the checkpoint ``opened`` (what :func:`open_checkpoint` gave) is a compressed
+    ``.fst`` container: the library tells, from the file's magic."""
+    return _C.ckpt_format(opened[0]) == _C.FORMAT_FST
+
+
 def load_shard(ck, shard, address, nbytes, *, engine="auto", verify=False, device=None,
                stream=0, cache="auto"):
     """Read a shard's data section into host memory, or device memory of CUDA ``device``."""

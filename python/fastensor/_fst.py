@@ -7,7 +7,6 @@ callers and holds the framework-free helpers the torch and numpy layers share.
 from __future__ import annotations
 
 import os
-import stat
 
 import numpy as np
 
@@ -30,21 +29,6 @@ def gpu_decoder(device: int):
         except OSError as e:
             _gpu[device] = str(e)
     return _gpu[device]
-
-
-def is_container(path) -> bool:
-    """Whether ``path`` is a regular file that starts with the container's magic (anything
-    else, a FIFO included, is left to the safetensors reader and its messages)."""
-    try:
-        fd = os.open(os.fspath(path), os.O_RDONLY | os.O_NONBLOCK)
-    except (OSError, TypeError, ValueError):
-        return False
-    try:
-        return stat.S_ISREG(os.fstat(fd).st_mode) and os.pread(fd, len(MAGIC), 0) == MAGIC
-    except OSError:
-        return False
-    finally:
-        os.close(fd)
 
 
 def compression_id(compression) -> int:
@@ -76,7 +60,7 @@ class Container:
         # (opened: what _ckpt.open_checkpoint gave a caller that opened it already)
         ck, tensors, meta, shards = opened or _ckpt.open_checkpoint(self.path)
         fmt, stored = _C.ckpt_stored(ck)
-        if fmt != _C.FORMAT_FST:
+        if fmt != _C.FORMAT_FST:  # (a caller that opened it asked _ckpt.is_container first)
             raise ValueError(f"{self.path}: not a fastensor container (no FASTENSZ magic)")
         self.ck = ck
         self.metadata = meta or {}
@@ -195,11 +179,11 @@ class FstOpen(Opened):
     slices it: a coded stream is read whole). ``adapter`` makes the framework's arrays."""
 
     def __init__(self, filename, adapter, device, *, engine="auto", verify=False,
-                 cache="auto"):
+                 cache="auto", opened=None):
         self._adapter = adapter
         self._device = adapter.device(device)
         self._verify = verify
-        self._c = Container(filename, engine=engine, cache=cache)
+        self._c = Container(filename, engine=engine, cache=cache, opened=opened)
         self._filename = self._c.path
         self._open_ = True
         self._torch_indexing = adapter.torch_indexing

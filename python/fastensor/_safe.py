@@ -85,12 +85,12 @@ class SafeOpen(Opened):
     ``get_slice(name)[...]``. ``adapter`` makes arrays for the framework."""
 
     def __init__(self, filename, adapter, device, *, engine="auto", verify=False,
-                 cache="auto", backend="mmap"):
+                 cache="auto", backend="mmap", opened=None):
         self._adapter = adapter
         self._device = adapter.device(device)
         self._engine, self._verify, self._cache = engine_id(engine), bool(verify), cache_id(cache)
         self._filename = os.fspath(filename)
-        self._ck, tensors, self._meta, self._shards = _ckpt.open_checkpoint(filename)
+        self._ck, tensors, self._meta, self._shards = opened or _ckpt.open_checkpoint(filename)
         self._checksums = _C.ckpt_describe(self._ck)[3]
         self._info = {t[0]: (i,) + tuple(t[1:]) for i, t in enumerate(tensors)}
         self._order = [t[0] for t in tensors]

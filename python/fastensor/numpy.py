@@ -80,8 +80,9 @@ def load_file(filename, *, backend: str = "mmap", engine: str = "auto", verify: 
     are)."""
     if _st.check_backend(backend) == "pread" and mmap is None:
         mmap = False
-    if _fst.is_container(filename):
-        c = _fst.Container(filename, engine=engine, cache=cache)
+    opened = _ckpt.open_checkpoint(filename)
+    if _ckpt.is_container(opened):
+        c = _fst.Container(filename, engine=engine, cache=cache, opened=opened)
         for x in c.entries:
             if _FROM_ST.get(x.dtype) is None:
                 raise ValueError(f"{x.name!r}: dtype {x.dtype} has no numpy equivalent")
@@ -89,7 +90,7 @@ def load_file(filename, *, backend: str = "mmap", engine: str = "auto", verify: 
         c.load(buf.ctypes.data, verify=verify)  # (the decoded layout: views of one buffer)
         return {x.name: np.ndarray(x.shape, dtype=_FROM_ST[x.dtype].newbyteorder("<"),
                                    buffer=buf, offset=x.begin) for x in c.entries}
-    ck, tensors, _, shards = _ckpt.open_checkpoint(filename)
+    ck, tensors, _, shards = opened
     bufs = []
     for k, info in enumerate(shards):
         size = info[1]
@@ -177,12 +178,13 @@ def safe_open(filename, framework: str = "np", device="cpu", *, backend: str = "
         raise _st.SafetensorValueError(f"framework {framework!r}: fastensor.numpy.safe_open "
                                        "serves \"np\"")
     _st.check_backend(backend)
-    if _fst.is_container(filename):
+    opened = _ckpt.open_checkpoint(filename)
+    if _ckpt.is_container(opened):
         return _fst.FstOpen(filename, _Arrays, device, engine=engine, verify=verify,
-                            cache=cache)
+                            cache=cache, opened=opened)
     from ._safe import SafeOpen
     return SafeOpen(filename, _Arrays, device, engine=engine, verify=verify, cache=cache,
-                    backend=backend)
+                    backend=backend, opened=opened)
 
 
 __all__ = ["save_file", "load_file", "safe_open", "save", "load"]

@@ -274,12 +274,12 @@ def _tensor_from(buf, dtype_name, shape, nbytes, off):
     return raw.view(dt).reshape(shape)
 
 
-def _load_fst(filename, device, names, engine, cache, verify=False):
+def _load_fst(filename, device, names, engine, cache, verify=False, opened=None):
     """A container's tensors (``names``, or all) in one buffer that the tensors view, decoded
     by the library: on the GPU straight into device memory where it can (block checksums are
     checked on the host only, so ``verify=True`` decodes there), else on the host."""
     device = _Arrays.device(device)
-    c = _fst.Container(filename, engine=engine, cache=cache)
+    c = _fst.Container(filename, engine=engine, cache=cache, opened=opened)
     cuda = device.type == "cuda"
     if cuda and device.index is None:
         device = torch.device("cuda", torch.cuda.current_device())
@@ -303,9 +303,9 @@ def _load_fst(filename, device, names, engine, cache, verify=False):
     return {x.name: _tensor_from(buf, x.dtype, x.shape, x.nbytes, o) for x, o in zip(sel, offs)}
 
 
-def _load(filename, device, engine, verify, mmap=None, cache="auto"):
+def _load(filename, device, engine, verify, mmap=None, cache="auto", opened=None):
     device = torch.device(device)
-    ck, tensors, meta, shards = _ckpt.open_checkpoint(filename)
+    ck, tensors, meta, shards = opened or _ckpt.open_checkpoint(filename)
     bufs = []
     cuda = device.type == "cuda"
     if cuda and device.index is None:
@@ -416,12 +416,13 @@ def safe_open(filename, framework: str = "pt", device="cpu", *, backend: str = "
         raise _st.SafetensorValueError(f"framework {framework!r}: fastensor.torch.safe_open "
                                        "serves \"pt\"")
     _st.check_backend(backend)
-    if _fst.is_container(filename):
+    opened = _ckpt.open_checkpoint(filename)
+    if _ckpt.is_container(opened):
         return _fst.FstOpen(filename, _Arrays, device, engine=engine, verify=verify,
-                            cache=cache)
+                            cache=cache, opened=opened)
     from ._safe import SafeOpen
     return SafeOpen(filename, _Arrays, device, engine=engine, verify=verify, cache=cache,
-                    backend=backend)
+                    backend=backend, opened=opened)
 
 
 def _load_some(filename, names, device, engine, verify, cache, backend):
@@ -462,12 +463,13 @@ def load_file(filename, device="cpu", *, backend: str = "mmap", names=None,
     """
     if _st.check_backend(backend) == "pread" and mmap is None:
         mmap = False
-    if _fst.is_container(filename):
+    opened = _ckpt.open_checkpoint(filename)
+    if _ckpt.is_container(opened):
         return _load_fst(filename, device, None if names is None else list(names), engine,
-                         cache, verify)
+                         cache, verify, opened)
     if names is not None:
         return _load_some(filename, list(names), device, engine, verify, cache, backend)
-    return _load(filename, device, engine, verify, mmap, cache)[0]
+    return _load(filename, device, engine, verify, mmap, cache, opened)[0]
 
 
 def save(tensors: dict, metadata: dict | None = None) -> bytes:
