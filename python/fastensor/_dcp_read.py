@@ -396,12 +396,12 @@ class _FstRead:
         if any(q.type == LoadItemType.BYTE_IO for q in reqs):
             raise ValueError("a .fst data file cannot hold non-tensor items")
         c = _fst.Container(self.path, engine=self.r.engine, cache=self.r.cache)
-        at = {x.begin: x for x in c.entries}
+        at = {(x.begin, x.nbytes): x for x in c.entries}  # (an empty tensor shares a begin)
         chunks = {}  # entry index -> (entry, sizes, dtype, [(req, target)])
         for req in reqs:
             info, sizes, dtype = self.r._chunk(req)
-            x = at.get(info.offset)
-            if x is None or x.nbytes != info.length:
+            x = at.get((info.offset, info.length))
+            if x is None:
                 raise ValueError(f"item {req.storage_index.fqn!r}: the container has no tensor "
                                  f"of {info.length} bytes at {info.offset} of its layout")
             target = self.planner.resolve_tensor(req).detach()
