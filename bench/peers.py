@@ -588,9 +588,7 @@ def main():
                        "gds": nvidia_fs(), "rows": rows, "tools": tools,
                        "samples": res, "costs": cost, "skipped": skipped,
                        "settings": {f"{t} {r}": label(t, v) for (t, r), v in settings.items()},
-                       "table": md, "commit": subprocess.run(
-                           ["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
-                           capture_output=True, text=True).stdout.strip()}, f, indent=1)
+                       "table": md, "commit": sc.commit()}, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -518,16 +518,20 @@ def plot(results, scenarios, tools, path):
     fig.savefig(path, dpi=120)
 
 
-def write_json(args, res, names, tools, skipped, rounds):
-    # FT_COMMIT: the commit of a copied tree whose .git is not its own (the GPU machine's)
-    commit = os.environ.get("FT_COMMIT") or subprocess.run(
+def commit():
+    """The commit of the code that ran: FT_COMMIT where the caller says (the GPU machine's copy
+    of the tree carries git metadata of some earlier commit), else the tree's own."""
+    return os.environ.get("FT_COMMIT") or subprocess.run(
         ["git", "-C", ROOT, "describe", "--always", "--dirty"], capture_output=True,
         text=True).stdout.strip()
+
+
+def write_json(args, res, names, tools, skipped, rounds):
     with open(args.json, "w") as f:
         base = args.base and subprocess.run(
             ["git", "-C", args.base, "describe", "--always", "--dirty"], capture_output=True,
             text=True).stdout.strip()
-        json.dump({"command": " ".join(sys.argv), "commit": commit, "base_commit": base or None,
+        json.dump({"command": " ".join(sys.argv), "commit": commit(), "base_commit": base or None,
                    "size": args.size_bytes,
                    "device": args.device, "rounds": rounds, "machine": os.uname().nodename,
                    "cpus": os.cpu_count(), "samples_gbps": res, "skipped": skipped,

@@ -67,7 +67,8 @@
 #         .peers/wheels); FT_PEERS_SIZE (4G), FT_PEERS_ROWS (cold,warm,restart,procs),
 #         FT_PEERS_TOOLS (all), FT_PEERS_ROUNDS (3), FT_PEERS_SHARDED (none: a sharded
 #         directory's size, in FT_PEERS_SHARD (5G) shards), FT_PEERS_SWEEP=1 tries each peer's
-#         settings first, FT_PEERS_LIMIT seconds before the last round starts (420);
+#         settings first, FT_PEERS_LIMIT seconds before the last round starts (420); FT_COMMIT:
+#         the commit that runs (the copy's git metadata is stale there);
 #         JSON in $OUT/peers-cuda.json.
 # --pack: leave one archive, $OUT/results.tgz, instead of the separate logs.
 # FT_GPU_PYTEST_ARGS: more arguments for the Python tests' pytest (--deselect ...).
