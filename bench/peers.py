@@ -436,8 +436,7 @@ def sweep(args, tools, made, rows):
 
 
 def table(res, rows, tools, settings):
-    peers = [t for t in tools if parse_tool(t)[0] not in ("fastensor", "raw")
-             and not t.startswith("fastensor")]
+    peers = [t for t in tools if not t.startswith(("fastensor", "raw"))]
     head = "| row | " + " | ".join(tools) + " | fastensor / best peer | fastensor / twin |"
     lines = [head, "|---" * (len(tools) + 3) + "|"]
     for row in rows:

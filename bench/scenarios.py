@@ -193,9 +193,9 @@ def raw_io(path, size, write, jobs=1, bs="16M", depth=16):
     threads, each a contiguous share, one @p bs request at a time."""
     if write and os.path.exists(path):
         os.unlink(path)
+    share = size // jobs >> 20 << 20
     fio = shutil.which("fio")
     if fio:
-        share = size // jobs >> 20 << 20
         args = [fio, "--name=ceiling", f"--filename={path}", f"--size={share}", f"--bs={bs}",
                 f"--iodepth={depth}", "--ioengine=libaio", "--direct=1", "--output-format=json",
                 f"--numjobs={jobs}", f"--offset_increment={share}", "--group_reporting",
@@ -210,7 +210,6 @@ def raw_io(path, size, write, jobs=1, bs="16M", depth=16):
     import mmap
     import threading
     block = parse_size(str(bs))
-    share = size // jobs >> 20 << 20
     fd = os.open(path, (os.O_WRONLY | os.O_CREAT if write else os.O_RDONLY) | os.O_DIRECT, 0o644)
     done = [0] * jobs
 
@@ -289,13 +288,12 @@ def dcp_rank(spec):
         step = -(-shape[0] // world)
         lo, hi = min(rank * step, shape[0]), min((rank + 1) * step, shape[0])
         local_shape = (hi - lo,) + tuple(shape[1:])
+        g = torch.Generator().manual_seed(k * 1000 + rank)
         if op == "dcp-load":
             t = torch.empty(local_shape, dtype=torch.bfloat16, device=dev)
         elif spec.get("weights"):
-            g = torch.Generator().manual_seed(k * 1000 + rank)
             t = (torch.randn(local_shape, generator=g) * 0.02).to(torch.bfloat16).to(dev)
         else:
-            g = torch.Generator().manual_seed(k * 1000 + rank)
             t = torch.randint(-32768, 32768, local_shape, dtype=torch.int16,
                               generator=g).view(torch.bfloat16).to(dev)
         local_bytes += t.numel() * 2

@@ -425,9 +425,10 @@ def safe_open(filename, framework: str = "pt", device="cpu", *, backend: str = "
                     backend=backend, opened=opened)
 
 
-def _load_some(filename, names, device, engine, verify, cache, backend):
-    with safe_open(filename, device=device, backend=backend, engine=engine, verify=verify,
-                   cache=cache) as f:
+def _load_some(filename, names, device, engine, verify, cache, backend, opened):
+    from ._safe import SafeOpen
+    with SafeOpen(filename, _Arrays, device, engine=engine, verify=verify, cache=cache,
+                  backend=backend, opened=opened) as f:
         missing = [n for n in names if n not in f._info]
         if missing:
             raise KeyError(f"{filename}: no tensor named {', '.join(map(repr, missing))}")
@@ -468,7 +469,8 @@ def load_file(filename, device="cpu", *, backend: str = "mmap", names=None,
         return _load_fst(filename, device, None if names is None else list(names), engine,
                          cache, verify, opened)
     if names is not None:
-        return _load_some(filename, list(names), device, engine, verify, cache, backend)
+        return _load_some(filename, list(names), device, engine, verify, cache, backend,
+                          opened)
     return _load(filename, device, engine, verify, mmap, cache, opened)[0]
 
 

@@ -6,8 +6,8 @@
  * once per context and device, and reused; each is a bounce buffer's size (4 MiB): pinning is
  * what a fresh process's first load pays for them (H100 machine: 150 ms for 16 buffers of
  * 16 MiB, the first 256 MiB of a 4 GiB load), and 16 MiB ones copied no faster. A cached
- * 4 GiB checkpoint into a fresh process's GPU: 29.5 GB/s median with 4 MiB buffers, 13.5
- * (twin 14.4) with 16 MiB ones (2 rounds). The same pool keeps bare lanes (a stream and its
+ * 4 GiB checkpoint into a fresh process's GPU: 29.8 GB/s median with 4 MiB buffers, 14.0
+ * with 16 MiB ones (3 rounds, same run). The same pool keeps bare lanes (a stream and its
  * events, no buffers) for engines that copy from memory of their own (cachedma.c).
  */
 #include "engine.h"
