@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The peer loaders bench/peers.py compares fastensor with, fetched at run time (never
-# committed): installed for this machine's venv into .peers/site, and as Python 3.12 wheels
-# into .peers/wheels for the GPU machine (scripts/gpu-check.sh --peers installs those there).
+# The peer loaders bench/peers.py compares fastensor with (and torchao for bench/optim.py),
+# fetched at run time (never committed): installed for this machine's venv into .peers/site,
+# and as Python 3.12 wheels into .peers/wheels for the GPU machine (scripts/gpu-check.sh
+# --peers and --optim install those there).
 #   scripts/fetch-peers.sh [--no-wheels]
 set -eu
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -10,6 +11,8 @@ PY=${PY:-.venv/bin/python}
 PEERS="fastsafetensors==0.5.0 instanttensor==0.2.2 runai-model-streamer==0.17.1"
 # what they need beyond the venv's torch and numpy
 NEEDS="humanize==4.17.0 typer==0.29.2"
+# the training peers bench/optim.py compares with (GPU machine only: wheels)
+TRAIN_PEERS="torchao==0.18.0"
 mkdir -p .peers
 "$PY" -m pip install -q --no-deps --upgrade --target .peers/site $PEERS $NEEDS
 if [ "${1:-}" != --no-wheels ]; then
@@ -17,6 +20,6 @@ if [ "${1:-}" != --no-wheels ]; then
     "$PY" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
         --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 \
         --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
-        -d .peers/wheels $PEERS
+        -d .peers/wheels $PEERS $TRAIN_PEERS
 fi
 echo "peers in .peers/site$( [ "${1:-}" = --no-wheels ] || echo " and .peers/wheels")"

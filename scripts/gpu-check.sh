@@ -4,7 +4,7 @@
 #
 #   scripts/gpu-check.sh [--udev] [--quick] [--no-bench] [--no-tests] [--auto] [--offload]
 #                        [--fio] [--ckpt] [--scenarios] [--dropin] [--dma] [--dcp] [--codec]
-#                        [--peers] [--pack]
+#                        [--peers] [--optim] [--pack]
 #
 # The GPU machine has no -dev packages, so by default it runs what was built on the
 # development machine and carried along: `make BUILD=gpubuild all tests python` there, then
@@ -16,6 +16,11 @@
 #         transformers BERT-base and GPT-2 from their configs, under a GPU memory cap:
 #         largest batch, bitwise gradients, step times against save_on_cpu and torch.save
 #         hooks; FT_OFFLOAD_MODELS, FT_OFFLOAD_ARGS, FT_OFFLOAD_TIMEOUT (540 s)).
+# --optim: optimizer-state offload: tests/python/test_optim.py (CUDA cases), then
+#         bench/optim.py (ViT-B/16 largest batch with activations + states offloaded under a
+#         3 GiB cap, bitwise steps; a Llama-style 1.6 B model under a 12 GiB cap against
+#         torchao's CPUOffloadOptimizer, installed from .peers/wheels); FT_OPTIM_ARGS,
+#         FT_OPTIM_TIMEOUT (480 s).
 # --fio: fio against `fastensor bench` on this machine's disk (bench/vs-fio.sh: 64M blocks,
 #         cold reads and durable writes, host memory; FT_FIO_SIZES, FT_FIO_REPEAT). The GPU
 #         machine has no fio: scripts/build-fio.sh builds one into $BUILD/extra/ to carry
@@ -80,7 +85,7 @@ cd "$here"
 OUT=${OUT:-$here/gpu-out}
 BUILD=${BUILD:-gpubuild}
 UDEV=0 QUICK=0 BENCH=1 TESTS=1 AUTO=0 OFFLOAD=0 PACK=0 FIO=0 CKPT=0 SCEN=0 DROPIN=0 DMA=0 DCP=0 CODEC=0
-PEERS=0
+PEERS=0 OPTIM=0
 for a in "$@"; do
     case $a in
         --udev) UDEV=1 ;;
@@ -94,6 +99,7 @@ for a in "$@"; do
         --ckpt) CKPT=1 ;;
         --scenarios) SCEN=1 BENCH=0 TESTS=0 ;;
         --peers) PEERS=1 BENCH=0 TESTS=0 ;;
+        --optim) OPTIM=1 BENCH=0 TESTS=0 ;;
         --dropin) DROPIN=1 BENCH=0 TESTS=0 ;;
         --dma) DMA=1 DROPIN=1 BENCH=0 TESTS=0 ;;
         --dcp) DCP=1 BENCH=0 TESTS=0 ;;
@@ -294,6 +300,26 @@ if [ $OFFLOAD = 1 ]; then
         --models "${FT_OFFLOAD_MODELS:-vit_b_16,bert,gpt2}" --dir "$WORK/spill" \
         --json "$OUT/offload.json" ${FT_OFFLOAD_ARGS:-} 2>&1 \
         | tee "$OUT/offload.log" | grep -v "batch .*: \(fits\|OOM\)" | tail -60
+fi
+if [ $OPTIM = 1 ]; then
+    site="$WORK/optim-site"
+    if ls .peers/wheels/torchao-*.whl >/dev/null 2>&1; then
+        python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+            --target "$site" .peers/wheels/torchao-*.whl 2>&1 | tail -3
+    else
+        log "--optim: no torchao wheel in .peers/wheels (scripts/fetch-peers.sh): no torchao row"
+    fi
+    log "optimizer offload tests (CUDA included)"
+    PYTHONPATH="$here/python" FT_TEST_DIR="$WORK/py" timeout 200 python3 -m pytest -q -rs \
+        tests/python/test_optim.py 2>&1 | tee "$OUT/pytest-optim.log" | tail -6 |
+        tee -a "$OUT/summary.txt"
+    log "optimizer offload: ViT-B/16 largest batch (3 GiB), Llama-style 1.6 B (12 GiB) vs torchao"
+    mkdir -p "$WORK/spill"
+    # shellcheck disable=SC2086  (the optional arguments split on purpose)
+    PEERS_SITE="$site" PYTHONPATH="$here/python" PYTHONUNBUFFERED=1 \
+        timeout "${FT_OPTIM_TIMEOUT:-480}" python3 bench/optim.py --dir "$WORK/spill" \
+        --json "$OUT/optim.json" ${FT_OPTIM_ARGS:-} 2>&1 | tee "$OUT/optim.log" |
+        grep -v "batch .*: \(fits\|OOM\)" | tail -40 | tee -a "$OUT/summary.txt"
 fi
 if [ $DCP = 1 ]; then
     log "DCP storage layer: tests, then dcp-save / dcp-load / dcp-async against DCP's default"

@@ -167,11 +167,21 @@ _STORES: dict = {}
 _STORES_LOCK = threading.Lock()
 
 
-def _shared_store(key, make) -> _Shared:
+def shared_store(directory, *, host_cache_bytes, engine: str = "auto", capacity: int = 0,
+                 page_cache_bytes: int = 0, prefetch_bytes: int | None = None) -> _Shared:
+    """The process's store for these settings (made on first use): activation offload and
+    optimizer offload made with the same settings share it, and its host tier."""
+    d = None if directory is None else os.path.realpath(os.fspath(directory))
+    host = HOST_AUTO if host_cache_bytes == "auto" else host_cache_bytes
+    # The ring holds puts in flight and prefetched entries beside the host tier.
+    staging = 256 * _MiB + (prefetch_bytes or 0)
+    key = (d, host, engine, capacity, page_cache_bytes, staging)
     with _STORES_LOCK:
         sh = _STORES.get(key)
         if sh is None:
-            sh = _STORES[key] = _Shared(make())
+            sh = _STORES[key] = _Shared(SpillStore(
+                d, capacity=capacity, staging_bytes=staging, host_cache_bytes=host,
+                engine=engine, page_cache_bytes=page_cache_bytes))
         return sh
 
 
@@ -216,14 +226,10 @@ class offload_activations(torch.autograd.graph.saved_tensors_hooks):
         self.gpu_budget_bytes = gpu_budget_bytes
         self._prefetch_fixed = prefetch_bytes
         self._check = _check  # debugging: keep a copy of each tensor, compare at unpack
-        d = None if directory is None else os.path.realpath(os.fspath(directory))
-        host = HOST_AUTO if host_cache_bytes == "auto" else host_cache_bytes
-        # The ring holds puts in flight and prefetched entries beside the host tier.
-        staging = 256 * _MiB + (prefetch_bytes or 0)
-        key = (d, host, engine, capacity, page_cache_bytes, staging)
-        self._shared = _shared_store(key, lambda: SpillStore(
-            d, capacity=capacity, staging_bytes=staging, host_cache_bytes=host,
-            engine=engine, page_cache_bytes=page_cache_bytes))
+        self._shared = shared_store(directory, host_cache_bytes=host_cache_bytes,
+                                    engine=engine, capacity=capacity,
+                                    page_cache_bytes=page_cache_bytes,
+                                    prefetch_bytes=prefetch_bytes)
         self._store = self._shared.store
         self._h = self._shared.h
         self._ring_limit = self._shared.ring_limit

@@ -1,0 +1,329 @@
+#!/usr/bin/env python3
+"""Optimizer-state offload on real models: the largest batch with activations, states and
+gradients offloaded, and fine-tuning a model whose states do not fit the GPU.
+
+1. ``vit``: torchvision's ViT-B/16 (fp32, SGD with momentum, 224x224 images) under a GPU cap
+   of --cap-gib GiB (torch.cuda.set_per_process_memory_fraction): the largest batch that
+   trains (doubling, then bisection, as bench/offload.py searches) without offload
+   ("none"), with ``offload_activations`` ("activations"), and with ``offload_activations``
+   plus ``OffloadedOptimizer(offload_grads=True)`` ("activations+states"); then, at the
+   largest batch without offload, 3 steps from the same weights with and without both
+   offloads: the parameters and momentum buffers bitwise equal.
+2. ``llama``: a Llama-style causal LM built from its configuration (hidden 2048, MLP 8192,
+   16 heads, 8 KV heads, vocabulary 32000, --llama-layers layers: 1.6 B parameters with 24),
+   bf16 weights, AdamW, batch --llama-batch of --llama-seq tokens, under a cap of
+   --llama-cap-gib GiB: the plain optimizer's step (out of memory where the states do not
+   fit), then, in rounds (a fresh model and optimizer for each round and mode; a warm-up
+   step, then --steps timed ones): fastensor with the states in host memory
+   (``OffloadedOptimizer(AdamW, offload_grads=True)``), the same with fp32 master weights
+   (fp32 states), the same with the states on the SSD (host tier --ssd-host-gib), and
+   torchao's ``CPUOffloadOptimizer(offload_gradients=True)`` (update on the CPU) where
+   torchao imports (``PEERS_SITE``: a directory to import it from). Each step's time (forward,
+   backward, step), the optimizer step's own, the peak GPU memory and the loss are printed;
+   medians with min-max and ratios to the best host-memory peer.
+
+    PYTHONPATH=python python3 bench/optim.py --dir /nvme/spill --json optim.json
+"""
+import argparse
+import gc
+import json
+import os
+import statistics
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import offload as bo  # noqa: E402  (bench/offload.py: the model workloads and batch search)
+import torch  # noqa: E402
+
+import fastensor.torch as ftt  # noqa: E402
+
+_GiB = 1 << 30
+if os.environ.get("PEERS_SITE"):
+    sys.path.append(os.environ["PEERS_SITE"])
+
+
+def release(device):
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+def spread(v):
+    return {"median": statistics.median(v), "min": min(v), "max": max(v), "n": len(v)}
+
+
+# -- 1. ViT-B/16: the largest batch -------------------------------------------------------
+
+def vit_part(args, device):
+    res = {}
+    w = bo.Workload("vit_b_16", args, device)
+    sgd = w.opt
+    cuda = device.type == "cuda"
+    if cuda:
+        total = torch.cuda.get_device_properties(device).total_memory
+        torch.cuda.set_per_process_memory_fraction(args.cap_gib * _GiB / total, device)
+    print(f"\n== vit_b_16: {w.params() / 1e6:.1f} M parameters, cap {args.cap_gib} GiB",
+          flush=True)
+    if not cuda:  # no memory cap to search under: the bitwise check only
+        return vit_bitwise(args, device, w, 4, res)
+    plain = bo.largest_batch(w, "none", args, 1, 1 << 14)
+    n = max(plain["largest"], 1)
+    res["search"] = {"none": plain}
+    if "activations" in args.vit_modes:
+        res["search"]["activations"] = bo.largest_batch(w, "fastensor", args, n,
+                                                        n * args.max_ratio)
+    sgd.state.clear()
+    w.opt = ftt.OffloadedOptimizer(sgd, args.dir, offload_grads=True)
+    res["search"]["activations+states"] = bo.largest_batch(w, "fastensor", args, n,
+                                                           n * args.max_ratio)
+    w.opt.close()
+    w.opt = sgd
+    sgd.state.clear()
+    release(device)
+    largest = {m: s["largest"] for m, s in res["search"].items()}
+    res["largest"] = largest
+    res["ratio"] = {m: v / n for m, v in largest.items()}
+    print("  largest batch: " + ", ".join(
+        f"{m} {v}{'+' if res['search'][m]['cut'] else ''} ({v / n:.1f}x)"
+        for m, v in largest.items()), flush=True)
+    vit_bitwise(args, device, w, n, res)
+    torch.cuda.set_per_process_memory_fraction(1.0, device)
+    del w, sgd
+    release(device)
+    return res
+
+
+def vit_bitwise(args, device, w, n, res):
+    """3 steps from the same weights at batch ``n``, without offload and with activation,
+    state and gradient offload: the same parameters and momentum, bitwise."""
+    sgd = w.opt
+    finals = {}
+    for mode in ("none", "activations+states"):
+        w.model.load_state_dict(w.initial)
+        sgd.state.clear()
+        opt = sgd if mode == "none" else ftt.OffloadedOptimizer(sgd, args.dir,
+                                                                offload_grads=True)
+        w.opt = opt
+        for step in range(3):
+            x, y = w.batch(n, 20 + step)
+            bo.run_step(w, x, y, None if mode == "none" else bo.hooks_for("fastensor", args))
+        bo.sync(device)
+        params = [p.detach().cpu().clone() for p in w.model.parameters()]
+        moms = opt.state_dict()["state"]
+        finals[mode] = (params, {k: v["momentum_buffer"].cpu() for k, v in moms.items()})
+        if opt is not sgd:
+            opt.close()
+        w.opt = sgd
+        sgd.state.clear()
+        release(device)
+    (pa, ma), (pb, mb) = finals["none"], finals["activations+states"]
+    res["bitwise_batch"] = n
+    res["params_equal"] = all(torch.equal(a, b) for a, b in zip(pa, pb))
+    res["momentum_equal"] = ma.keys() == mb.keys() and all(torch.equal(ma[k], mb[k]) for k in ma)
+    print(f"  3 steps at batch {n}, activations+states against none: parameters equal "
+          f"{res['params_equal']}, momentum equal {res['momentum_equal']}", flush=True)
+    return res
+
+
+# -- 2. Llama-style fine-tuning -------------------------------------------------------------
+
+def llama_model(args, device):
+    from transformers import LlamaConfig, LlamaForCausalLM
+    cfg = LlamaConfig(vocab_size=32000, hidden_size=2048, intermediate_size=8192,
+                      num_hidden_layers=args.llama_layers, num_attention_heads=16,
+                      num_key_value_heads=8, max_position_embeddings=4096,
+                      tie_word_embeddings=False)
+    torch.manual_seed(0)
+    dtype = torch.get_default_dtype()
+    torch.set_default_dtype(torch.bfloat16)
+    try:
+        with torch.device(device):
+            m = LlamaForCausalLM(cfg)
+    finally:
+        torch.set_default_dtype(dtype)
+    return m.train()
+
+
+def llama_optimizer(mode, model, args):
+    params = model.parameters()
+    kw = {"lr": 1e-5, "weight_decay": 0.01}
+    if mode == "plain":
+        return torch.optim.AdamW(params, **kw)
+    if mode == "torchao":
+        from torchao.optim import CPUOffloadOptimizer
+        return CPUOffloadOptimizer(params, torch.optim.AdamW, offload_gradients=True, **kw)
+    inner = torch.optim.AdamW(params, **kw)
+    if mode == "fastensor":
+        return ftt.OffloadedOptimizer(inner, args.dir, offload_grads=True)
+    if mode == "fastensor-master":
+        return ftt.OffloadedOptimizer(inner, args.dir, offload_grads=True, master_weights=True)
+    if mode == "fastensor-ssd":
+        return ftt.OffloadedOptimizer(inner, args.dir, offload_grads=True,
+                                      host_cache_bytes=int(args.ssd_host_gib * _GiB))
+    raise SystemExit(f"unknown mode {mode!r}")
+
+
+def llama_steps(mode, args, device, steps):
+    """A fresh model and optimizer of ``mode``: a warm-up step, then ``steps`` timed ones.
+    Returns (step seconds, optimizer-step seconds, peak GPU bytes, last loss)."""
+    model = llama_model(args, device)
+    opt = llama_optimizer(mode, model, args)
+    g = torch.Generator().manual_seed(7)
+    x = torch.randint(0, 32000, (args.llama_batch, args.llama_seq), generator=g).to(device)
+    times, opt_times, loss = [], [], None
+    try:
+        for i in range(steps + 1):
+            bo.sync(device)
+            if i == 1 and device.type == "cuda":
+                torch.cuda.reset_peak_memory_stats(device)
+            t0 = time.perf_counter()
+            loss = model(input_ids=x, labels=x).loss
+            loss.backward()
+            bo.sync(device)
+            t1 = time.perf_counter()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            bo.sync(device)
+            t2 = time.perf_counter()
+            if i:
+                times.append(t2 - t0)
+                opt_times.append(t2 - t1)
+        peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else 0
+        return times, opt_times, peak, loss.item()
+    finally:
+        if hasattr(opt, "close"):
+            opt.close()
+        del opt, model, x, loss
+        release(device)
+
+
+def llama_part(args, device):
+    res = {"layers": args.llama_layers, "batch": args.llama_batch, "seq": args.llama_seq,
+           "cap_gib": args.llama_cap_gib}
+    cuda = device.type == "cuda"
+    m = llama_model(args, device)
+    res["params"] = sum(p.numel() for p in m.parameters())
+    del m
+    release(device)
+    if cuda:
+        total = torch.cuda.get_device_properties(device).total_memory
+        torch.cuda.set_per_process_memory_fraction(args.llama_cap_gib * _GiB / total, device)
+    print(f"\n== llama-style: {res['params'] / 1e9:.2f} B parameters, bf16, AdamW, batch "
+          f"{args.llama_batch} x {args.llama_seq} tokens, cap {args.llama_cap_gib} GiB",
+          flush=True)
+    try:
+        t, _o, peak, _l = llama_steps("plain", args, device, 1)
+        res["plain"] = {"fits": True, "step_s": t[0], "peak_gib": peak / _GiB}
+    except torch.OutOfMemoryError as e:
+        res["plain"] = {"fits": False, "error": str(e).splitlines()[0][:200]}
+        release(device)
+    print(f"  plain AdamW: {'fits' if res['plain']['fits'] else 'out of memory'}", flush=True)
+    modes = [m for m in args.llama_modes.split(",") if m]
+    if "torchao" in modes:
+        try:
+            import torchao.optim  # noqa: F401
+            import torchao
+            res["torchao"] = torchao.__version__
+        except Exception as e:  # noqa: BLE001  (any import failure: say why, go on)
+            print(f"  torchao: not importable ({e}); its row is left out", flush=True)
+            res["torchao_error"] = str(e)[:300]
+            modes.remove("torchao")
+    rows = {m: {"step": [], "opt": [], "peak": [], "loss": []} for m in modes}
+    for r in range(args.rounds):
+        for mode in (modes if r % 2 == 0 else modes[::-1]):
+            try:
+                t, o, peak, loss = llama_steps(mode, args, device, args.steps)
+            except torch.OutOfMemoryError as e:
+                rows[mode].setdefault("oom", str(e).splitlines()[0][:200])
+                print(f"  round {r} {mode}: out of memory", flush=True)
+                release(device)
+                continue
+            rows[mode]["step"] += t
+            rows[mode]["opt"] += o
+            rows[mode]["peak"].append(peak)
+            rows[mode]["loss"].append(loss)
+            print(f"  round {r} {mode:17s} step {statistics.median(t):6.2f} s (optimizer "
+                  f"{statistics.median(o):5.2f} s), peak {peak / _GiB:5.2f} GiB, loss "
+                  f"{loss:.4f}", flush=True)
+    out = {}
+    for mode, v in rows.items():
+        if not v["step"]:
+            out[mode] = {"oom": v.get("oom")}
+            continue
+        out[mode] = {"step_s": spread(v["step"]), "optimizer_s": spread(v["opt"]),
+                     "peak_gib": max(v["peak"]) / _GiB, "loss": v["loss"]}
+    res["rows"] = out
+    host = [m for m in ("torchao",) if "step_s" in out.get(m, {})]
+    best = min(host, key=lambda m: out[m]["step_s"]["median"]) if host else None
+    print(f"  {'mode':17s} {'step s':>7s} {'min-max':>13s} {'opt s':>6s} {'peak GiB':>9s}"
+          + (f" {'vs ' + best:>12s}" if best else ""))
+    for mode, v in out.items():
+        if "step_s" not in v:
+            print(f"  {mode:17s} out of memory")
+            continue
+        s = v["step_s"]
+        line = (f"  {mode:17s} {s['median']:7.2f} {s['min']:6.2f}-{s['max']:<6.2f} "
+                f"{v['optimizer_s']['median']:6.2f} {v['peak_gib']:9.2f}")
+        if best:
+            v["vs_best_peer"] = s["median"] / out[best]["step_s"]["median"]
+            line += f" {v['vs_best_peer']:11.2f}x"
+        print(line, flush=True)
+    if cuda:
+        torch.cuda.set_per_process_memory_fraction(1.0, device)
+    return res
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--parts", default="vit,llama")
+    ap.add_argument("--dir", default=os.environ.get("FASTENSOR_SPILL_DIR", "/var/tmp"),
+                    help="spill directory (on the SSD under test)")
+    ap.add_argument("--cap-gib", type=float, default=3.0, help="ViT's GPU memory cap (GiB)")
+    ap.add_argument("--vit-modes", default="activations",
+                    help="searched beside none and activations+states: 'activations' or ''")
+    ap.add_argument("--max-ratio", type=int, default=32)
+    ap.add_argument("--search-seconds", type=float, default=150)
+    ap.add_argument("--llama-layers", type=int, default=24)
+    ap.add_argument("--llama-batch", type=int, default=1)
+    ap.add_argument("--llama-seq", type=int, default=1024)
+    ap.add_argument("--llama-cap-gib", type=float, default=12.0)
+    ap.add_argument("--llama-modes",
+                    default="fastensor,fastensor-master,fastensor-ssd,torchao")
+    ap.add_argument("--ssd-host-gib", type=float, default=1.0)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=2)
+    ap.add_argument("--quick", action="store_true",
+                    help="small ViT configuration (a check that the bench runs)")
+    ap.add_argument("--json")
+    args = ap.parse_args()
+    args.bert_seq = args.gpt2_seq = 32  # bench/offload.py's Workload reads them
+    if args.quick:  # a check that the bench runs: small models, the CPU where no GPU
+        args.llama_layers, args.llama_seq, args.steps, args.rounds = 1, 64, 1, 1
+    device = (torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available()
+              else torch.device("cpu"))
+    os.makedirs(args.dir, exist_ok=True)
+    print(f"device {device}" + (f" ({torch.cuda.get_device_name()})" if device.type == "cuda"
+                                else "") + f"; spill dir {args.dir}; torch {torch.__version__}",
+          flush=True)
+    results = {"device": str(device), "torch": torch.__version__, "args": vars(args)}
+    if device.type == "cuda":
+        results["gpu"] = torch.cuda.get_device_name()
+    parts = [p for p in args.parts.split(",") if p]
+    for part in parts:
+        if device.type != "cuda" and not args.quick:
+            print(f"\n== {part}: skipped, no CUDA device (--quick runs small ones on the CPU)",
+                  flush=True)
+            continue
+        try:
+            results[part] = (vit_part if part == "vit" else llama_part)(args, device)
+        except ImportError as e:
+            print(f"\n== {part}: skipped, {e}", flush=True)
+            results[part] = {"skipped": str(e)}
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(results, f, indent=1)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,589 @@
+"""Optimizer-state and gradient offload: the states of a torch optimizer (Adam's moments,
+SGD's momentum, fp32 master weights) live off the GPU between steps, in the same tiered
+store as offloaded activations (pinned host memory, then a spill file on local storage), and
+stream through the GPU during ``step()`` in chunks.
+
+    opt = fastensor.torch.OffloadedOptimizer(torch.optim.AdamW(model.parameters(), lr=1e-4),
+                                             offload_grads=True)
+    for batch in loader:
+        loss = model(batch).loss
+        loss.backward()          # each gradient leaves the GPU once accumulated
+        opt.step()               # states and gradients come back chunk by chunk
+        opt.zero_grad()
+
+``step()`` takes the parameters in chunks of about ``chunk_bytes``: while the wrapped
+optimizer updates chunk i on the GPU, the states (and gradients) of chunk i+1 are read into
+GPU memory on a stream of their own and those of chunk i+2 into pinned host memory; the new
+states of chunk i are copied back behind the update (the GPU memory is reused as soon as the
+copy has run, nothing waits for the disk). The update is the wrapped optimizer's own ``step``
+on the chunk's parameters, on the GPU, so the results are bitwise those of the optimizer
+without the wrapper (every torch optimizer whose update is per parameter: Adam, AdamW, SGD,
+RMSprop, Adagrad...; not LBFGS). The chunks run in the opposite order each step: the store
+keeps the entries put last in its host tier, so the chunks a step ends with are the ones the
+next step starts with.
+
+``offload_grads``: a hook on each parameter puts its gradient into the store as soon as
+backward has accumulated it (after reducing it over ``process_group``, averaged, where one is
+given; do not combine with DistributedDataParallel, which reduces ``.grad`` itself), and
+sets ``.grad`` to None; a later backward before ``step()`` (gradient accumulation) adds to
+the stored one. ``step()`` consumes them (``.grad`` is None afterwards). Code that reads
+``.grad`` between backward and step (clipping) needs ``offload_grads=False``.
+
+``master_weights``: bf16 and fp16 parameters are updated through fp32 master copies kept in
+the store with the states (mixed-precision training: the wrapped optimizer sees fp32
+parameters, gradients and states; each parameter gets its master rounded to its dtype).
+
+An exception inside ``step()`` (out-of-memory included) leaves every parameter and its states
+either updated (the chunks before the failure) or as they were (the failing chunk is put
+back from a copy); calling ``step()`` again finishes that step for the parameters it did not
+reach, so the result is the uninterrupted step's; ``zero_grad()`` instead abandons the rest.
+After an out-of-memory error the chunks are half as large.
+
+``state_dict()`` has the wrapped optimizer's format, with the states in host memory (and each
+master copy as the state ``"master"``); ``load_state_dict()`` takes that or a plain
+optimizer's, and puts the states into the store without taking GPU memory.
+"""
+from __future__ import annotations
+
+import collections.abc
+import functools
+import time
+import weakref
+
+import torch
+
+from . import _C
+from .offload import shared_store
+
+_MiB = 1 << 20
+_LOW = (torch.float16, torch.bfloat16)
+
+
+class _Stored:
+    """A tensor kept in the store: its pieces' keys, (offset, length) each, and its kind."""
+    __slots__ = ("keys", "shape", "dtype")
+
+    def nbytes(self) -> int:
+        return sum(n for _key, _off, n in self.keys)
+
+
+class _Record:
+    """What the store holds for one parameter."""
+    __slots__ = ("states", "small", "grad", "master")
+
+    def __init__(self):
+        self.states = {}   # name -> _Stored
+        self.small = {}    # name -> value kept as it is (Adam's step, small tensors)
+        self.grad = None   # _Stored: the offloaded gradient
+        self.master = None  # _Stored: the fp32 master copy
+
+
+class _Fetched:
+    """A chunk parameter's tensors being read back, and the keys to wait for."""
+    __slots__ = ("states", "grad", "master", "keys")
+
+    def __init__(self):
+        self.states, self.grad, self.master, self.keys = {}, None, None, []
+
+
+class _StateView(collections.abc.Mapping):
+    """``OffloadedOptimizer.state``: each parameter's states as host copies, read from the
+    store when asked for (changing them changes nothing)."""
+
+    def __init__(self, records, read):
+        self._records, self._read = records, read
+
+    def __getitem__(self, p):
+        rec = self._records.get(p)
+        if rec is None or not (rec.states or rec.small or rec.master):
+            raise KeyError(p)
+        return self._read(rec)
+
+    def __iter__(self):
+        return (p for p, r in list(self._records.items()) if r.states or r.small or r.master)
+
+    def __len__(self):
+        return sum(1 for _ in self)
+
+
+def _drop_all(h, records) -> None:
+    """Drop every entry ``records`` holds (the optimizer is gone, or closed)."""
+    for rec in records.values():
+        for s in list(rec.states.values()) + [rec.grad, rec.master]:
+            for key, _off, _n in (s.keys if s is not None else ()):
+                try:
+                    _C.store_drop(h, key)
+                except (ValueError, OSError):
+                    pass
+    records.clear()
+
+
+def _grad_hook(ref, p) -> None:
+    opt = ref()
+    if opt is not None:
+        opt._grad_hook(p)
+
+
+class OffloadedOptimizer(torch.optim.Optimizer):
+    """Wraps ``optimizer`` (see the module's text); its ``param_groups`` are the wrapped
+    optimizer's (learning-rate schedulers work on either).
+
+    ``directory``, ``host_cache_bytes`` ("auto": a quarter of the memory available; 0: the
+    states go to the file), ``engine``, ``capacity``, ``page_cache_bytes``: the store's, as
+    for :class:`fastensor.torch.offload_activations`; with the same settings both share one
+    store. ``chunk_bytes``: parameter bytes updated at once; ``min_bytes``: smaller state
+    tensors stay where the optimizer made them.
+    """
+
+    def __init__(self, optimizer: torch.optim.Optimizer, directory=None, *,
+                 offload_grads: bool = False, master_weights: bool = False,
+                 chunk_bytes: int = 128 * _MiB, min_bytes: int = 256 << 10,
+                 host_cache_bytes: int | str = "auto", engine: str = "auto",
+                 capacity: int = 0, page_cache_bytes: int = 0, process_group=None):
+        if not isinstance(optimizer, torch.optim.Optimizer):
+            raise TypeError(f"optimizer must be a torch.optim.Optimizer, not "
+                            f"{type(optimizer).__name__}")
+        if isinstance(optimizer, (OffloadedOptimizer, torch.optim.LBFGS)):
+            raise TypeError(f"{type(optimizer).__name__} cannot be offloaded (its update is "
+                            "not one per parameter)")
+        for name, v in (("chunk_bytes", chunk_bytes), ("min_bytes", min_bytes)):
+            if not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name} must be a positive int, not {v!r}")
+        self._inner = None  # add_param_group below is the base class's while this is None
+        super().__init__(optimizer.param_groups, optimizer.defaults)
+        self._inner = optimizer
+        self.param_groups = optimizer.param_groups
+        self.offload_grads, self.master_weights = offload_grads, master_weights
+        self.chunk_bytes, self.min_bytes = chunk_bytes, min_bytes
+        self._group = process_group
+        self._shared = shared_store(directory, host_cache_bytes=host_cache_bytes,
+                                    engine=engine, capacity=capacity,
+                                    page_cache_bytes=page_cache_bytes)
+        self._h = self._shared.h
+        self._piece = max(_MiB, min(64 * _MiB, self._shared.ring_limit // 4))
+        self._records = {}     # parameter -> _Record
+        self.state = _StateView(self._records, self._host_states)
+        # the entries go with the optimizer (its hooks hold it only weakly)
+        self._finalizer = weakref.finalize(self, _drop_all, self._h, self._records)
+        self._pending = []     # (keys, host tensor) of puts still reading their source
+        self._done = set()     # parameters a failed step() already updated
+        self._steps = 0
+        self._fetch_streams = {}
+        self._hooks = []
+        self._counts = {"steps": 0, "chunks": 0, "bytes_fetched": 0, "bytes_stored": 0,
+                        "grads_offloaded": 0, "step_seconds": 0.0, "failed_steps": 0}
+        if optimizer.state:  # wrapped mid-training: what it has goes to the store now
+            group_of = {p: g for g in self.param_groups for p in g["params"]}
+            for p, st in list(optimizer.state.items()):
+                self._install(p, group_of.get(p, {}), st)
+            optimizer.state.clear()
+        if offload_grads:
+            for group in self.param_groups:
+                self._hook(group["params"])
+
+    # -- the store ---------------------------------------------------------------------
+
+    def _stream(self, device) -> int:
+        return torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
+
+    def _put(self, t: torch.Tensor, stream: int | None = None) -> _Stored:
+        """Start storing ``t`` (its bytes, in pieces); CUDA memory may be reused once the
+        store's copy has run, host memory is held until the store has read it."""
+        if not t.is_contiguous():
+            t = t.contiguous()
+        cuda = t.device.type == "cuda"
+        dev = (t.device.index or 0) if cuda else 0
+        if stream is None:
+            stream = self._stream(t.device)
+        s = _Stored()
+        s.shape, s.dtype, s.keys = tuple(t.shape), t.dtype, []
+        n, base = t.numel() * t.element_size(), t.data_ptr()
+        try:
+            for off in range(0, n, self._piece):
+                part = min(self._piece, n - off)
+                s.keys.append((_C.store_put(self._h, base + off, part, int(cuda), dev, stream),
+                               off, part))
+        except BaseException:
+            self._drop(s)
+            raise
+        if cuda:  # each piece fits the ring: only the store's stream reads the source
+            t.record_stream(self._shared.copy_stream(t.device))
+        elif s.keys:
+            self._pending.append(([k for k, _o, _n in s.keys], t))
+        self._counts["bytes_stored"] += n
+        return s
+
+    def _get(self, s: _Stored, device, stream: int, keys: list) -> torch.Tensor:
+        """Start reading ``s`` into a new tensor on ``device``; its keys go to ``keys``."""
+        out = torch.empty(s.shape, dtype=s.dtype, device=device)
+        cuda = device.type == "cuda"
+        dev = (device.index or 0) if cuda else 0
+        base = out.data_ptr()
+        for key, off, n in s.keys:
+            _C.store_get(self._h, key, base + off, n, int(cuda), dev, stream)
+            keys.append(key)
+        self._counts["bytes_fetched"] += out.numel() * out.element_size()
+        return out
+
+    def _get_now(self, s: _Stored, device) -> torch.Tensor:
+        keys = []
+        out = self._get(s, device, self._stream(device), keys)
+        self._wait(keys)
+        return out
+
+    def _wait(self, keys) -> None:
+        for key in keys:
+            _C.store_wait(self._h, key)
+
+    def _drop(self, s: _Stored | None) -> None:
+        if s is None:
+            return
+        for key, _off, _n in s.keys:
+            try:
+                _C.store_drop(self._h, key)
+            except (ValueError, OSError):
+                pass  # never stored (a put that failed)
+        s.keys = []
+
+    def _reap(self) -> None:
+        """Let go of host sources the store has copied."""
+        def busy(keys):
+            for k in keys:
+                try:
+                    if not _C.store_released(self._h, k):
+                        return True
+                except (OSError, ValueError):
+                    pass
+            return False
+        self._pending = [p for p in self._pending if busy(p[0])]
+
+    def _record(self, p) -> _Record:
+        r = self._records.get(p)
+        if r is None:
+            r = self._records[p] = _Record()
+        return r
+
+    def _big(self, v, device) -> bool:
+        return (isinstance(v, torch.Tensor) and v.dim() > 0 and v.device == device
+                and v.layout is torch.strided and v.numel() * v.element_size() >= self.min_bytes)
+
+    # -- gradients ---------------------------------------------------------------------
+
+    def _hook(self, params) -> None:
+        for p in params:
+            if p.requires_grad:
+                self._hooks.append(p.register_post_accumulate_grad_hook(
+                    functools.partial(_grad_hook, weakref.ref(self))))
+
+    def _grad_hook(self, p) -> None:
+        g = p.grad
+        if g is None or g.is_sparse or g.numel() * g.element_size() < self.min_bytes:
+            return
+        if self._group is not None:
+            import torch.distributed as dist
+            dist.all_reduce(g, group=self._group)
+            g.div_(dist.get_world_size(self._group))
+        rec = self._record(p)
+        if rec.grad is not None:  # accumulating over several backward passes
+            old = self._get_now(rec.grad, g.device)
+            self._drop(rec.grad)
+            rec.grad = None
+            g = old.add_(g)
+        rec.grad = self._put(g)
+        p.grad = None
+        self._counts["grads_offloaded"] += 1
+
+    # -- step --------------------------------------------------------------------------
+
+    def _chunks(self):
+        """(group, parameters) of this step in chunks of about chunk_bytes, each of one
+        device; parameters without a gradient, or updated by a failed step, are left out."""
+        chunks = []
+        for group in self.param_groups:
+            cur, size = [], 0
+            for p in group["params"]:
+                rec = self._records.get(p)
+                if p in self._done or (p.grad is None and (rec is None or rec.grad is None)):
+                    continue
+                if cur and (size >= self.chunk_bytes or p.device != cur[0].device):
+                    chunks.append((group, cur))
+                    cur, size = [], 0
+                cur.append(p)
+                size += p.numel() * p.element_size()
+            if cur:
+                chunks.append((group, cur))
+        if self._steps % 2:
+            chunks.reverse()
+        return chunks
+
+    def _fetch(self, params) -> dict:
+        """Start reading the chunk's states, gradients and masters into memory on its
+        device (CUDA: on the fetch stream, after the work queued so far)."""
+        device = params[0].device
+        stream = 0
+        if device.type == "cuda":
+            fs = self._fetch_streams.get(device)
+            if fs is None:
+                fs = self._fetch_streams[device] = torch.cuda.Stream(device)
+            # the new tensors may reuse memory the current stream's queued work still uses
+            fs.wait_stream(torch.cuda.current_stream(device))
+            stream = fs.cuda_stream
+        fetched = {}
+        for p in params:
+            f = fetched[p] = _Fetched()
+            rec = self._records.get(p)
+            if rec is None:
+                continue
+            for name, s in rec.states.items():
+                f.states[name] = self._get(s, device, stream, f.keys)
+            if rec.grad is not None:
+                f.grad = self._get(rec.grad, device, stream, f.keys)
+            if rec.master is not None:
+                f.master = self._get(rec.master, device, stream, f.keys)
+        return fetched
+
+    def _ready(self, params, fetched) -> None:
+        """Wait for the chunk's reads; the current stream waits for its copies."""
+        for f in fetched.values():
+            self._wait(f.keys)
+        device = params[0].device
+        if device.type == "cuda":
+            torch.cuda.current_stream(device).wait_stream(self._fetch_streams[device])
+
+    def _prefetch(self, params) -> None:
+        """Bring the chunk's entries that are in the file into pinned host memory."""
+        for p in params:
+            rec = self._records.get(p)
+            if rec is None:
+                continue
+            for s in list(rec.states.values()) + [rec.grad, rec.master]:
+                for key, _off, _n in (s.keys if s is not None else ()):
+                    try:
+                        if _C.store_prefetch(self._h, key) < 0:
+                            return  # no ring space now
+                    except (OSError, ValueError, MemoryError):
+                        return
+
+    def _update(self, group, params, fetched) -> None:
+        """The wrapped optimizer's step on one chunk, then its new states stored; on an
+        exception the chunk's parameters and states are as they were."""
+        opt, state = self._inner, self._inner.state
+        targets, saved, stored = [], [], []
+        try:
+            for p in params:
+                f, rec = fetched[p], self._record(p)
+                grad = f.grad if f.grad is not None else p.grad
+                small = {k: v.clone() if isinstance(v, torch.Tensor) else v
+                         for k, v in rec.small.items()}
+                if self.master_weights and p.dtype in _LOW:
+                    t = f.master if f.master is not None else p.detach().float()
+                    t.grad = grad.float() if grad is not None else None
+                    backup = None  # p changes only once the chunk is stored
+                else:
+                    t = p
+                    backup = p.detach().clone()
+                    if f.grad is not None:
+                        p.grad = f.grad
+                saved.append((p, t, backup, small))
+                st = dict(rec.small)
+                st.update(f.states)
+                state[t] = st
+                targets.append(t)
+            groups = opt.param_groups
+            opt.param_groups = [dict(group, params=targets)]
+            try:
+                opt.step()
+            finally:
+                opt.param_groups = groups
+            for p, t, _backup, _small in saved:
+                new = _Record()
+                for name, v in state[t].items():
+                    if self._big(v, t.device):
+                        new.states[name] = self._put(v)
+                    else:
+                        new.small[name] = v
+                if t is not p:
+                    new.master = self._put(t.detach())
+                stored.append(new)
+        except BaseException:
+            for p, t, backup, small in saved:
+                state.pop(t, None)
+                rec = self._records[p]
+                for k, v in small.items():
+                    if isinstance(v, torch.Tensor) and isinstance(rec.small.get(k), torch.Tensor):
+                        rec.small[k].copy_(v)
+                    else:
+                        rec.small[k] = v
+                if backup is not None:
+                    p.detach().copy_(backup)
+                if rec.grad is not None:
+                    p.grad = None
+            for new in stored:
+                for s in list(new.states.values()) + [new.master]:
+                    self._drop(s)
+            raise
+        for (p, t, _backup, _small), new in zip(saved, stored):
+            state.pop(t, None)
+            rec = self._records[p]
+            if t is not p:
+                p.detach().copy_(t)
+            for s in list(rec.states.values()) + [rec.master, rec.grad]:
+                self._drop(s)
+            if rec.grad is not None:
+                p.grad = None
+            new.grad = None
+            self._records[p] = new
+            self._done.add(p)
+
+    @torch.no_grad()
+    def _run(self, chunks) -> None:
+        fetched = self._fetch(chunks[0][1])
+        for i, (group, params) in enumerate(chunks):
+            try:
+                self._ready(params, fetched)
+                following = None
+                if i + 1 < len(chunks):
+                    following = self._fetch(chunks[i + 1][1])
+                    if i + 2 < len(chunks):
+                        self._prefetch(chunks[i + 2][1])
+                self._update(group, params, fetched)
+                self._counts["chunks"] += 1
+            except BaseException:
+                for f in list(fetched.values()) + list((following or {}).values()):
+                    for key in f.keys:  # their reads must end before the memory goes
+                        try:
+                            _C.store_wait(self._h, key)
+                        except (OSError, ValueError):
+                            pass
+                raise
+            fetched = following
+            self._reap()
+
+    def step(self, closure=None):
+        """Update every parameter with a gradient (see the module's text); returns what
+        ``closure`` returned."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        t0 = time.perf_counter()
+        chunks = self._chunks()
+        try:
+            if chunks:
+                self._run(chunks)
+        except torch.OutOfMemoryError:
+            self.chunk_bytes = max(1, self.chunk_bytes // 2)
+            self._counts["failed_steps"] += 1
+            raise
+        except BaseException:
+            self._counts["failed_steps"] += 1
+            raise
+        self._done.clear()
+        self._steps += 1
+        self._counts["steps"] += 1
+        self._counts["step_seconds"] += time.perf_counter() - t0
+        return loss
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """The wrapped optimizer's, and the stored gradients dropped; a step that failed is
+        not finished."""
+        self._inner.zero_grad(set_to_none=set_to_none)
+        for rec in self._records.values():
+            self._drop(rec.grad)
+            rec.grad = None
+        self._done.clear()
+
+    def add_param_group(self, param_group: dict) -> None:
+        if self._inner is None:  # the base class's __init__
+            return super().add_param_group(param_group)
+        self._inner.add_param_group(param_group)
+        if self.offload_grads:
+            self._hook(self.param_groups[-1]["params"])
+
+    # -- state -------------------------------------------------------------------------
+
+    def state_dict(self) -> dict:
+        """The wrapped optimizer's state dict, states in host memory."""
+        state, filled = self._inner.state, []
+        try:
+            for p in self.state:
+                state[p] = self.state[p]
+                filled.append(p)
+            return self._inner.state_dict()
+        finally:
+            for p in filled:
+                state.pop(p, None)
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        """Take the states of ``state_dict`` (this class's, or the wrapped optimizer's)."""
+        saved = state_dict.get("state", {})
+        self._inner.load_state_dict({**state_dict, "state": {}})
+        self.param_groups = self._inner.param_groups
+        for rec in self._records.values():
+            for s in list(rec.states.values()) + [rec.grad, rec.master]:
+                self._drop(s)
+        self._records.clear()
+        self._done = set()
+        for saved_group, group in zip(state_dict["param_groups"], self.param_groups):
+            for pid, p in zip(saved_group["params"], group["params"]):
+                if pid in saved:
+                    self._install(p, group, saved[pid])
+        self._reap()
+
+    def _host_states(self, rec: _Record) -> dict:
+        d = dict(rec.small)
+        for name, s in rec.states.items():
+            d[name] = self._get_now(s, torch.device("cpu"))
+        if rec.master is not None:
+            d["master"] = self._get_now(rec.master, torch.device("cpu"))
+        return d
+
+    def _install(self, p, group, values: dict) -> None:
+        """Store one parameter's saved states, cast as torch casts them."""
+        rec = self._record(p)
+        low = self.master_weights and p.dtype in _LOW
+        for k, v in values.items():
+            if k == "master" and isinstance(v, torch.Tensor):
+                rec.master = self._put(v.detach().to(torch.float32).contiguous())
+            elif k == "step" and isinstance(v, torch.Tensor):
+                on_device = group.get("capturable") or group.get("fused")
+                rec.small[k] = v.to(torch.float32, p.device) if on_device else v.clone()
+            elif isinstance(v, torch.Tensor):
+                if p.is_floating_point():
+                    v = v.to(torch.float32 if low else p.dtype)
+                if self._big(v, v.device):  # stored from where it is, host or GPU
+                    rec.states[k] = self._put(v.detach().contiguous())
+                else:
+                    rec.small[k] = v.to(p.device)
+            else:
+                rec.small[k] = v
+
+    # -- the rest ----------------------------------------------------------------------
+
+    def flush(self) -> None:
+        """Wait until every state and gradient stored so far has landed."""
+        self._shared.store.flush()
+        self._reap()
+
+    def stats(self) -> dict:
+        """steps, chunks, bytes_fetched, bytes_stored, grads_offloaded, step_seconds (in
+        step(), summed), failed_steps; state_bytes: the states, gradients and masters the
+        store holds for this optimizer now; chunk_bytes (halved after each out-of-memory
+        error); and the store's host_bytes / file_bytes."""
+        c = dict(self._counts)
+        held = 0
+        for rec in self._records.values():
+            for s in list(rec.states.values()) + [rec.grad, rec.master]:
+                held += s.nbytes() if s is not None else 0
+        st = self._shared.store.stats()
+        c.update(state_bytes=held, chunk_bytes=self.chunk_bytes,
+                 host_bytes=st["host_resident"], file_bytes=st["file_used"])
+        return c
+
+    def close(self) -> None:
+        """Remove the gradient hooks and drop everything stored (the states are lost)."""
+        for h in self._hooks:
+            h.remove()
+        self._hooks = []
+        _drop_all(self._h, self._records)
+        self._reap()
