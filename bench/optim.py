@@ -87,6 +87,17 @@ def vit_part(args, device):
     print("  largest batch: " + ", ".join(
         f"{m} {v}{'+' if res['search'][m]['cut'] else ''} ({v / n:.1f}x)"
         for m, v in largest.items()), flush=True)
+    # where the first failing batch and 20x fail: the phase, the allocator's figures
+    sgd.state.clear()
+    w.opt = ftt.OffloadedOptimizer(sgd, args.dir, offload_grads=True)
+    res["probe"] = {}
+    for nb in sorted({res["search"]["activations+states"]["first_failing"] or 0, 20 * n} - {0}):
+        res["probe"][nb] = probe(w, nb, args, device)
+        print(f"  batch {nb} with activations+states: {res['probe'][nb]}", flush=True)
+    w.opt.close()
+    w.opt = sgd
+    sgd.state.clear()
+    release(device)
     vit_bitwise(args, device, w, n, res)
     torch.cuda.set_per_process_memory_fraction(1.0, device)
     del w, sgd
@@ -94,20 +105,64 @@ def vit_part(args, device):
     return res
 
 
+def probe(w, n, args, device):
+    """One step of activations+states at batch ``n``: whether it fits, else in which phase
+    the allocator failed, with its message and peak."""
+    torch.cuda.reset_peak_memory_stats(device)
+    phase, out = "batch", {}
+    try:
+        x, y = w.batch(n, 1)
+        phase = "forward"
+        w.opt.zero_grad(set_to_none=True)
+        with bo.hooks_for("fastensor", args):
+            loss = w.loss(x, y)
+        phase = "backward"
+        loss.backward()
+        phase = "step"
+        w.opt.step()
+        bo.sync(device)
+        out["fits"] = True
+    except torch.OutOfMemoryError as e:
+        out.update(fits=False, phase=phase, error=" ".join(str(e).split())[:400])
+    out["peak_allocated_gib"] = round(torch.cuda.max_memory_allocated(device) / _GiB, 3)
+    out["peak_reserved_gib"] = round(torch.cuda.max_memory_reserved(device) / _GiB, 3)
+    x = y = loss = None
+    w.opt.zero_grad(set_to_none=True)
+    release(device)
+    return out
+
+
 def vit_bitwise(args, device, w, n, res):
     """3 steps from the same weights at batch ``n``, without offload and with activation,
     state and gradient offload: the same parameters and momentum, bitwise."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    for kernels in ("default", "math"):
+        res.setdefault("bitwise", {})[kernels] = r = {}
+        if kernels == "math":  # attention's fused backward kernels may not be deterministic
+            with sdpa_kernel([SDPBackend.MATH]):
+                vit_steps(args, device, w, n, r)
+        else:
+            vit_steps(args, device, w, n, r)
+        print(f"  3 steps at batch {n} ({kernels} attention kernels): twin of none equal "
+              f"{r['twin_equal']}; activations+states against none: parameters equal "
+              f"{r['params_equal']}, momentum equal {r['momentum_equal']}", flush=True)
+        if r["twin_equal"]:
+            break
+    return res
+
+
+def vit_steps(args, device, w, n, res):
     sgd = w.opt
     finals = {}
-    for mode in ("none", "activations+states"):
+    for mode in ("none", "none#2", "activations+states"):
         w.model.load_state_dict(w.initial)
         sgd.state.clear()
-        opt = sgd if mode == "none" else ftt.OffloadedOptimizer(sgd, args.dir,
-                                                                offload_grads=True)
+        plain = mode.startswith("none")
+        opt = sgd if plain else ftt.OffloadedOptimizer(sgd, args.dir, offload_grads=True)
         w.opt = opt
         for step in range(3):
             x, y = w.batch(n, 20 + step)
-            bo.run_step(w, x, y, None if mode == "none" else bo.hooks_for("fastensor", args))
+            bo.run_step(w, x, y, None if plain else bo.hooks_for("fastensor", args))
         bo.sync(device)
         params = [p.detach().cpu().clone() for p in w.model.parameters()]
         moms = opt.state_dict()["state"]
@@ -117,13 +172,13 @@ def vit_bitwise(args, device, w, n, res):
         w.opt = sgd
         sgd.state.clear()
         release(device)
-    (pa, ma), (pb, mb) = finals["none"], finals["activations+states"]
-    res["bitwise_batch"] = n
-    res["params_equal"] = all(torch.equal(a, b) for a, b in zip(pa, pb))
-    res["momentum_equal"] = ma.keys() == mb.keys() and all(torch.equal(ma[k], mb[k]) for k in ma)
-    print(f"  3 steps at batch {n}, activations+states against none: parameters equal "
-          f"{res['params_equal']}, momentum equal {res['momentum_equal']}", flush=True)
-    return res
+    def same(a, b):
+        (pa, ma), (pb, mb) = finals[a], finals[b]
+        return (all(torch.equal(u, v) for u, v in zip(pa, pb)),
+                ma.keys() == mb.keys() and all(torch.equal(ma[k], mb[k]) for k in ma))
+    res["batch"] = n
+    res["twin_equal"] = all(same("none", "none#2"))
+    res["params_equal"], res["momentum_equal"] = same("none", "activations+states")
 
 
 # -- 2. Llama-style fine-tuning -------------------------------------------------------------
@@ -158,9 +213,10 @@ def llama_optimizer(mode, model, args):
         return ftt.OffloadedOptimizer(inner, args.dir, offload_grads=True)
     if mode == "fastensor-master":
         return ftt.OffloadedOptimizer(inner, args.dir, offload_grads=True, master_weights=True)
-    if mode == "fastensor-ssd":
+    if mode in ("fastensor-ssd", "fastensor-ssd-direct"):
         return ftt.OffloadedOptimizer(inner, args.dir, offload_grads=True,
-                                      host_cache_bytes=int(args.ssd_host_gib * _GiB))
+                                      host_cache_bytes=int(args.ssd_host_gib * _GiB),
+                                      engine="direct" if mode.endswith("direct") else "auto")
     raise SystemExit(f"unknown mode {mode!r}")
 
 
@@ -198,6 +254,35 @@ def llama_steps(mode, args, device, steps):
         release(device)
 
 
+def llama_worker(args, device):
+    """One (round, mode) of the Llama part in this fresh process: RESULT and a JSON line."""
+    if device.type == "cuda":
+        total = torch.cuda.get_device_properties(device).total_memory
+        torch.cuda.set_per_process_memory_fraction(args.llama_cap_gib * _GiB / total, device)
+    try:
+        t, o, peak, loss = llama_steps(args.llama_worker, args, device, args.steps)
+        out = {"step": t, "opt": o, "peak": peak, "loss": loss}
+    except torch.OutOfMemoryError as e:
+        out = {"oom": " ".join(str(e).split())[:300]}
+    print("RESULT " + json.dumps(out), flush=True)
+
+
+def llama_run(mode, args, steps):
+    """llama_worker in a fresh process (a peer's hooks may keep its model alive)."""
+    import subprocess
+    cmd = [sys.executable, os.path.abspath(__file__), "--llama-worker", mode, "--dir", args.dir,
+           "--steps", str(steps)]
+    for k in ("llama_layers", "llama_batch", "llama_seq", "llama_cap_gib", "ssd_host_gib"):
+        cmd += ["--" + k.replace("_", "-"), str(getattr(args, k))]
+    if args.quick:
+        cmd.append("--quick")
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    for line in p.stdout.splitlines()[::-1]:
+        if line.startswith("RESULT "):
+            return json.loads(line[7:])
+    return {"error": f"exit {p.returncode}: {(p.stderr or p.stdout)[-400:]}"}
+
+
 def llama_part(args, device):
     res = {"layers": args.llama_layers, "batch": args.llama_batch, "seq": args.llama_seq,
            "cap_gib": args.llama_cap_gib}
@@ -206,18 +291,12 @@ def llama_part(args, device):
     res["params"] = sum(p.numel() for p in m.parameters())
     del m
     release(device)
-    if cuda:
-        total = torch.cuda.get_device_properties(device).total_memory
-        torch.cuda.set_per_process_memory_fraction(args.llama_cap_gib * _GiB / total, device)
     print(f"\n== llama-style: {res['params'] / 1e9:.2f} B parameters, bf16, AdamW, batch "
           f"{args.llama_batch} x {args.llama_seq} tokens, cap {args.llama_cap_gib} GiB",
           flush=True)
-    try:
-        t, _o, peak, _l = llama_steps("plain", args, device, 1)
-        res["plain"] = {"fits": True, "step_s": t[0], "peak_gib": peak / _GiB}
-    except torch.OutOfMemoryError as e:
-        res["plain"] = {"fits": False, "error": str(e).splitlines()[0][:200]}
-        release(device)
+    r = llama_run("plain", args, 1)
+    res["plain"] = ({"fits": True, "step_s": r["step"][0], "peak_gib": r["peak"] / _GiB}
+                    if "step" in r else {"fits": False, "error": r.get("oom") or r.get("error")})
     print(f"  plain AdamW: {'fits' if res['plain']['fits'] else 'out of memory'}", flush=True)
     modes = [m for m in args.llama_modes.split(",") if m]
     if "torchao" in modes:
@@ -232,13 +311,12 @@ def llama_part(args, device):
     rows = {m: {"step": [], "opt": [], "peak": [], "loss": []} for m in modes}
     for r in range(args.rounds):
         for mode in (modes if r % 2 == 0 else modes[::-1]):
-            try:
-                t, o, peak, loss = llama_steps(mode, args, device, args.steps)
-            except torch.OutOfMemoryError as e:
-                rows[mode].setdefault("oom", str(e).splitlines()[0][:200])
-                print(f"  round {r} {mode}: out of memory", flush=True)
-                release(device)
+            got = llama_run(mode, args, args.steps)
+            if "step" not in got:
+                rows[mode].setdefault("oom", got.get("oom") or got.get("error"))
+                print(f"  round {r} {mode}: {rows[mode]['oom']}", flush=True)
                 continue
+            t, o, peak, loss = got["step"], got["opt"], got["peak"], got["loss"]
             rows[mode]["step"] += t
             rows[mode]["opt"] += o
             rows[mode]["peak"].append(peak)
@@ -269,8 +347,6 @@ def llama_part(args, device):
             v["vs_best_peer"] = s["median"] / out[best]["step_s"]["median"]
             line += f" {v['vs_best_peer']:11.2f}x"
         print(line, flush=True)
-    if cuda:
-        torch.cuda.set_per_process_memory_fraction(1.0, device)
     return res
 
 
@@ -289,20 +365,24 @@ def main():
     ap.add_argument("--llama-seq", type=int, default=1024)
     ap.add_argument("--llama-cap-gib", type=float, default=12.0)
     ap.add_argument("--llama-modes",
-                    default="fastensor,fastensor-master,fastensor-ssd,torchao")
+                    default="fastensor,fastensor-master,fastensor-ssd,fastensor-ssd-direct,torchao")
     ap.add_argument("--ssd-host-gib", type=float, default=1.0)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--steps", type=int, default=2)
     ap.add_argument("--quick", action="store_true",
                     help="small ViT configuration (a check that the bench runs)")
     ap.add_argument("--json")
+    ap.add_argument("--llama-worker", metavar="MODE", help=argparse.SUPPRESS)
     args = ap.parse_args()
     args.bert_seq = args.gpt2_seq = 32  # bench/offload.py's Workload reads them
     if args.quick:  # a check that the bench runs: small models, the CPU where no GPU
-        args.llama_layers, args.llama_seq, args.steps, args.rounds = 1, 64, 1, 1
+        args.llama_layers, args.llama_seq, args.rounds = 1, 64, 1
+        args.steps = min(args.steps, 1)
     device = (torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available()
               else torch.device("cpu"))
     os.makedirs(args.dir, exist_ok=True)
+    if args.llama_worker:
+        return llama_worker(args, device)
     print(f"device {device}" + (f" ({torch.cuda.get_device_name()})" if device.type == "cuda"
                                 else "") + f"; spill dir {args.dir}; torch {torch.__version__}",
           flush=True)

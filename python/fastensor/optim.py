@@ -106,8 +106,17 @@ class _StateView(collections.abc.Mapping):
         return sum(1 for _ in self)
 
 
-def _drop_all(h, records) -> None:
-    """Drop every entry ``records`` holds (the optimizer is gone, or closed)."""
+def _drop_all(h, records, pending) -> None:
+    """Drop every entry ``records`` holds (the optimizer is gone, or closed), once the puts
+    still reading host memory of ``pending`` have read it (a dropped entry's put goes on
+    reading its source)."""
+    for keys, _src in pending:
+        for key in keys:
+            try:
+                _C.store_wait(h, key)
+            except (ValueError, OSError):
+                pass
+    pending.clear()
     for rec in records.values():
         for s in list(rec.states.values()) + [rec.grad, rec.master]:
             for key, _off, _n in (s.keys if s is not None else ()):
@@ -162,10 +171,11 @@ class OffloadedOptimizer(torch.optim.Optimizer):
         self._h = self._shared.h
         self._piece = max(_MiB, min(64 * _MiB, self._shared.ring_limit // 4))
         self._records = {}     # parameter -> _Record
+        self._pending = []     # (keys, host tensor) of puts still reading their source
         self.state = _StateView(self._records, self._host_states)
         # the entries go with the optimizer (its hooks hold it only weakly)
-        self._finalizer = weakref.finalize(self, _drop_all, self._h, self._records)
-        self._pending = []     # (keys, host tensor) of puts still reading their source
+        self._finalizer = weakref.finalize(self, _drop_all, self._h, self._records,
+                                           self._pending)
         self._done = set()     # parameters a failed step() already updated
         self._steps = 0
         self._fetch_streams = {}
@@ -238,6 +248,14 @@ class OffloadedOptimizer(torch.optim.Optimizer):
     def _drop(self, s: _Stored | None) -> None:
         if s is None:
             return
+        mine = {k for k, _o, _n in s.keys}
+        for keys, _src in self._pending:  # a put reading host memory: let it finish first
+            for key in keys:
+                if key in mine:
+                    try:
+                        _C.store_wait(self._h, key)
+                    except (ValueError, OSError):
+                        pass
         for key, _off, _n in s.keys:
             try:
                 _C.store_drop(self._h, key)
@@ -255,7 +273,7 @@ class OffloadedOptimizer(torch.optim.Optimizer):
                 except (OSError, ValueError):
                     pass
             return False
-        self._pending = [p for p in self._pending if busy(p[0])]
+        self._pending[:] = [p for p in self._pending if busy(p[0])]
 
     def _record(self, p) -> _Record:
         r = self._records.get(p)
@@ -585,5 +603,4 @@ class OffloadedOptimizer(torch.optim.Optimizer):
         for h in self._hooks:
             h.remove()
         self._hooks = []
-        _drop_all(self._h, self._records)
-        self._reap()
+        _drop_all(self._h, self._records, self._pending)

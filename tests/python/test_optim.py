@@ -352,3 +352,20 @@ def test_wrap_mid_training(tmp):
             o.step()
     assert same_params(a, b)
     same_state(oa.state_dict(), ob.state_dict())
+
+
+@pytest.mark.parametrize("how", ["close", "collect"])
+def test_end_while_puts_read_host_memory(tmp, how):
+    """Closing (or dropping) the optimizer right after a step whose puts still read host
+    memory: the puts finish reading before the memory goes (this crashed once)."""
+    for _ in range(4):
+        big = torch.nn.Linear(2048, 2048)
+        opt = wrap(torch.optim.Adam(big.parameters(), lr=1e-3), tmp, chunk_bytes=1 << 30,
+                   engine="direct")
+        big(torch.randn(4, 2048)).sum().backward()
+        opt.step()
+        if how == "close":
+            opt.close()
+        else:
+            del opt
+            gc.collect()
