@@ -7,8 +7,10 @@ gradients offloaded, and fine-tuning a model whose states do not fit the GPU.
    trains (doubling, then bisection, as bench/offload.py searches) without offload
    ("none"), with ``offload_activations`` ("activations"), and with ``offload_activations``
    plus ``OffloadedOptimizer(offload_grads=True)`` ("activations+states"); then, at the
-   largest batch without offload, 3 steps from the same weights with and without both
-   offloads: the parameters and momentum buffers bitwise equal.
+   half the largest batch without offload, 3 steps from the same weights with and without
+   both offloads: the parameters and momentum buffers bitwise equal (and the plain run's
+   twin: where attention's kernels are not deterministic, again with the math kernel); then
+   one step at the first batch that failed and at 20x: where the allocator failed.
 2. ``llama``: a Llama-style causal LM built from its configuration (hidden 2048, MLP 8192,
    16 heads, 8 KV heads, vocabulary 32000, --llama-layers layers: 1.6 B parameters with 24),
    bf16 weights, AdamW, batch --llama-batch of --llama-seq tokens, under a cap of
@@ -87,7 +89,9 @@ def vit_part(args, device):
     print("  largest batch: " + ", ".join(
         f"{m} {v}{'+' if res['search'][m]['cut'] else ''} ({v / n:.1f}x)"
         for m, v in largest.items()), flush=True)
-    # where the first failing batch and 20x fail: the phase, the allocator's figures
+    # bitwise first (below the plain largest: its margin is thin), then where the first
+    # failing batch and 20x fail: the phase, the allocator's figures
+    vit_bitwise(args, device, w, max(1, n // 2), res)
     sgd.state.clear()
     w.opt = ftt.OffloadedOptimizer(sgd, args.dir, offload_grads=True)
     res["probe"] = {}
@@ -98,7 +102,6 @@ def vit_part(args, device):
     w.opt = sgd
     sgd.state.clear()
     release(device)
-    vit_bitwise(args, device, w, n, res)
     torch.cuda.set_per_process_memory_fraction(1.0, device)
     del w, sgd
     release(device)
