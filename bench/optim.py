@@ -15,8 +15,8 @@ gradients offloaded, and fine-tuning a model whose states do not fit the GPU.
    16 heads, 8 KV heads, vocabulary 32000, --llama-layers layers: 1.6 B parameters with 24),
    bf16 weights, AdamW, batch --llama-batch of --llama-seq tokens, under a cap of
    --llama-cap-gib GiB: the plain optimizer's step (out of memory where the states do not
-   fit), then, in rounds (a fresh model and optimizer for each round and mode; a warm-up
-   step, then --steps timed ones): fastensor with the states in host memory
+   fit), then, in rounds (a fresh process, model and optimizer for each round and mode;
+   --warmup steps, then --steps timed ones): fastensor with the states in host memory
    (``OffloadedOptimizer(AdamW, offload_grads=True)``), the same with fp32 master weights
    (fp32 states), the same with the states on the SSD (host tier --ssd-host-gib), and
    torchao's ``CPUOffloadOptimizer(offload_gradients=True)`` (update on the CPU) where
@@ -230,11 +230,11 @@ def llama_steps(mode, args, device, steps):
     opt = llama_optimizer(mode, model, args)
     g = torch.Generator().manual_seed(7)
     x = torch.randint(0, 32000, (args.llama_batch, args.llama_seq), generator=g).to(device)
-    times, opt_times, loss = [], [], None
+    times, opt_times, warm, loss = [], [], [], None
     try:
-        for i in range(steps + 1):
+        for i in range(args.warmup + steps):
             bo.sync(device)
-            if i == 1 and device.type == "cuda":
+            if i == args.warmup and device.type == "cuda":
                 torch.cuda.reset_peak_memory_stats(device)
             t0 = time.perf_counter()
             loss = model(input_ids=x, labels=x).loss
@@ -245,11 +245,13 @@ def llama_steps(mode, args, device, steps):
             opt.zero_grad(set_to_none=True)
             bo.sync(device)
             t2 = time.perf_counter()
-            if i:
+            if i >= args.warmup:
                 times.append(t2 - t0)
                 opt_times.append(t2 - t1)
+            else:
+                warm.append(t2 - t0)
         peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else 0
-        return times, opt_times, peak, loss.item()
+        return times, opt_times, peak, loss.item(), warm
     finally:
         if hasattr(opt, "close"):
             opt.close()
@@ -263,8 +265,8 @@ def llama_worker(args, device):
         total = torch.cuda.get_device_properties(device).total_memory
         torch.cuda.set_per_process_memory_fraction(args.llama_cap_gib * _GiB / total, device)
     try:
-        t, o, peak, loss = llama_steps(args.llama_worker, args, device, args.steps)
-        out = {"step": t, "opt": o, "peak": peak, "loss": loss}
+        t, o, peak, loss, warm = llama_steps(args.llama_worker, args, device, args.steps)
+        out = {"step": t, "opt": o, "peak": peak, "loss": loss, "warmup": warm}
     except torch.OutOfMemoryError as e:
         out = {"oom": " ".join(str(e).split())[:300]}
     print("RESULT " + json.dumps(out), flush=True)
@@ -274,7 +276,7 @@ def llama_run(mode, args, steps):
     """llama_worker in a fresh process (a peer's hooks may keep its model alive)."""
     import subprocess
     cmd = [sys.executable, os.path.abspath(__file__), "--llama-worker", mode, "--dir", args.dir,
-           "--steps", str(steps)]
+           "--steps", str(steps), "--warmup", str(args.warmup)]
     for k in ("llama_layers", "llama_batch", "llama_seq", "llama_cap_gib", "ssd_host_gib"):
         cmd += ["--" + k.replace("_", "-"), str(getattr(args, k))]
     if args.quick:
@@ -311,7 +313,7 @@ def llama_part(args, device):
             print(f"  torchao: not importable ({e}); its row is left out", flush=True)
             res["torchao_error"] = str(e)[:300]
             modes.remove("torchao")
-    rows = {m: {"step": [], "opt": [], "peak": [], "loss": []} for m in modes}
+    rows = {m: {"step": [], "opt": [], "peak": [], "loss": [], "warmup": []} for m in modes}
     for r in range(args.rounds):
         for mode in (modes if r % 2 == 0 else modes[::-1]):
             got = llama_run(mode, args, args.steps)
@@ -320,20 +322,23 @@ def llama_part(args, device):
                 print(f"  round {r} {mode}: {rows[mode]['oom']}", flush=True)
                 continue
             t, o, peak, loss = got["step"], got["opt"], got["peak"], got["loss"]
+            rows[mode]["warmup"].append(got["warmup"])
             rows[mode]["step"] += t
             rows[mode]["opt"] += o
             rows[mode]["peak"].append(peak)
             rows[mode]["loss"].append(loss)
             print(f"  round {r} {mode:17s} step {statistics.median(t):6.2f} s (optimizer "
                   f"{statistics.median(o):5.2f} s), peak {peak / _GiB:5.2f} GiB, loss "
-                  f"{loss:.4f}", flush=True)
+                  f"{loss:.4f}; warm-up steps " + " ".join(f"{w:.2f}" for w in got["warmup"]),
+                  flush=True)
     out = {}
     for mode, v in rows.items():
         if not v["step"]:
             out[mode] = {"oom": v.get("oom")}
             continue
         out[mode] = {"step_s": spread(v["step"]), "optimizer_s": spread(v["opt"]),
-                     "peak_gib": max(v["peak"]) / _GiB, "loss": v["loss"]}
+                     "peak_gib": max(v["peak"]) / _GiB, "loss": v["loss"],
+                     "warmup_steps_s": v["warmup"]}
     res["rows"] = out
     host = [m for m in ("torchao",) if "step_s" in out.get(m, {})]
     best = min(host, key=lambda m: out[m]["step_s"]["median"]) if host else None
@@ -372,6 +377,9 @@ def main():
     ap.add_argument("--ssd-host-gib", type=float, default=1.0)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--steps", type=int, default=2)
+    ap.add_argument("--warmup", type=int, default=4,
+                    help="Llama steps before the timed ones (the host tier pins its memory as "
+                    "entries first reach it, over the first steps)")
     ap.add_argument("--quick", action="store_true",
                     help="small ViT configuration (a check that the bench runs)")
     ap.add_argument("--json")
