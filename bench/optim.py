@@ -291,7 +291,6 @@ def llama_run(mode, args, steps):
 def llama_part(args, device):
     res = {"layers": args.llama_layers, "batch": args.llama_batch, "seq": args.llama_seq,
            "cap_gib": args.llama_cap_gib}
-    cuda = device.type == "cuda"
     m = llama_model(args, device)
     res["params"] = sum(p.numel() for p in m.parameters())
     del m
