@@ -224,18 +224,22 @@ def llama_optimizer(mode, model, args):
 
 
 def llama_steps(mode, args, device, steps):
-    """A fresh model and optimizer of ``mode``: a warm-up step, then ``steps`` timed ones.
-    Returns (step seconds, optimizer-step seconds, peak GPU bytes, last loss)."""
+    """A fresh model and optimizer of ``mode``: --warmup steps, then ``steps`` timed ones.
+    Returns (step seconds, optimizer-step seconds, peak GPU bytes, last loss, warm-up step
+    seconds, a trace of every step: forward+backward and step seconds, and for fastensor the
+    host memory the store pinned and the time it stalled during the step)."""
     model = llama_model(args, device)
     opt = llama_optimizer(mode, model, args)
     g = torch.Generator().manual_seed(7)
     x = torch.randint(0, 32000, (args.llama_batch, args.llama_seq), generator=g).to(device)
-    times, opt_times, warm, loss = [], [], [], None
+    times, opt_times, warm, trace, loss = [], [], [], [], None
+    store = opt._shared.store if isinstance(opt, ftt.OffloadedOptimizer) else None
     try:
         for i in range(args.warmup + steps):
             bo.sync(device)
             if i == args.warmup and device.type == "cuda":
                 torch.cuda.reset_peak_memory_stats(device)
+            s0 = store.stats() if store else None
             t0 = time.perf_counter()
             loss = model(input_ids=x, labels=x).loss
             loss.backward()
@@ -245,13 +249,19 @@ def llama_steps(mode, args, device, steps):
             opt.zero_grad(set_to_none=True)
             bo.sync(device)
             t2 = time.perf_counter()
+            step = {"fb_s": round(t1 - t0, 3), "opt_s": round(t2 - t1, 3)}
+            if store:
+                s1 = store.stats()
+                step.update(pinned_mb=(s1["host_pinned"] - s0["host_pinned"]) >> 20,
+                            stall_s=round((s1["stall_ns"] - s0["stall_ns"]) / 1e9, 3))
+            trace.append(step)
             if i >= args.warmup:
                 times.append(t2 - t0)
                 opt_times.append(t2 - t1)
             else:
                 warm.append(t2 - t0)
         peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else 0
-        return times, opt_times, peak, loss.item(), warm
+        return times, opt_times, peak, loss.item(), warm, trace
     finally:
         if hasattr(opt, "close"):
             opt.close()
@@ -265,8 +275,10 @@ def llama_worker(args, device):
         total = torch.cuda.get_device_properties(device).total_memory
         torch.cuda.set_per_process_memory_fraction(args.llama_cap_gib * _GiB / total, device)
     try:
-        t, o, peak, loss, warm = llama_steps(args.llama_worker, args, device, args.steps)
-        out = {"step": t, "opt": o, "peak": peak, "loss": loss, "warmup": warm}
+        t, o, peak, loss, warm, trace = llama_steps(args.llama_worker, args, device,
+                                                    args.steps)
+        out = {"step": t, "opt": o, "peak": peak, "loss": loss, "warmup": warm,
+               "trace": trace}
     except torch.OutOfMemoryError as e:
         out = {"oom": " ".join(str(e).split())[:300]}
     print("RESULT " + json.dumps(out), flush=True)
@@ -322,6 +334,7 @@ def llama_part(args, device):
                 continue
             t, o, peak, loss = got["step"], got["opt"], got["peak"], got["loss"]
             rows[mode]["warmup"].append(got["warmup"])
+            rows[mode].setdefault("trace", []).append(got["trace"])
             rows[mode]["step"] += t
             rows[mode]["opt"] += o
             rows[mode]["peak"].append(peak)
@@ -330,6 +343,10 @@ def llama_part(args, device):
                   f"{statistics.median(o):5.2f} s), peak {peak / _GiB:5.2f} GiB, loss "
                   f"{loss:.4f}; warm-up steps " + " ".join(f"{w:.2f}" for w in got["warmup"]),
                   flush=True)
+            if "pinned_mb" in got["trace"][0]:
+                print("    steps (fwd+bwd/step s, MiB pinned, s stalled): " + "  ".join(
+                    f"{t['fb_s']:.2f}/{t['opt_s']:.2f} {t['pinned_mb']} {t['stall_s']:.2f}"
+                    for t in got["trace"]), flush=True)
     out = {}
     for mode, v in rows.items():
         if not v["step"]:
@@ -337,7 +354,7 @@ def llama_part(args, device):
             continue
         out[mode] = {"step_s": spread(v["step"]), "optimizer_s": spread(v["opt"]),
                      "peak_gib": max(v["peak"]) / _GiB, "loss": v["loss"],
-                     "warmup_steps_s": v["warmup"]}
+                     "warmup_steps_s": v["warmup"], "trace": v.get("trace")}
     res["rows"] = out
     host = [m for m in ("torchao",) if "step_s" in out.get(m, {})]
     best = min(host, key=lambda m: out[m]["step_s"]["median"]) if host else None

@@ -295,12 +295,14 @@ class OffloadedOptimizer(torch.optim.Optimizer):
 
     def _grad_hook(self, p) -> None:
         g = p.grad
-        if g is None or g.is_sparse or g.numel() * g.element_size() < self.min_bytes:
+        if g is None or g.is_sparse:
             return
-        if self._group is not None:
+        if self._group is not None:  # every gradient, the ones kept on the GPU too
             import torch.distributed as dist
             dist.all_reduce(g, group=self._group)
             g.div_(dist.get_world_size(self._group))
+        if g.numel() * g.element_size() < self.min_bytes:
+            return
         rec = self._record(p)
         if rec.grad is not None:  # accumulating over several backward passes
             old = self._get_now(rec.grad, g.device)

@@ -4,6 +4,8 @@ the host tier; gradients offloaded or not; fp32 master weights for bf16 paramete
 exception inside step() leaving parameters and states consistent."""
 import gc
 import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -369,3 +371,19 @@ def test_end_while_puts_read_host_memory(tmp, how):
         else:
             del opt
             gc.collect()
+
+
+def test_gradients_reduced_over_a_process_group(tmp):
+    """2 ranks (torchrun, gloo): gradients averaged in the hooks before they leave, as a
+    hand-reduced Adam's (tests/python/optim_worker.py)."""
+    if not torch.distributed.is_available():
+        pytest.skip("this torch was built without torch.distributed")
+    here = os.path.dirname(os.path.abspath(__file__))
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join(
+        [os.path.join(os.path.dirname(os.path.dirname(here)), "python"),
+         os.environ.get("PYTHONPATH", "")]))
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+           os.path.join(here, "optim_worker.py"), tmp]
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
+    assert "OK rank 0" in r.stdout and "OK rank 1" in r.stdout
