@@ -69,6 +69,20 @@ def vit_part(args, device):
           flush=True)
     if not cuda:  # no memory cap to search under: the bitwise check only
         return vit_bitwise(args, device, w, 4, res)
+    if args.probe:  # only one step at each (batch, activation budget) asked for
+        sgd.state.clear()
+        w.opt = ftt.OffloadedOptimizer(sgd, args.dir, offload_grads=True)
+        res["probe"] = {}
+        for spec in args.probe.split(","):
+            nb, _, budget = spec.partition(":")
+            b = int(float(budget) * _GiB) if budget else None
+            res["probe"][spec] = probe(w, int(nb), args, device, b)
+            print(f"  batch {nb}, activation budget {budget or 'default'}: "
+                  f"{res['probe'][spec]}", flush=True)
+        w.opt.close()
+        w.opt = sgd
+        torch.cuda.set_per_process_memory_fraction(1.0, device)
+        return res
     plain = bo.largest_batch(w, "none", args, 1, 1 << 14)
     n = max(plain["largest"], 1)
     res["search"] = {"none": plain}
@@ -108,16 +122,17 @@ def vit_part(args, device):
     return res
 
 
-def probe(w, n, args, device):
-    """One step of activations+states at batch ``n``: whether it fits, else in which phase
-    the allocator failed, with its message and peak."""
+def probe(w, n, args, device, budget=None):
+    """One step of activations+states at batch ``n`` (``budget``: the activation offload's
+    gpu_budget_bytes, None its default): whether it fits, else in which phase the allocator
+    failed, with its message and peak."""
     torch.cuda.reset_peak_memory_stats(device)
     phase, out = "batch", {}
     try:
         x, y = w.batch(n, 1)
         phase = "forward"
         w.opt.zero_grad(set_to_none=True)
-        with bo.hooks_for("fastensor", args):
+        with ftt.offload_activations(args.dir, gpu_budget_bytes=budget):
             loss = w.loss(x, y)
         phase = "backward"
         loss.backward()
@@ -383,6 +398,9 @@ def main():
     ap.add_argument("--vit-modes", default="activations",
                     help="searched beside none and activations+states: 'activations' or ''")
     ap.add_argument("--max-ratio", type=int, default=32)
+    ap.add_argument("--probe", metavar="N[:GIB],...",
+                    help="ViT: instead of the search, one step of activations+states at each "
+                    "batch N (with the activation offload's gpu_budget_bytes GIB GiB)")
     ap.add_argument("--search-seconds", type=float, default=150)
     ap.add_argument("--llama-layers", type=int, default=24)
     ap.add_argument("--llama-batch", type=int, default=1)
