@@ -26,8 +26,9 @@ next step starts with.
 backward has accumulated it (after reducing it over ``process_group``, averaged, where one is
 given; do not combine with DistributedDataParallel, which reduces ``.grad`` itself), and
 sets ``.grad`` to None; a later backward before ``step()`` (gradient accumulation) adds to
-the stored one. ``step()`` consumes them (``.grad`` is None afterwards). Code that reads
-``.grad`` between backward and step (clipping) needs ``offload_grads=False``.
+the stored one. ``step()`` consumes them (``.grad`` is None afterwards). Clip with
+:meth:`OffloadedOptimizer.clip_grad_norm_` (torch's results, bitwise); other code that reads
+``.grad`` between backward and step needs ``offload_grads=False``.
 
 ``master_weights``: bf16 and fp16 parameters are updated through fp32 master copies kept in
 the store with the states (mixed-precision training: the wrapped optimizer sees fp32
@@ -69,13 +70,15 @@ class _Stored:
 
 class _Record:
     """What the store holds for one parameter."""
-    __slots__ = ("states", "small", "grad", "master")
+    __slots__ = ("states", "small", "grad", "master", "grad_norm", "grad_scale")
 
     def __init__(self):
         self.states = {}   # name -> _Stored
         self.small = {}    # name -> value kept as it is (Adam's step, small tensors)
         self.grad = None   # _Stored: the offloaded gradient
         self.master = None  # _Stored: the fp32 master copy
+        self.grad_norm = None   # its 2-norm, taken as it left (a tensor on its device)
+        self.grad_scale = None  # clip_grad_norm_'s factor, applied when step() reads it
 
 
 class _Fetched:
@@ -125,6 +128,19 @@ def _drop_all(h, records, pending) -> None:
                 except (ValueError, OSError):
                     pass
     records.clear()
+
+
+def _norms(tensors, norm_type):
+    """The norms torch.nn.utils.clip_grad_norm_ takes of tensors of one device and dtype."""
+    if not tensors:
+        return []
+    if tensors[0].device.type in ("cuda", "cpu"):
+        return list(torch._foreach_norm(tensors, norm_type))
+    return [torch.linalg.vector_norm(t, norm_type) for t in tensors]
+
+
+def _norm(t, norm_type):
+    return _norms([t], norm_type)[0]
 
 
 def _grad_hook(ref, p) -> None:
@@ -309,6 +325,8 @@ class OffloadedOptimizer(torch.optim.Optimizer):
             self._drop(rec.grad)
             rec.grad = None
             g = old.add_(g)
+        rec.grad_norm = _norm(g, 2.0)  # for clip_grad_norm_, without reading it back
+        rec.grad_scale = None
         rec.grad = self._put(g)
         p.grad = None
         self._counts["grads_offloaded"] += 1
@@ -392,6 +410,8 @@ class OffloadedOptimizer(torch.optim.Optimizer):
         try:
             for p in params:
                 f, rec = fetched[p], self._record(p)
+                if f.grad is not None and rec.grad_scale is not None:
+                    f.grad.mul_(rec.grad_scale)  # clip_grad_norm_'s, as torch's would have
                 grad = f.grad if f.grad is not None else p.grad
                 small = {k: v.clone() if isinstance(v, torch.Tensor) else v
                          for k, v in rec.small.items()}
@@ -510,8 +530,63 @@ class OffloadedOptimizer(torch.optim.Optimizer):
         self._inner.zero_grad(set_to_none=set_to_none)
         for rec in self._records.values():
             self._drop(rec.grad)
-            rec.grad = None
+            rec.grad = rec.grad_norm = rec.grad_scale = None
         self._done.clear()
+
+    @torch.no_grad()
+    def clip_grad_norm_(self, max_norm: float, norm_type: float = 2.0,
+                        error_if_nonfinite: bool = False) -> torch.Tensor:
+        """``torch.nn.utils.clip_grad_norm_`` over this optimizer's parameters (in the order
+        of its groups), offloaded gradients included, with the same results bitwise: the
+        2-norm of an offloaded gradient was taken as it left the GPU (another ``norm_type``
+        reads them back), and its scale is applied as step() reads it. Returns the total
+        norm."""
+        norm_type = float(norm_type)
+        for p, rec in self._records.items():  # clipped before: scaled now, stored again
+            if rec.grad is not None and rec.grad_scale is not None:
+                g = self._get_now(rec.grad, p.device).mul_(rec.grad_scale)
+                self._drop(rec.grad)
+                rec.grad, rec.grad_norm, rec.grad_scale = self._put(g), _norm(g, 2.0), None
+        grads = []  # (device, dtype, gradient in .grad or None, record)
+        for group in self.param_groups:
+            for p in group["params"]:
+                rec = self._records.get(p)
+                if p.grad is not None:
+                    grads.append((p.grad.device, p.grad.dtype, p.grad, None))
+                elif rec is not None and rec.grad is not None:
+                    grads.append((p.device, rec.grad.dtype, None, rec))
+        if not grads:
+            return torch.tensor(0.0)
+        buckets = {}  # as torch groups them: by device and dtype, in order of appearance
+        for item in grads:
+            buckets.setdefault(item[:2], []).append(item)
+        norms = []
+        for (device, _dtype), items in buckets.items():
+            kept = iter(_norms([g for _d, _t, g, _r in items if g is not None], norm_type))
+            for _d, _t, g, rec in items:
+                if g is not None:
+                    norms.append(next(kept))
+                elif norm_type == 2.0 and rec.grad_norm is not None:
+                    norms.append(rec.grad_norm)
+                else:
+                    norms.append(_norm(self._get_now(rec.grad, device), norm_type))
+        first = grads[0][0]
+        total = torch.linalg.vector_norm(torch.stack([n.to(first) for n in norms]), norm_type)
+        if error_if_nonfinite and torch.logical_or(total.isnan(), total.isinf()):
+            raise RuntimeError(f"The total norm of order {norm_type} for gradients from "
+                               "`parameters` is non-finite, so it cannot be clipped. To disable "
+                               "this error and scale the gradients by the non-finite norm "
+                               "anyway, set `error_if_nonfinite=False`")
+        coef = torch.clamp(max_norm / (total + 1e-6), max=1.0)
+        for (device, _dtype), items in buckets.items():
+            scale = coef.to(device)
+            kept = [g for _d, _t, g, _r in items if g is not None]
+            if kept:
+                torch._foreach_mul_(kept, scale)
+            for _d, _t, g, rec in items:
+                if g is None:
+                    rec.grad_scale = scale
+        return total
 
     def add_param_group(self, param_group: dict) -> None:
         if self._inner is None:  # the base class's __init__

@@ -387,3 +387,28 @@ def test_gradients_reduced_over_a_process_group(tmp):
     r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
     assert "OK rank 0" in r.stdout and "OK rank 1" in r.stdout
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("norm_type", [2.0, 1.0, float("inf")])
+@pytest.mark.parametrize("max_norm", [0.05, 1e6])
+def test_clip_grad_norm(tmp, device, norm_type, max_norm):
+    """clip_grad_norm_ with offloaded gradients: the total norm and the updates bitwise
+    torch.nn.utils.clip_grad_norm_'s on gradients in .grad (clipping, and not)."""
+    a, b = model(device), model(device)
+    oa = OPTIMIZERS["adamw"](a.parameters())
+    ob = wrap(OPTIMIZERS["adamw"](b.parameters()), tmp, offload_grads=True)
+    for step in range(3):
+        x = batch(step, device)
+        norms = []
+        for m, o in ((a, oa), (b, ob)):
+            o.zero_grad()
+            backward(m, x)
+            for _ in range(2 if step == 1 else 1):  # twice: the second sees the first's scale
+                n = (torch.nn.utils.clip_grad_norm_(m.parameters(), max_norm, norm_type)
+                     if o is oa else ob.clip_grad_norm_(max_norm, norm_type))
+            norms.append(n)
+            o.step()
+        na, nb = norms
+        assert torch.equal(na, nb), (step, na, nb)
+        assert same_params(a, b), step
