@@ -1011,7 +1011,9 @@ int ft_store_wait(ft_store *store, uint64_t key);
  */
 int ft_store_flush(ft_store *store);
 
-/** Forget entry @p key and free its slot (after its transfers finish). @return 0 or -ENOENT. */
+/** Forget entry @p key and free its slot (after its transfers finish). A put still reading
+ *  its source goes on reading it: wait for ft_store_released (or ft_store_wait) before a
+ *  drop where the source's memory is to be freed right after. @return 0 or -ENOENT. */
 int ft_store_drop(ft_store *store, uint64_t key);
 
 /** Fill @p out with the store's counters. @return 0 or -EINVAL. */
