@@ -17,7 +17,8 @@ gradients offloaded, and fine-tuning a model whose states do not fit the GPU.
    --llama-cap-gib GiB: the plain optimizer's step (out of memory where the states do not
    fit), then, in rounds (a fresh process, model and optimizer for each round and mode;
    --warmup steps, then --steps timed ones): fastensor with the states in host memory
-   (``OffloadedOptimizer(AdamW, offload_grads=True)``), the same with fp32 master weights
+   (``OffloadedOptimizer(AdamW, offload_grads=True)``), the same keeping states on the GPU
+   where the measured peak leaves room (``gpu_budget_bytes="auto"``), with fp32 master weights
    (fp32 states), the same with the states on the SSD (host tier --ssd-host-gib), and
    torchao's ``CPUOffloadOptimizer(offload_gradients=True)`` (update on the CPU) where
    torchao imports (``PEERS_SITE``: a directory to import it from). Each step's time (forward,
@@ -229,6 +230,9 @@ def llama_optimizer(mode, model, args):
     inner = torch.optim.AdamW(params, **kw)
     if mode == "fastensor":
         return ftt.OffloadedOptimizer(inner, args.dir, offload_grads=True)
+    if mode == "fastensor-gpu":  # states kept on the GPU where the measured peak leaves room
+        return ftt.OffloadedOptimizer(inner, args.dir, offload_grads=True,
+                                      gpu_budget_bytes="auto")
     if mode == "fastensor-master":
         return ftt.OffloadedOptimizer(inner, args.dir, offload_grads=True, master_weights=True)
     if mode in ("fastensor-ssd", "fastensor-ssd-direct"):

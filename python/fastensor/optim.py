@@ -68,6 +68,21 @@ class _Stored:
         return sum(n for _key, _off, n in self.keys)
 
 
+class _Kept:
+    """A state kept on the GPU between steps (``gpu_budget_bytes``): not in the store."""
+    __slots__ = ("tensor", "keys")
+
+    def __init__(self, tensor):
+        self.tensor, self.keys = tensor, []
+
+    @property
+    def dtype(self):
+        return self.tensor.dtype
+
+    def nbytes(self) -> int:
+        return self.tensor.numel() * self.tensor.element_size()
+
+
 class _Record:
     """What the store holds for one parameter."""
     __slots__ = ("states", "small", "grad", "master", "grad_norm", "grad_scale")
@@ -164,7 +179,8 @@ class OffloadedOptimizer(torch.optim.Optimizer):
                  offload_grads: bool = False, master_weights: bool = False,
                  chunk_bytes: int = 128 * _MiB, min_bytes: int = 256 << 10,
                  host_cache_bytes: int | str = "auto", engine: str = "auto",
-                 capacity: int = 0, page_cache_bytes: int = 0, process_group=None):
+                 capacity: int = 0, page_cache_bytes: int = 0, process_group=None,
+                 gpu_budget_bytes: int | str = 0):
         if not isinstance(optimizer, torch.optim.Optimizer):
             raise TypeError(f"optimizer must be a torch.optim.Optimizer, not "
                             f"{type(optimizer).__name__}")
@@ -174,6 +190,10 @@ class OffloadedOptimizer(torch.optim.Optimizer):
         for name, v in (("chunk_bytes", chunk_bytes), ("min_bytes", min_bytes)):
             if not isinstance(v, int) or v < 1:
                 raise ValueError(f"{name} must be a positive int, not {v!r}")
+        if gpu_budget_bytes != "auto" and (not isinstance(gpu_budget_bytes, int)
+                                           or gpu_budget_bytes < 0):
+            raise ValueError("gpu_budget_bytes must be a non-negative int or 'auto', not "
+                             f"{gpu_budget_bytes!r}")
         self._inner = None  # add_param_group below is the base class's while this is None
         super().__init__(optimizer.param_groups, optimizer.defaults)
         self._inner = optimizer
@@ -181,6 +201,9 @@ class OffloadedOptimizer(torch.optim.Optimizer):
         self.offload_grads, self.master_weights = offload_grads, master_weights
         self.chunk_bytes, self.min_bytes = chunk_bytes, min_bytes
         self._group = process_group
+        self.gpu_budget_bytes = gpu_budget_bytes
+        self._keep_room = 0    # bytes of states this step may still keep on the GPU
+        self._peak_seen = {}   # device -> the highest allocator peak read at a step's start
         self._shared = shared_store(directory, host_cache_bytes=host_cache_bytes,
                                     engine=engine, capacity=capacity,
                                     page_cache_bytes=page_cache_bytes)
@@ -240,7 +263,11 @@ class OffloadedOptimizer(torch.optim.Optimizer):
         return s
 
     def _get(self, s: _Stored, device, stream: int, keys: list) -> torch.Tensor:
-        """Start reading ``s`` into a new tensor on ``device``; its keys go to ``keys``."""
+        """Start reading ``s`` into a new tensor on ``device``; its keys go to ``keys``. A
+        state kept on the GPU is copied (the update changes its copy in place: the kept one
+        stays as it was until the chunk is stored)."""
+        if isinstance(s, _Kept):
+            return s.tensor.to(device, copy=True)
         out = torch.empty(s.shape, dtype=s.dtype, device=device)
         cuda = device.type == "cuda"
         dev = (device.index or 0) if cuda else 0
@@ -263,6 +290,9 @@ class OffloadedOptimizer(torch.optim.Optimizer):
 
     def _drop(self, s: _Stored | None) -> None:
         if s is None:
+            return
+        if isinstance(s, _Kept):
+            s.tensor = None
             return
         mine = {k for k, _o, _n in s.keys}
         for keys, _src in self._pending:  # a put reading host memory: let it finish first
@@ -439,11 +469,11 @@ class OffloadedOptimizer(torch.optim.Optimizer):
                 new = _Record()
                 for name, v in state[t].items():
                     if self._big(v, t.device):
-                        new.states[name] = self._put(v)
+                        new.states[name] = self._keep_or_put(v)
                     else:
                         new.small[name] = v
                 if t is not p:
-                    new.master = self._put(t.detach())
+                    new.master = self._keep_or_put(t.detach())
                 stored.append(new)
         except BaseException:
             for p, t, backup, small in saved:
@@ -460,6 +490,8 @@ class OffloadedOptimizer(torch.optim.Optimizer):
                     p.grad = None
             for new in stored:
                 for s in list(new.states.values()) + [new.master]:
+                    if isinstance(s, _Kept):
+                        self._keep_room += s.nbytes()
                     self._drop(s)
             raise
         for (p, t, _backup, _small), new in zip(saved, stored):
@@ -510,10 +542,16 @@ class OffloadedOptimizer(torch.optim.Optimizer):
         chunks = self._chunks()
         try:
             if chunks:
+                params = {p for _g, ps in chunks for p in ps}
+                self._keep_room = max(0, self._gpu_room(chunks[0][1][0].device)
+                                      - self._kept_bytes(exclude=params))
                 self._run(chunks)
         except torch.OutOfMemoryError:
             self.chunk_bytes = max(1, self.chunk_bytes // 2)
             self._counts["failed_steps"] += 1
+            self._spill_kept()
+            if self.gpu_budget_bytes == "auto":
+                self.gpu_budget_bytes = 0  # out of memory once: nothing kept from now on
             raise
         except BaseException:
             self._counts["failed_steps"] += 1
@@ -523,6 +561,47 @@ class OffloadedOptimizer(torch.optim.Optimizer):
         self._counts["steps"] += 1
         self._counts["step_seconds"] += time.perf_counter() - t0
         return loss
+
+    def _keep_or_put(self, v: torch.Tensor):
+        """A new state: kept on the GPU while this step's room lasts, else stored."""
+        n = v.numel() * v.element_size()
+        if n <= self._keep_room and v.is_contiguous():
+            self._keep_room -= n
+            return _Kept(v)
+        return self._put(v)
+
+    def _gpu_room(self, device) -> int:
+        """Bytes of states kept on ``device`` after this step: gpu_budget_bytes, or ("auto")
+        what the highest allocator peak seen at a step's start (the states kept then
+        included) leaves under the memory limit, less 1/16 of it, plus what is kept now."""
+        if not self.gpu_budget_bytes:
+            return 0
+        if self.gpu_budget_bytes != "auto":
+            return self.gpu_budget_bytes  # (host parameters: their states stay in memory)
+        if device.type != "cuda":
+            return 0
+        from ._gpumem import gpu_memory_limit
+        peak = max(self._peak_seen.get(device, 0), torch.cuda.max_memory_allocated(device))
+        self._peak_seen[device] = peak
+        if self._steps == 0:
+            return 0  # the first step measures
+        limit = gpu_memory_limit(device)
+        return max(0, limit - peak - limit // 16 + self._kept_bytes())
+
+    def _kept_bytes(self, exclude=()) -> int:
+        """Bytes of states kept on the GPU (of parameters not in ``exclude``)."""
+        return sum(s.nbytes() for p, rec in self._records.items() if p not in exclude
+                   for s in list(rec.states.values()) + [rec.master]
+                   if isinstance(s, _Kept) and s.tensor is not None)
+
+    def _spill_kept(self) -> None:
+        """Every state kept on the GPU into the store (out of memory)."""
+        for rec in self._records.values():
+            for name, s in list(rec.states.items()):
+                if isinstance(s, _Kept) and s.tensor is not None:
+                    rec.states[name] = self._put(s.tensor)
+            if isinstance(rec.master, _Kept) and rec.master.tensor is not None:
+                rec.master = self._put(rec.master.tensor)
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """The wrapped optimizer's, and the stored gradients dropped; a step that failed is
@@ -671,7 +750,8 @@ class OffloadedOptimizer(torch.optim.Optimizer):
             for s in list(rec.states.values()) + [rec.grad, rec.master]:
                 held += s.nbytes() if s is not None else 0
         st = self._shared.store.stats()
-        c.update(state_bytes=held, chunk_bytes=self.chunk_bytes,
+        c.update(state_bytes=held, gpu_state_bytes=self._kept_bytes(),
+                 chunk_bytes=self.chunk_bytes,
                  host_bytes=st["host_resident"], file_bytes=st["file_used"])
         return c
 

@@ -412,3 +412,47 @@ def test_clip_grad_norm(tmp, device, norm_type, max_norm):
         na, nb = norms
         assert torch.equal(na, nb), (step, na, nb)
         assert same_params(a, b), step
+
+
+@pytest.mark.parametrize("device,budget", [(d, b) for d in DEVICES for b in ("auto", 1 << 20)
+                                           if d == "cuda" or b != "auto"])
+def test_states_kept_on_the_gpu(tmp, device, budget):
+    """gpu_budget_bytes: states kept on the GPU (host parameters: in memory) between steps
+    within the budget, the rest stored; bitwise the plain optimizer's, and a failure inside
+    step() leaves the kept ones as they were."""
+    a, b = model(device), model(device)
+    oa = torch.optim.Adam(a.parameters(), lr=1e-3, foreach=False)
+    inner = torch.optim.Adam(b.parameters(), lr=1e-3, foreach=False)
+    ob = wrap(inner, tmp, offload_grads=True, gpu_budget_bytes=budget)
+    real, calls = inner.step, {"n": 0, "fail": None}
+
+    def flaky(*args, **kw):
+        calls["n"] += 1
+        out = real(*args, **kw)
+        if calls["n"] == calls["fail"]:
+            raise Injected("injected after the update")
+        return out
+    inner.step = flaky
+    for step in range(4):
+        x = batch(step, device)
+        for m, o in ((a, oa), (b, ob)):
+            o.zero_grad()
+            backward(m, x)
+            if o is ob and step == 2:
+                calls["fail"] = calls["n"] + 2
+                with pytest.raises(Injected):
+                    ob.step()
+            o.step()
+        assert same_params(a, b), step
+        if step >= 1:
+            kept = ob.stats()["gpu_state_bytes"]
+            assert kept > 0 and (budget == "auto" or kept <= budget)
+    same_state(oa.state_dict(), ob.state_dict())
+
+
+def test_gpu_budget_rejects():
+    m = model()
+    with pytest.raises(ValueError):
+        ft.OffloadedOptimizer(torch.optim.SGD(m.parameters(), lr=1), gpu_budget_bytes=-1)
+    with pytest.raises(ValueError):
+        ft.OffloadedOptimizer(torch.optim.SGD(m.parameters(), lr=1), gpu_budget_bytes="all")
