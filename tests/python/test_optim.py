@@ -456,3 +456,37 @@ def test_gpu_budget_rejects():
         ft.OffloadedOptimizer(torch.optim.SGD(m.parameters(), lr=1), gpu_budget_bytes=-1)
     with pytest.raises(ValueError):
         ft.OffloadedOptimizer(torch.optim.SGD(m.parameters(), lr=1), gpu_budget_bytes="all")
+
+
+@pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
+def test_dcp_checkpoint_of_the_states(tmp):
+    """The wrapped optimizer's states through a DCP checkpoint written by FastensorWriter
+    (one process), loaded into a new wrapped optimizer: training goes on bitwise."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import (get_optimizer_state_dict,
+                                                         set_optimizer_state_dict)
+    from fastensor.dcp import FastensorReader, FastensorWriter
+    a, b = model(), model()
+    oa = OPTIMIZERS["adamw"](a.parameters())
+    ob = wrap(OPTIMIZERS["adamw"](b.parameters()), tmp, offload_grads=True)
+    for step in range(2):
+        for m, o in ((a, oa), (b, ob)):
+            o.zero_grad()
+            backward(m, batch(step))
+            o.step()
+    ck = os.path.join(tmp, "ckpt")
+    dcp.save({"model": b.state_dict(), "optim": get_optimizer_state_dict(b, ob)},
+             storage_writer=FastensorWriter(ck))
+    c = model()
+    oc = wrap(OPTIMIZERS["adamw"](c.parameters()), tmp, offload_grads=True)
+    state = {"model": c.state_dict(), "optim": get_optimizer_state_dict(c, oc)}
+    dcp.load(state, storage_reader=FastensorReader(ck))
+    c.load_state_dict(state["model"])
+    set_optimizer_state_dict(c, oc, state["optim"])
+    for step in range(2, 4):
+        for m, o in ((a, oa), (c, oc)):
+            o.zero_grad()
+            backward(m, batch(step))
+            o.step()
+    assert same_params(a, c)
+    same_state(oa.state_dict(), oc.state_dict())
