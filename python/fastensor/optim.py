@@ -30,6 +30,9 @@ the stored one. ``step()`` consumes them (``.grad`` is None afterwards). Clip wi
 :meth:`OffloadedOptimizer.clip_grad_norm_` (torch's results, bitwise); other code that reads
 ``.grad`` between backward and step needs ``offload_grads=False``.
 
+``gpu_budget_bytes``: states that fit stay on the GPU between steps (fewer bytes to move;
+"auto" sizes it from the peak memory measured), the rest is stored.
+
 ``master_weights``: bf16 and fp16 parameters are updated through fp32 master copies kept in
 the store with the states (mixed-precision training: the wrapped optimizer sees fp32
 parameters, gradients and states; each parameter gets its master rounded to its dtype).
@@ -172,7 +175,10 @@ class OffloadedOptimizer(torch.optim.Optimizer):
     states go to the file), ``engine``, ``capacity``, ``page_cache_bytes``: the store's, as
     for :class:`fastensor.torch.offload_activations`; with the same settings both share one
     store. ``chunk_bytes``: parameter bytes updated at once; ``min_bytes``: smaller state
-    tensors stay where the optimizer made them.
+    tensors stay where the optimizer made them. ``gpu_budget_bytes``: bytes of states kept on
+    the GPU between steps (the rest is stored); "auto": what the highest allocator peak seen
+    at a step's start leaves under :func:`gpu_memory_limit`, less 1/16 of it (nothing in the
+    first step, nothing after an out-of-memory error in ``step()``); 0: none.
     """
 
     def __init__(self, optimizer: torch.optim.Optimizer, directory=None, *,
