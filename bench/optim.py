@@ -411,7 +411,8 @@ def main():
     ap.add_argument("--llama-seq", type=int, default=1024)
     ap.add_argument("--llama-cap-gib", type=float, default=12.0)
     ap.add_argument("--llama-modes",
-                    default="fastensor,fastensor-master,fastensor-ssd,fastensor-ssd-direct,torchao")
+                    default="fastensor,fastensor-gpu,fastensor-master,fastensor-ssd,"
+                            "fastensor-ssd-direct,torchao")
     ap.add_argument("--ssd-host-gib", type=float, default=1.0)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--steps", type=int, default=2)
