@@ -30,8 +30,9 @@ the stored one. ``step()`` consumes them (``.grad`` is None afterwards). Clip wi
 :meth:`OffloadedOptimizer.clip_grad_norm_` (torch's results, bitwise); other code that reads
 ``.grad`` between backward and step needs ``offload_grads=False``.
 
-``gpu_budget_bytes``: states that fit stay on the GPU between steps (fewer bytes to move;
-"auto" sizes it from the peak memory measured), the rest is stored.
+``gpu_budget_bytes``: states that fit stay on the GPU between steps, and offloaded gradients
+in the room the states leave (fewer bytes to move; "auto" sizes it from the peak memory
+measured); the rest is stored.
 
 ``master_weights``: bf16 and fp16 parameters are updated through fp32 master copies kept in
 the store with the states (mixed-precision training: the wrapped optimizer sees fp32
@@ -176,7 +177,8 @@ class OffloadedOptimizer(torch.optim.Optimizer):
     for :class:`fastensor.torch.offload_activations`; with the same settings both share one
     store. ``chunk_bytes``: parameter bytes updated at once; ``min_bytes``: smaller state
     tensors stay where the optimizer made them. ``gpu_budget_bytes``: bytes of states kept on
-    the GPU between steps (the rest is stored); "auto": what the highest allocator peak seen
+    the GPU between steps, and of offloaded gradients in what they leave (the rest is
+    stored); "auto": what the highest allocator peak seen
     at a step's start leaves under :func:`gpu_memory_limit`, less 1/16 of it (nothing in the
     first step, nothing after an out-of-memory error in ``step()``); 0: none.
     """
@@ -209,6 +211,7 @@ class OffloadedOptimizer(torch.optim.Optimizer):
         self._group = process_group
         self.gpu_budget_bytes = gpu_budget_bytes
         self._keep_room = 0    # bytes of states this step may still keep on the GPU
+        self._grad_room = 0    # bytes of gradients the next backward may keep there
         self._peak_seen = {}   # device -> the highest allocator peak read at a step's start
         self._shared = shared_store(directory, host_cache_bytes=host_cache_bytes,
                                     engine=engine, capacity=capacity,
@@ -358,12 +361,19 @@ class OffloadedOptimizer(torch.optim.Optimizer):
         rec = self._record(p)
         if rec.grad is not None:  # accumulating over several backward passes
             old = self._get_now(rec.grad, g.device)
+            if isinstance(rec.grad, _Kept):
+                self._grad_room += rec.grad.nbytes()
             self._drop(rec.grad)
             rec.grad = None
             g = old.add_(g)
         rec.grad_norm = _norm(g, 2.0)  # for clip_grad_norm_, without reading it back
         rec.grad_scale = None
-        rec.grad = self._put(g)
+        n = g.numel() * g.element_size()
+        if n <= self._grad_room and g.is_contiguous():  # room left by the states kept
+            self._grad_room -= n
+            rec.grad = _Kept(g)
+        else:
+            rec.grad = self._put(g)
         p.grad = None
         self._counts["grads_offloaded"] += 1
 
@@ -549,13 +559,18 @@ class OffloadedOptimizer(torch.optim.Optimizer):
         try:
             if chunks:
                 params = {p for _g, ps in chunks for p in ps}
-                self._keep_room = max(0, self._gpu_room(chunks[0][1][0].device)
-                                      - self._kept_bytes(exclude=params))
+                total = self._gpu_room(chunks[0][1][0].device)
+                # the states of this step's parameters are replaced; the gradients kept stay
+                # until their chunk is done
+                self._keep_room = max(0, total - self._kept_bytes(exclude=params)
+                                      - self._kept_bytes(grads=True))
                 self._run(chunks)
+                self._grad_room = max(0, total - self._kept_bytes())
         except torch.OutOfMemoryError:
             self.chunk_bytes = max(1, self.chunk_bytes // 2)
             self._counts["failed_steps"] += 1
             self._spill_kept()
+            self._grad_room = 0
             if self.gpu_budget_bytes == "auto":
                 self.gpu_budget_bytes = 0  # out of memory once: nothing kept from now on
             raise
@@ -577,9 +592,9 @@ class OffloadedOptimizer(torch.optim.Optimizer):
         return self._put(v)
 
     def _gpu_room(self, device) -> int:
-        """Bytes of states kept on ``device`` after this step: gpu_budget_bytes, or ("auto")
-        what the highest allocator peak seen at a step's start (the states kept then
-        included) leaves under the memory limit, less 1/16 of it, plus what is kept now."""
+        """Bytes of states and gradients kept on ``device``: gpu_budget_bytes, or ("auto")
+        what the highest allocator peak seen at a step's start (what was kept then included)
+        leaves under the memory limit, less 1/16 of it, plus what is kept now."""
         if not self.gpu_budget_bytes:
             return 0
         if self.gpu_budget_bytes != "auto":
@@ -592,12 +607,14 @@ class OffloadedOptimizer(torch.optim.Optimizer):
         if self._steps == 0:
             return 0  # the first step measures
         limit = gpu_memory_limit(device)
-        return max(0, limit - peak - limit // 16 + self._kept_bytes())
+        return max(0, limit - peak - limit // 16 + self._kept_bytes()
+                   + self._kept_bytes(grads=True))
 
-    def _kept_bytes(self, exclude=()) -> int:
-        """Bytes of states kept on the GPU (of parameters not in ``exclude``)."""
+    def _kept_bytes(self, exclude=(), grads=False) -> int:
+        """Bytes of states (or gradients) kept on the GPU, of parameters not in
+        ``exclude``."""
         return sum(s.nbytes() for p, rec in self._records.items() if p not in exclude
-                   for s in list(rec.states.values()) + [rec.master]
+                   for s in ([rec.grad] if grads else list(rec.states.values()) + [rec.master])
                    if isinstance(s, _Kept) and s.tensor is not None)
 
     def _spill_kept(self) -> None:
@@ -608,12 +625,16 @@ class OffloadedOptimizer(torch.optim.Optimizer):
                     rec.states[name] = self._put(s.tensor)
             if isinstance(rec.master, _Kept) and rec.master.tensor is not None:
                 rec.master = self._put(rec.master.tensor)
+            if isinstance(rec.grad, _Kept) and rec.grad.tensor is not None:
+                rec.grad = self._put(rec.grad.tensor)
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """The wrapped optimizer's, and the stored gradients dropped; a step that failed is
         not finished."""
         self._inner.zero_grad(set_to_none=set_to_none)
         for rec in self._records.values():
+            if isinstance(rec.grad, _Kept) and rec.grad.tensor is not None:
+                self._grad_room += rec.grad.nbytes()
             self._drop(rec.grad)
             rec.grad = rec.grad_norm = rec.grad_scale = None
         self._done.clear()
@@ -757,6 +778,7 @@ class OffloadedOptimizer(torch.optim.Optimizer):
                 held += s.nbytes() if s is not None else 0
         st = self._shared.store.stats()
         c.update(state_bytes=held, gpu_state_bytes=self._kept_bytes(),
+                 gpu_grad_bytes=self._kept_bytes(grads=True),
                  chunk_bytes=self.chunk_bytes,
                  host_bytes=st["host_resident"], file_bytes=st["file_used"])
         return c

@@ -490,3 +490,41 @@ def test_dcp_checkpoint_of_the_states(tmp):
             o.step()
     assert same_params(a, c)
     same_state(oa.state_dict(), oc.state_dict())
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_gradients_kept_on_the_gpu(tmp, device):
+    """With room in gpu_budget_bytes beyond the states, offloaded gradients stay on the GPU
+    (host parameters: in memory) through backward; accumulation, clipping and a failure
+    inside step() give the plain optimizer's results bitwise."""
+    a, b = model(device), model(device)
+    oa = torch.optim.AdamW(a.parameters(), lr=1e-3, foreach=False)
+    inner = torch.optim.AdamW(b.parameters(), lr=1e-3, foreach=False)
+    ob = wrap(inner, tmp, offload_grads=True, gpu_budget_bytes=64 << 20)
+    real, calls = inner.step, {"n": 0, "fail": None}
+
+    def flaky(*args, **kw):
+        calls["n"] += 1
+        out = real(*args, **kw)
+        if calls["n"] == calls["fail"]:
+            raise Injected("injected after the update")
+        return out
+    inner.step = flaky
+    for step in range(4):
+        for m, o in ((a, oa), (b, ob)):
+            o.zero_grad()
+            backward(m, batch(2 * step, device))
+            backward(m, batch(2 * step + 1, device))
+            if o is ob:
+                if step >= 1:
+                    assert ob.stats()["gpu_grad_bytes"] > 0
+                ob.clip_grad_norm_(0.05)
+                if step == 2:
+                    calls["fail"] = calls["n"] + 2
+                    with pytest.raises(Injected):
+                        ob.step()
+            else:
+                torch.nn.utils.clip_grad_norm_(a.parameters(), 0.05)
+            o.step()
+        assert same_params(a, b), step
+    same_state(oa.state_dict(), ob.state_dict())
