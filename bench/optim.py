@@ -28,6 +28,7 @@ gradients offloaded, and fine-tuning a model whose states do not fit the GPU.
     PYTHONPATH=python python3 bench/optim.py --dir /nvme/spill --json optim.json
 """
 import argparse
+import contextlib
 import gc
 import json
 import os
@@ -58,10 +59,24 @@ def spread(v):
 
 # -- 1. ViT-B/16: the largest batch -------------------------------------------------------
 
+@contextlib.contextmanager
+def states_offloaded(w, args):
+    """The workload's SGD wrapped in OffloadedOptimizer (offloaded gradients) for the
+    block, starting and ending without momentum."""
+    sgd = w.opt
+    sgd.state.clear()
+    w.opt = ftt.OffloadedOptimizer(sgd, args.dir, offload_grads=True)
+    try:
+        yield w.opt
+    finally:
+        w.opt.close()
+        w.opt = sgd
+        sgd.state.clear()
+
+
 def vit_part(args, device):
     res = {}
     w = bo.Workload("vit_b_16", args, device)
-    sgd = w.opt
     cuda = device.type == "cuda"
     if cuda:
         total = torch.cuda.get_device_properties(device).total_memory
@@ -71,17 +86,14 @@ def vit_part(args, device):
     if not cuda:  # no memory cap to search under: the bitwise check only
         return vit_bitwise(args, device, w, 4, res)
     if args.probe:  # only one step at each (batch, activation budget) asked for
-        sgd.state.clear()
-        w.opt = ftt.OffloadedOptimizer(sgd, args.dir, offload_grads=True)
         res["probe"] = {}
-        for spec in args.probe.split(","):
-            nb, _, budget = spec.partition(":")
-            b = int(float(budget) * _GiB) if budget else None
-            res["probe"][spec] = probe(w, int(nb), args, device, b)
-            print(f"  batch {nb}, activation budget {budget or 'default'}: "
-                  f"{res['probe'][spec]}", flush=True)
-        w.opt.close()
-        w.opt = sgd
+        with states_offloaded(w, args):
+            for spec in args.probe.split(","):
+                nb, _, budget = spec.partition(":")
+                b = int(float(budget) * _GiB) if budget else None
+                res["probe"][spec] = probe(w, int(nb), args, device, b)
+                print(f"  batch {nb}, activation budget {budget or 'default'}: "
+                      f"{res['probe'][spec]}", flush=True)
         torch.cuda.set_per_process_memory_fraction(1.0, device)
         return res
     plain = bo.largest_batch(w, "none", args, 1, 1 << 14)
@@ -90,13 +102,9 @@ def vit_part(args, device):
     if "activations" in args.vit_modes:
         res["search"]["activations"] = bo.largest_batch(w, "fastensor", args, n,
                                                         n * args.max_ratio)
-    sgd.state.clear()
-    w.opt = ftt.OffloadedOptimizer(sgd, args.dir, offload_grads=True)
-    res["search"]["activations+states"] = bo.largest_batch(w, "fastensor", args, n,
-                                                           n * args.max_ratio)
-    w.opt.close()
-    w.opt = sgd
-    sgd.state.clear()
+    with states_offloaded(w, args):
+        res["search"]["activations+states"] = bo.largest_batch(w, "fastensor", args, n,
+                                                               n * args.max_ratio)
     release(device)
     largest = {m: s["largest"] for m, s in res["search"].items()}
     res["largest"] = largest
@@ -107,18 +115,15 @@ def vit_part(args, device):
     # bitwise first (below the plain largest: its margin is thin), then where the first
     # failing batch and 20x fail: the phase, the allocator's figures
     vit_bitwise(args, device, w, max(1, n // 2), res)
-    sgd.state.clear()
-    w.opt = ftt.OffloadedOptimizer(sgd, args.dir, offload_grads=True)
     res["probe"] = {}
-    for nb in sorted({res["search"]["activations+states"]["first_failing"] or 0, 20 * n} - {0}):
-        res["probe"][nb] = probe(w, nb, args, device)
-        print(f"  batch {nb} with activations+states: {res['probe'][nb]}", flush=True)
-    w.opt.close()
-    w.opt = sgd
-    sgd.state.clear()
+    with states_offloaded(w, args):
+        for nb in sorted({res["search"]["activations+states"]["first_failing"] or 0,
+                          20 * n} - {0}):
+            res["probe"][nb] = probe(w, nb, args, device)
+            print(f"  batch {nb} with activations+states: {res['probe'][nb]}", flush=True)
     release(device)
     torch.cuda.set_per_process_memory_fraction(1.0, device)
-    del w, sgd
+    del w
     release(device)
     return res
 

@@ -146,14 +146,9 @@ class Injected(RuntimeError):
     pass
 
 
-def test_exception_in_step_resumes(tmp):
-    """A failure inside the second chunk's update, after the optimizer changed its parameters
-    in place: that chunk is put back, the first stays updated; the next step() finishes the
-    step and the result is the uninterrupted one's."""
-    a, b = model(), model()
-    oa = torch.optim.Adam(a.parameters(), lr=1e-3, foreach=False)
-    inner = torch.optim.Adam(b.parameters(), lr=1e-3, foreach=False)
-    ob = wrap(inner, tmp, offload_grads=True)
+def fail_after_update(inner):
+    """Make ``inner.step`` count its calls and raise Injected, after updating its chunk in
+    place, on the call numbered ``calls["fail"]``. Returns ``calls``."""
     real, calls = inner.step, {"n": 0, "fail": None}
 
     def flaky(*args, **kw):
@@ -163,6 +158,18 @@ def test_exception_in_step_resumes(tmp):
             raise Injected("injected after the update")
         return out
     inner.step = flaky
+    return calls
+
+
+def test_exception_in_step_resumes(tmp):
+    """A failure inside the second chunk's update, after the optimizer changed its parameters
+    in place: that chunk is put back, the first stays updated; the next step() finishes the
+    step and the result is the uninterrupted one's."""
+    a, b = model(), model()
+    oa = torch.optim.Adam(a.parameters(), lr=1e-3, foreach=False)
+    inner = torch.optim.Adam(b.parameters(), lr=1e-3, foreach=False)
+    ob = wrap(inner, tmp, offload_grads=True)
+    calls = fail_after_update(inner)
     for step in range(3):
         x = batch(step)
         oa.zero_grad()
@@ -424,15 +431,7 @@ def test_states_kept_on_the_gpu(tmp, device, budget):
     oa = torch.optim.Adam(a.parameters(), lr=1e-3, foreach=False)
     inner = torch.optim.Adam(b.parameters(), lr=1e-3, foreach=False)
     ob = wrap(inner, tmp, offload_grads=True, gpu_budget_bytes=budget)
-    real, calls = inner.step, {"n": 0, "fail": None}
-
-    def flaky(*args, **kw):
-        calls["n"] += 1
-        out = real(*args, **kw)
-        if calls["n"] == calls["fail"]:
-            raise Injected("injected after the update")
-        return out
-    inner.step = flaky
+    calls = fail_after_update(inner)
     for step in range(4):
         x = batch(step, device)
         for m, o in ((a, oa), (b, ob)):
@@ -501,15 +500,7 @@ def test_gradients_kept_on_the_gpu(tmp, device):
     oa = torch.optim.AdamW(a.parameters(), lr=1e-3, foreach=False)
     inner = torch.optim.AdamW(b.parameters(), lr=1e-3, foreach=False)
     ob = wrap(inner, tmp, offload_grads=True, gpu_budget_bytes=64 << 20)
-    real, calls = inner.step, {"n": 0, "fail": None}
-
-    def flaky(*args, **kw):
-        calls["n"] += 1
-        out = real(*args, **kw)
-        if calls["n"] == calls["fail"]:
-            raise Injected("injected after the update")
-        return out
-    inner.step = flaky
+    calls = fail_after_update(inner)
     for step in range(4):
         for m, o in ((a, oa), (b, ob)):
             o.zero_grad()
