@@ -21,7 +21,9 @@ gradients offloaded, and fine-tuning a model whose states do not fit the GPU.
    where the measured peak leaves room (``gpu_budget_bytes="auto"``), with fp32 master weights
    (fp32 states), the same with the states on the SSD (host tier --ssd-host-gib), and
    torchao's ``CPUOffloadOptimizer(offload_gradients=True)`` (update on the CPU) where
-   torchao imports (``PEERS_SITE``: a directory to import it from). Each step's time (forward,
+   torchao imports, and DeepSpeed ZeRO-Offload (ZeRO stage 2, bf16 with fp32 masters and
+   states in pinned host memory, its own CPU AdamW, built at first use) where deepspeed
+   imports (``PEERS_SITE``: a directory to import them from). Each step's time (forward,
    backward, step), the optimizer step's own, the peak GPU memory and the loss are printed;
    medians with min-max and ratios to the best host-memory peer.
 
@@ -30,6 +32,7 @@ gradients offloaded, and fine-tuning a model whose states do not fit the GPU.
 import argparse
 import contextlib
 import gc
+import importlib
 import json
 import os
 import statistics
@@ -247,13 +250,48 @@ def llama_optimizer(mode, model, args):
     raise SystemExit(f"unknown mode {mode!r}")
 
 
+def llama_deepspeed(model, args):
+    """DeepSpeed ZeRO-Offload on ``model`` as its users set it up for one GPU: a DeepSpeed
+    engine (ZeRO stage 2, bf16, the optimizer offloaded to pinned host memory: fp32 master
+    weights and AdamW states there, updated by DeepSpeedCPUAdam), as a process group of one."""
+    import socket
+
+    import deepspeed
+    with socket.socket() as s:  # a free port for the group of one
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    for k, v in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1"),
+                 ("MASTER_ADDR", "127.0.0.1"), ("MASTER_PORT", str(port))):
+        os.environ.setdefault(k, v)
+    cfg = {"train_micro_batch_size_per_gpu": args.llama_batch, "gradient_accumulation_steps": 1,
+           "bf16": {"enabled": True},
+           "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu",
+                                                                   "pin_memory": True}},
+           "optimizer": {"type": "AdamW", "params": {"lr": 1e-5, "weight_decay": 0.01}},
+           "steps_per_print": 1 << 30}
+    engine, _opt, _loader, _sched = deepspeed.initialize(
+        model=model, model_parameters=model.parameters(), config=cfg)
+    return engine
+
+
 def llama_steps(mode, args, device, steps):
     """A fresh model and optimizer of ``mode``: --warmup steps, then ``steps`` timed ones.
     Returns (step seconds, optimizer-step seconds, peak GPU bytes, last loss, warm-up step
     seconds, a trace of every step: forward+backward and step seconds, and for fastensor the
     host memory the store pinned and the time it stalled during the step)."""
     model = llama_model(args, device)
-    opt = llama_optimizer(mode, model, args)
+    if mode == "deepspeed":  # the engine wraps the model: its backward and step (which zeroes)
+        model = opt = llama_deepspeed(model, args)
+        do_backward, do_step = model.backward, model.step
+    else:
+        opt = llama_optimizer(mode, model, args)
+
+        def do_backward(loss):
+            loss.backward()
+
+        def do_step():
+            opt.step()
+            opt.zero_grad(set_to_none=True)
     g = torch.Generator().manual_seed(7)
     x = torch.randint(0, 32000, (args.llama_batch, args.llama_seq), generator=g).to(device)
     times, opt_times, warm, trace, loss = [], [], [], [], None
@@ -266,11 +304,10 @@ def llama_steps(mode, args, device, steps):
             s0 = store.stats() if store else None
             t0 = time.perf_counter()
             loss = model(input_ids=x, labels=x).loss
-            loss.backward()
+            do_backward(loss)
             bo.sync(device)
             t1 = time.perf_counter()
-            opt.step()
-            opt.zero_grad(set_to_none=True)
+            do_step()
             bo.sync(device)
             t2 = time.perf_counter()
             step = {"fb_s": round(t1 - t0, 3), "opt_s": round(t2 - t1, 3)}
@@ -339,22 +376,26 @@ def llama_part(args, device):
                     if "step" in r else {"fits": False, "error": r.get("oom") or r.get("error")})
     print(f"  plain AdamW: {'fits' if res['plain']['fits'] else 'out of memory'}", flush=True)
     modes = [m for m in args.llama_modes.split(",") if m]
-    if "torchao" in modes:
+    for peer in ("torchao", "deepspeed"):
+        if peer not in modes:
+            continue
         try:
-            import torchao.optim  # noqa: F401
-            import torchao
-            res["torchao"] = torchao.__version__
+            mod = importlib.import_module(peer)
+            if peer == "torchao":
+                importlib.import_module("torchao.optim")
+            res[peer] = mod.__version__
         except Exception as e:  # noqa: BLE001  (any import failure: say why, go on)
-            print(f"  torchao: not importable ({e}); its row is left out", flush=True)
-            res["torchao_error"] = str(e)[:300]
-            modes.remove("torchao")
+            print(f"  {peer}: not importable ({e}); its row is left out", flush=True)
+            res[peer + "_error"] = str(e)[:300]
+            modes.remove(peer)
     rows = {m: {"step": [], "opt": [], "peak": [], "loss": [], "warmup": []} for m in modes}
     for r in range(args.rounds):
         for mode in (modes if r % 2 == 0 else modes[::-1]):
             got = llama_run(mode, args, args.steps)
             if "step" not in got:
-                rows[mode].setdefault("oom", got.get("oom") or got.get("error"))
-                print(f"  round {r} {mode}: {rows[mode]['oom']}", flush=True)
+                why = "oom" if "oom" in got else "error"
+                rows[mode].setdefault(why, got.get(why))
+                print(f"  round {r} {mode}: {rows[mode][why]}", flush=True)
                 continue
             t, o, peak, loss = got["step"], got["opt"], got["peak"], got["loss"]
             rows[mode]["warmup"].append(got["warmup"])
@@ -374,19 +415,19 @@ def llama_part(args, device):
     out = {}
     for mode, v in rows.items():
         if not v["step"]:
-            out[mode] = {"oom": v.get("oom")}
+            out[mode] = {k: v[k] for k in ("oom", "error") if k in v}
             continue
         out[mode] = {"step_s": spread(v["step"]), "optimizer_s": spread(v["opt"]),
                      "peak_gib": max(v["peak"]) / _GiB, "loss": v["loss"],
                      "warmup_steps_s": v["warmup"], "trace": v.get("trace")}
     res["rows"] = out
-    host = [m for m in ("torchao",) if "step_s" in out.get(m, {})]
+    host = [m for m in ("torchao", "deepspeed") if "step_s" in out.get(m, {})]
     best = min(host, key=lambda m: out[m]["step_s"]["median"]) if host else None
     print(f"  {'mode':17s} {'step s':>7s} {'min-max':>13s} {'opt s':>6s} {'peak GiB':>9s}"
           + (f" {'vs ' + best:>12s}" if best else ""))
     for mode, v in out.items():
         if "step_s" not in v:
-            print(f"  {mode:17s} out of memory")
+            print(f"  {mode:17s} " + ("out of memory" if "oom" in v else "failed (above)"))
             continue
         s = v["step_s"]
         line = (f"  {mode:17s} {s['median']:7.2f} {s['min']:6.2f}-{s['max']:<6.2f} "
@@ -417,7 +458,7 @@ def main():
     ap.add_argument("--llama-cap-gib", type=float, default=12.0)
     ap.add_argument("--llama-modes",
                     default="fastensor,fastensor-gpu,fastensor-master,fastensor-ssd,"
-                            "fastensor-ssd-direct,torchao")
+                            "fastensor-ssd-direct,torchao,deepspeed")
     ap.add_argument("--ssd-host-gib", type=float, default=1.0)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--steps", type=int, default=2)

@@ -19,8 +19,9 @@
 # --optim: optimizer-state offload: tests/python/test_optim.py (CUDA cases), then
 #         bench/optim.py (ViT-B/16 largest batch with activations + states offloaded under a
 #         3 GiB cap, bitwise steps; a Llama-style 1.6 B model under a 12 GiB cap against
-#         torchao's CPUOffloadOptimizer, installed from .peers/wheels); FT_OPTIM_ARGS,
-#         FT_OPTIM_TIMEOUT (480 s).
+#         torchao's CPUOffloadOptimizer and DeepSpeed ZeRO-Offload, installed from
+#         .peers/wheels; DeepSpeed's CPU Adam is built at its first use, kept in
+#         $WORK/torch-extensions); FT_OPTIM_ARGS, FT_OPTIM_TIMEOUT (480 s).
 # --fio: fio against `fastensor bench` on this machine's disk (bench/vs-fio.sh: 64M blocks,
 #         cold reads and durable writes, host memory; FT_FIO_SIZES, FT_FIO_REPEAT). The GPU
 #         machine has no fio: scripts/build-fio.sh builds one into $BUILD/extra/ to carry
@@ -303,12 +304,20 @@ if [ $OFFLOAD = 1 ]; then
 fi
 if [ $OPTIM = 1 ]; then
     site="$WORK/optim-site"
-    if ls .peers/wheels/torchao-*.whl >/dev/null 2>&1; then
+    for peer in torchao deepspeed; do
+        if ! ls .peers/wheels/$peer-*.whl >/dev/null 2>&1; then
+            log "--optim: no $peer wheel in .peers/wheels (scripts/fetch-peers.sh): no $peer row"
+            continue
+        fi
+        wheels=$(ls .peers/wheels/$peer-*.whl)
+        if [ $peer = deepspeed ]; then  # and what it needs that this machine lacks
+            wheels="$wheels $(ls .peers/wheels/{hjson,pydantic,pydantic_core,annotated_types,typing_inspection}-*.whl 2>/dev/null)"
+        fi
+        # shellcheck disable=SC2086  (one word per wheel)
         python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-            --target "$site" .peers/wheels/torchao-*.whl 2>&1 | tail -3
-    else
-        log "--optim: no torchao wheel in .peers/wheels (scripts/fetch-peers.sh): no torchao row"
-    fi
+            --target "$site" $wheels 2>&1 | tail -3
+    done
+    export TORCH_EXTENSIONS_DIR="$WORK/torch-extensions"
     log "optimizer offload tests (CUDA included)"
     PYTHONPATH="$here/python" FT_TEST_DIR="$WORK/py" timeout 200 python3 -m pytest -q -rs \
         tests/python/test_optim.py 2>&1 | tee "$OUT/pytest-optim.log" | tail -6 |
