@@ -6,11 +6,13 @@ gradients offloaded, and fine-tuning a model whose states do not fit the GPU.
    of --cap-gib GiB (torch.cuda.set_per_process_memory_fraction): the largest batch that
    trains (doubling, then bisection, as bench/offload.py searches) without offload
    ("none"), with ``offload_activations`` ("activations"), and with ``offload_activations``
-   plus ``OffloadedOptimizer(offload_grads=True)`` ("activations+states"); then, at the
-   half the largest batch without offload, 3 steps from the same weights with and without
-   both offloads: the parameters and momentum buffers bitwise equal (and the plain run's
-   twin: where attention's kernels are not deterministic, again with the math kernel); then
-   one step at the first batch that failed and at 20x: where the allocator failed.
+   plus ``OffloadedOptimizer(offload_grads=True)`` ("activations+states"), and the same
+   with the encoder's 12 blocks streamed (``stream_parameters``: "activations+states+params");
+   then, at half the largest batch without offload, 3 steps from the same weights with and
+   without the offloads: the parameters and momentum buffers bitwise equal (and the plain
+   run's twin: where attention's kernels are not deterministic, again with the math
+   kernel); then one step (all three offloads) at the first batch that failed and at 20x:
+   where the allocator failed.
 2. ``llama``: a Llama-style causal LM built from its configuration (hidden 2048, MLP 8192,
    16 heads, 8 KV heads, vocabulary 32000, --llama-layers layers: 1.6 B parameters with 24),
    bf16 weights, AdamW, batch --llama-batch of --llama-seq tokens, under a cap of
@@ -63,12 +65,15 @@ def spread(v):
 # -- 1. ViT-B/16: the largest batch -------------------------------------------------------
 
 @contextlib.contextmanager
-def states_offloaded(w, args):
+def states_offloaded(w, args, params=False):
     """The workload's SGD wrapped in OffloadedOptimizer (offloaded gradients) for the
-    block, starting and ending without momentum."""
+    block, starting and ending without momentum; ``params``: the encoder's blocks streamed
+    too (stream_parameters)."""
     sgd = w.opt
     sgd.state.clear()
     w.opt = ftt.OffloadedOptimizer(sgd, args.dir, offload_grads=True)
+    if params:
+        ftt.stream_parameters(w.model, w.opt)
     try:
         yield w.opt
     finally:
@@ -90,7 +95,7 @@ def vit_part(args, device):
         return vit_bitwise(args, device, w, 4, res)
     if args.probe:  # only one step at each (batch, activation budget) asked for
         res["probe"] = {}
-        with states_offloaded(w, args):
+        with states_offloaded(w, args, params=True):
             for spec in args.probe.split(","):
                 nb, _, budget = spec.partition(":")
                 b = int(float(budget) * _GiB) if budget else None
@@ -109,6 +114,10 @@ def vit_part(args, device):
         res["search"]["activations+states"] = bo.largest_batch(w, "fastensor", args, n,
                                                                n * args.max_ratio)
     release(device)
+    with states_offloaded(w, args, params=True):
+        res["search"]["activations+states+params"] = bo.largest_batch(
+            w, "fastensor", args, n, n * args.max_ratio)
+    release(device)
     largest = {m: s["largest"] for m, s in res["search"].items()}
     res["largest"] = largest
     res["ratio"] = {m: v / n for m, v in largest.items()}
@@ -119,11 +128,12 @@ def vit_part(args, device):
     # failing batch and 20x fail: the phase, the allocator's figures
     vit_bitwise(args, device, w, max(1, n // 2), res)
     res["probe"] = {}
-    with states_offloaded(w, args):
-        for nb in sorted({res["search"]["activations+states"]["first_failing"] or 0,
-                          20 * n} - {0}):
+    streamed = res["search"]["activations+states+params"]
+    with states_offloaded(w, args, params=True):
+        for nb in sorted({streamed["first_failing"] or 0, 20 * n} - {0}):
             res["probe"][nb] = probe(w, nb, args, device)
-            print(f"  batch {nb} with activations+states: {res['probe'][nb]}", flush=True)
+            print(f"  batch {nb} with activations+states+params: {res['probe'][nb]}",
+                  flush=True)
     release(device)
     torch.cuda.set_per_process_memory_fraction(1.0, device)
     del w
@@ -172,7 +182,9 @@ def vit_bitwise(args, device, w, n, res):
             vit_steps(args, device, w, n, r)
         print(f"  3 steps at batch {n} ({kernels} attention kernels): twin of none equal "
               f"{r['twin_equal']}; activations+states against none: parameters equal "
-              f"{r['params_equal']}, momentum equal {r['momentum_equal']}", flush=True)
+              f"{r['params_equal']}, momentum equal {r['momentum_equal']}; with parameters "
+              f"streamed: {r['streamed_params_equal']}, {r['streamed_momentum_equal']}",
+              flush=True)
         if r["twin_equal"]:
             break
     return res
@@ -181,21 +193,23 @@ def vit_bitwise(args, device, w, n, res):
 def vit_steps(args, device, w, n, res):
     sgd = w.opt
     finals = {}
-    for mode in ("none", "none#2", "activations+states"):
+    for mode in ("none", "none#2", "activations+states", "activations+states+params"):
         w.model.load_state_dict(w.initial)
         sgd.state.clear()
         plain = mode.startswith("none")
         opt = sgd if plain else ftt.OffloadedOptimizer(sgd, args.dir, offload_grads=True)
+        if mode.endswith("params"):
+            ftt.stream_parameters(w.model, opt)
         w.opt = opt
         for step in range(3):
             x, y = w.batch(n, 20 + step)
             bo.run_step(w, x, y, None if plain else bo.hooks_for("fastensor", args))
         bo.sync(device)
-        params = [p.detach().cpu().clone() for p in w.model.parameters()]
         moms = opt.state_dict()["state"]
-        finals[mode] = (params, {k: v["momentum_buffer"].cpu() for k, v in moms.items()})
         if opt is not sgd:
-            opt.close()
+            opt.close()  # streamed parameters back in place first
+        params = [p.detach().cpu().clone() for p in w.model.parameters()]
+        finals[mode] = (params, {k: v["momentum_buffer"].cpu() for k, v in moms.items()})
         w.opt = sgd
         sgd.state.clear()
         release(device)
@@ -206,6 +220,8 @@ def vit_steps(args, device, w, n, res):
     res["batch"] = n
     res["twin_equal"] = all(same("none", "none#2"))
     res["params_equal"], res["momentum_equal"] = same("none", "activations+states")
+    res["streamed_params_equal"], res["streamed_momentum_equal"] = same(
+        "none", "activations+states+params")
 
 
 # -- 2. Llama-style fine-tuning -------------------------------------------------------------

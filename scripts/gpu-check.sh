@@ -16,9 +16,9 @@
 #         transformers BERT-base and GPT-2 from their configs, under a GPU memory cap:
 #         largest batch, bitwise gradients, step times against save_on_cpu and torch.save
 #         hooks; FT_OFFLOAD_MODELS, FT_OFFLOAD_ARGS, FT_OFFLOAD_TIMEOUT (540 s)).
-# --optim: optimizer-state offload: tests/python/test_optim.py (CUDA cases), then
-#         bench/optim.py (ViT-B/16 largest batch with activations + states offloaded under a
-#         3 GiB cap, bitwise steps; a Llama-style 1.6 B model under a 12 GiB cap against
+# --optim: optimizer-state offload: tests/python/test_optim.py and test_stream.py (CUDA
+#         cases), then bench/optim.py (ViT-B/16 largest batch with activations + states
+#         offloaded, and with the parameters streamed too, under a 3 GiB cap, bitwise steps; a Llama-style 1.6 B model under a 12 GiB cap against
 #         torchao's CPUOffloadOptimizer and DeepSpeed ZeRO-Offload, installed from
 #         .peers/wheels; DeepSpeed's CPU Adam is built at its first use, kept in
 #         $WORK/torch-extensions); FT_OPTIM_ARGS, FT_OPTIM_TIMEOUT (480 s).
@@ -320,7 +320,7 @@ if [ $OPTIM = 1 ]; then
     export TORCH_EXTENSIONS_DIR="$WORK/torch-extensions"
     log "optimizer offload tests (CUDA included)"
     PYTHONPATH="$here/python" FT_TEST_DIR="$WORK/py" timeout 200 python3 -m pytest -q -rs \
-        tests/python/test_optim.py 2>&1 | tee "$OUT/pytest-optim.log" | tail -6 |
+        tests/python/test_optim.py tests/python/test_stream.py 2>&1 | tee "$OUT/pytest-optim.log" | tail -6 |
         tee -a "$OUT/summary.txt"
     log "optimizer offload: ViT-B/16 largest batch (3 GiB), Llama-style 1.6 B (12 GiB) vs torchao"
     mkdir -p "$WORK/spill"

@@ -89,23 +89,24 @@ class _Kept:
 
 class _Record:
     """What the store holds for one parameter."""
-    __slots__ = ("states", "small", "grad", "master", "grad_norm", "grad_scale")
+    __slots__ = ("states", "small", "grad", "master", "param", "grad_norm", "grad_scale")
 
     def __init__(self):
         self.states = {}   # name -> _Stored
         self.small = {}    # name -> value kept as it is (Adam's step, small tensors)
         self.grad = None   # _Stored: the offloaded gradient
         self.master = None  # _Stored: the fp32 master copy
+        self.param = None  # _Stored: the parameter itself, streamed (fastensor.stream)
         self.grad_norm = None   # its 2-norm, taken as it left (a tensor on its device)
         self.grad_scale = None  # clip_grad_norm_'s factor, applied when step() reads it
 
 
 class _Fetched:
     """A chunk parameter's tensors being read back, and the keys to wait for."""
-    __slots__ = ("states", "grad", "master", "keys")
+    __slots__ = ("states", "grad", "master", "param", "keys")
 
     def __init__(self):
-        self.states, self.grad, self.master, self.keys = {}, None, None, []
+        self.states, self.grad, self.master, self.param, self.keys = {}, None, None, None, []
 
 
 class _StateView(collections.abc.Mapping):
@@ -140,7 +141,7 @@ def _drop_all(h, records, pending) -> None:
                 pass
     pending.clear()
     for rec in records.values():
-        for s in list(rec.states.values()) + [rec.grad, rec.master]:
+        for s in list(rec.states.values()) + [rec.grad, rec.master, rec.param]:
             for key, _off, _n in (s.keys if s is not None else ()):
                 try:
                     _C.store_drop(h, key)
@@ -228,6 +229,7 @@ class OffloadedOptimizer(torch.optim.Optimizer):
         self._steps = 0
         self._fetch_streams = {}
         self._hooks = []
+        self._streams = []     # the ParameterStreams of this optimizer's parameters
         self._counts = {"steps": 0, "chunks": 0, "bytes_fetched": 0, "bytes_stored": 0,
                         "grads_offloaded": 0, "step_seconds": 0.0, "failed_steps": 0}
         if optimizer.state:  # wrapped mid-training: what it has goes to the store now
@@ -278,14 +280,18 @@ class OffloadedOptimizer(torch.optim.Optimizer):
         if isinstance(s, _Kept):
             return s.tensor.to(device, copy=True)
         out = torch.empty(s.shape, dtype=s.dtype, device=device)
-        cuda = device.type == "cuda"
-        dev = (device.index or 0) if cuda else 0
+        self._get_into(s, out, stream, keys)
+        return out
+
+    def _get_into(self, s: _Stored, out: torch.Tensor, stream: int, keys: list) -> None:
+        """Start reading ``s`` into ``out`` (contiguous, as large); its keys go to ``keys``."""
+        cuda = out.device.type == "cuda"
+        dev = (out.device.index or 0) if cuda else 0
         base = out.data_ptr()
         for key, off, n in s.keys:
             _C.store_get(self._h, key, base + off, n, int(cuda), dev, stream)
             keys.append(key)
         self._counts["bytes_fetched"] += out.numel() * out.element_size()
-        return out
 
     def _get_now(self, s: _Stored, device) -> torch.Tensor:
         keys = []
@@ -296,6 +302,14 @@ class OffloadedOptimizer(torch.optim.Optimizer):
     def _wait(self, keys) -> None:
         for key in keys:
             _C.store_wait(self._h, key)
+
+    def _wait_quietly(self, keys) -> None:
+        """Wait for reads whose memory is about to go, whatever became of them."""
+        for key in keys:
+            try:
+                _C.store_wait(self._h, key)
+            except (OSError, ValueError):
+                pass
 
     def _drop(self, s: _Stored | None) -> None:
         if s is None:
@@ -424,6 +438,8 @@ class OffloadedOptimizer(torch.optim.Optimizer):
                 f.grad = self._get(rec.grad, device, stream, f.keys)
             if rec.master is not None:
                 f.master = self._get(rec.master, device, stream, f.keys)
+            if rec.param is not None:
+                f.param = self._get(rec.param, device, stream, f.keys)
         return fetched
 
     def _ready(self, params, fetched) -> None:
@@ -440,7 +456,7 @@ class OffloadedOptimizer(torch.optim.Optimizer):
             rec = self._records.get(p)
             if rec is None:
                 continue
-            for s in list(rec.states.values()) + [rec.grad, rec.master]:
+            for s in list(rec.states.values()) + [rec.grad, rec.master, rec.param]:
                 for key, _off, _n in (s.keys if s is not None else ()):
                     try:
                         if _C.store_prefetch(self._h, key) < 0:
@@ -461,16 +477,21 @@ class OffloadedOptimizer(torch.optim.Optimizer):
                 grad = f.grad if f.grad is not None else p.grad
                 small = {k: v.clone() if isinstance(v, torch.Tensor) else v
                          for k, v in rec.small.items()}
-                if self.master_weights and p.dtype in _LOW:
-                    t = f.master if f.master is not None else p.detach().float()
+                master = self.master_weights and p.dtype in _LOW
+                backup = None  # p changes only once the chunk is stored
+                if master:
+                    t = (f.master if f.master is not None else
+                         f.param.float() if f.param is not None else p.detach().float())
                     t.grad = grad.float() if grad is not None else None
-                    backup = None  # p changes only once the chunk is stored
+                elif f.param is not None:  # streamed: updated as read, stored again
+                    t = f.param
+                    t.grad = grad
                 else:
                     t = p
                     backup = p.detach().clone()
                     if f.grad is not None:
                         p.grad = f.grad
-                saved.append((p, t, backup, small))
+                saved.append((p, t, backup, small, master))
                 st = dict(rec.small)
                 st.update(f.states)
                 state[t] = st
@@ -481,18 +502,20 @@ class OffloadedOptimizer(torch.optim.Optimizer):
                 opt.step()
             finally:
                 opt.param_groups = groups
-            for p, t, _backup, _small in saved:
+            for p, t, _backup, _small, master in saved:
                 new = _Record()
+                stored.append(new)
                 for name, v in state[t].items():
                     if self._big(v, t.device):
                         new.states[name] = self._keep_or_put(v)
                     else:
                         new.small[name] = v
-                if t is not p:
+                if master:
                     new.master = self._keep_or_put(t.detach())
-                stored.append(new)
+                if self._records[p].param is not None:
+                    new.param = self._put(t.detach().to(p.dtype))
         except BaseException:
-            for p, t, backup, small in saved:
+            for p, t, backup, small, _master in saved:
                 state.pop(t, None)
                 rec = self._records[p]
                 for k, v in small.items():
@@ -505,17 +528,17 @@ class OffloadedOptimizer(torch.optim.Optimizer):
                 if rec.grad is not None:
                     p.grad = None
             for new in stored:
-                for s in list(new.states.values()) + [new.master]:
+                for s in list(new.states.values()) + [new.master, new.param]:
                     if isinstance(s, _Kept):
                         self._keep_room += s.nbytes()
                     self._drop(s)
             raise
-        for (p, t, _backup, _small), new in zip(saved, stored):
+        for (p, t, _backup, _small, master), new in zip(saved, stored):
             state.pop(t, None)
             rec = self._records[p]
-            if t is not p:
+            if master and rec.param is None:
                 p.detach().copy_(t)
-            for s in list(rec.states.values()) + [rec.master, rec.grad]:
+            for s in list(rec.states.values()) + [rec.master, rec.grad, rec.param]:
                 self._drop(s)
             if rec.grad is not None:
                 p.grad = None
@@ -538,11 +561,7 @@ class OffloadedOptimizer(torch.optim.Optimizer):
                 self._counts["chunks"] += 1
             except BaseException:
                 for f in list(fetched.values()) + list((following or {}).values()):
-                    for key in f.keys:  # their reads must end before the memory goes
-                        try:
-                            _C.store_wait(self._h, key)
-                        except (OSError, ValueError):
-                            pass
+                    self._wait_quietly(f.keys)  # their reads end before the memory goes
                 raise
             fetched = following
             self._reap()
@@ -555,6 +574,8 @@ class OffloadedOptimizer(torch.optim.Optimizer):
             with torch.enable_grad():
                 loss = closure()
         t0 = time.perf_counter()
+        for stream in self._streams:  # what a pass left in memory would be stale after this
+            stream._release_all()
         chunks = self._chunks()
         try:
             if chunks:
@@ -632,6 +653,8 @@ class OffloadedOptimizer(torch.optim.Optimizer):
         """The wrapped optimizer's, and the stored gradients dropped; a step that failed is
         not finished."""
         self._inner.zero_grad(set_to_none=set_to_none)
+        for stream in self._streams:  # what a failed pass left in memory
+            stream._release_all()
         for rec in self._records.values():
             if isinstance(rec.grad, _Kept) and rec.grad.tensor is not None:
                 self._grad_room += rec.grad.nbytes()
@@ -720,10 +743,14 @@ class OffloadedOptimizer(torch.optim.Optimizer):
         saved = state_dict.get("state", {})
         self._inner.load_state_dict({**state_dict, "state": {}})
         self.param_groups = self._inner.param_groups
-        for rec in self._records.values():
+        for p, rec in list(self._records.items()):
             for s in list(rec.states.values()) + [rec.grad, rec.master]:
                 self._drop(s)
-        self._records.clear()
+            if rec.param is None:
+                del self._records[p]
+            else:  # a streamed parameter: its value stays
+                self._records[p] = _Record()
+                self._records[p].param = rec.param
         self._done = set()
         for saved_group, group in zip(state_dict["param_groups"], self.param_groups):
             for pid, p in zip(saved_group["params"], group["params"]):
@@ -769,23 +796,30 @@ class OffloadedOptimizer(torch.optim.Optimizer):
     def stats(self) -> dict:
         """steps, chunks, bytes_fetched, bytes_stored, grads_offloaded, step_seconds (in
         step(), summed), failed_steps; state_bytes: the states, gradients and masters the
-        store holds for this optimizer now; chunk_bytes (halved after each out-of-memory
-        error); and the store's host_bytes / file_bytes."""
+        store holds for this optimizer now; param_bytes: the streamed parameters' values it
+        holds; chunk_bytes (halved after each out-of-memory error); and the store's
+        host_bytes / file_bytes."""
         c = dict(self._counts)
         held = 0
         for rec in self._records.values():
             for s in list(rec.states.values()) + [rec.grad, rec.master]:
                 held += s.nbytes() if s is not None else 0
         st = self._shared.store.stats()
-        c.update(state_bytes=held, gpu_state_bytes=self._kept_bytes(),
+        c.update(state_bytes=held, param_bytes=sum(
+                     r.param.nbytes() for r in self._records.values() if r.param is not None),
+                 gpu_state_bytes=self._kept_bytes(),
                  gpu_grad_bytes=self._kept_bytes(grads=True),
                  chunk_bytes=self.chunk_bytes,
                  host_bytes=st["host_resident"], file_bytes=st["file_used"])
         return c
 
     def close(self) -> None:
-        """Remove the gradient hooks and drop everything stored (the states are lost)."""
+        """Remove the gradient hooks and drop everything stored (the states are lost; the
+        parameters streamed by :func:`fastensor.torch.stream_parameters` come back to
+        their devices first, and their streaming ends)."""
         for h in self._hooks:
             h.remove()
         self._hooks = []
+        for stream in list(self._streams):
+            stream.close()
         _drop_all(self._h, self._records, self._pending)

@@ -22,6 +22,7 @@ from ._async import (AsyncSave, SaveFuture, _snapshots, release_snapshot_memory,
 from ._gpumem import gpu_memory_limit  # noqa: F401 (fastensor.torch.gpu_memory_limit)
 from .offload import offload_activations
 from .optim import OffloadedOptimizer
+from .stream import ParameterStream, stream_parameters
 
 _TO_ST = {torch.bool: "BOOL", torch.uint8: "U8", torch.int8: "I8", torch.int16: "I16",
           torch.int32: "I32", torch.int64: "I64", torch.float16: "F16", torch.bfloat16: "BF16",
@@ -542,6 +543,6 @@ def load_model(model, filename, strict: bool = True, device="cpu", *, backend: s
     return missing, unexpected
 
 
-__all__ = ["offload_activations", "OffloadedOptimizer", "save_file", "load_file", "save_file_async", "save_model",
+__all__ = ["offload_activations", "OffloadedOptimizer", "stream_parameters", "ParameterStream", "save_file", "load_file", "save_file_async", "save_model",
            "load_model", "save", "load", "safe_open", "SaveFuture", "AsyncSave",
            "release_snapshot_memory", "storage_ptr", "storage_size"]
