@@ -320,8 +320,8 @@ if [ $OPTIM = 1 ]; then
     export TORCH_EXTENSIONS_DIR="$WORK/torch-extensions"
     log "optimizer offload tests (CUDA included)"
     PYTHONPATH="$here/python" FT_TEST_DIR="$WORK/py" timeout 200 python3 -m pytest -q -rs \
-        tests/python/test_optim.py tests/python/test_stream.py 2>&1 | tee "$OUT/pytest-optim.log" | tail -6 |
-        tee -a "$OUT/summary.txt"
+        tests/python/test_optim.py tests/python/test_stream.py 2>&1 |
+        tee "$OUT/pytest-optim.log" | tail -6 | tee -a "$OUT/summary.txt"
     log "optimizer offload: ViT-B/16 largest batch (3 GiB), Llama-style 1.6 B (12 GiB) vs torchao"
     mkdir -p "$WORK/spill"
     # shellcheck disable=SC2086  (the optional arguments split on purpose)
