@@ -158,8 +158,7 @@ class ParameterStream:
             try:
                 opt._get_into(opt._records[p].param, p, stream, keys)
             except BaseException:
-                opt._wait_quietly(keys)
-                p.untyped_storage().resize_(0)
+                self._drop_read(p, keys)
                 raise
             self._arriving[p] = keys
 
@@ -169,12 +168,24 @@ class ParameterStream:
         devices = set()
         for p in self._blocks[i]:
             keys = self._arriving.pop(p, None)
-            if keys is not None:
+            if keys is None:
+                continue
+            devices.add(p.device)
+            try:
                 self._opt._wait(keys)
-                devices.add(p.device)
+            except BaseException:  # a failed read: the parameter stays released
+                self._drop_read(p, keys)
+                raise
         for d in devices:
             if d.type == "cuda":
                 torch.cuda.current_stream(d).wait_stream(self._opt._fetch_streams[d])
+
+    def _drop_read(self, p, keys) -> None:
+        """A read of p not to be used: it ends before p's memory goes."""
+        self._opt._wait_quietly(keys)
+        if p.device.type == "cuda":
+            torch.cuda.current_stream(p.device).wait_stream(self._opt._fetch_streams[p.device])
+        p.untyped_storage().resize_(0)
 
     def _release(self, p) -> None:
         """p's memory goes (CUDA: the allocator reuses it after the work queued so far)."""
@@ -186,11 +197,8 @@ class ParameterStream:
         for ps in self._blocks:
             for p in ps:
                 keys = self._arriving.pop(p, None)
-                if keys is not None:  # read ahead, never used: the read ends before the memory goes
-                    self._opt._wait_quietly(keys)
-                    if p.device.type == "cuda":
-                        torch.cuda.current_stream(p.device).wait_stream(
-                            self._opt._fetch_streams[p.device])
+                if keys is not None:  # read ahead, never used
+                    self._drop_read(p, keys)
                 self._release(p)
 
     def _neighbour(self, i: int, step: int):

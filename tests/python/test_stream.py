@@ -307,6 +307,37 @@ def test_failed_step_resumes(tmp):
     ob.close()
 
 
+def test_failed_read_leaves_the_parameter_out(tmp, monkeypatch):
+    """A read of a streamed parameter that fails (an I/O error from the store) fails the
+    forward pass; that parameter is not used half read: the pass after it reads it again and
+    trains as the plain run."""
+    from fastensor import optim
+    a, b = Net(), Net()
+    oa = torch.optim.Adam(a.parameters(), lr=1e-3)
+    ob = offloaded(torch.optim.Adam(b.parameters(), lr=1e-3), tmp)
+    st = ft.stream_parameters(b, ob, prefetch=False)
+    real, calls = optim._C.store_wait, {"n": 0}
+
+    def failing(h, key):
+        calls["n"] += 1
+        if calls["n"] == 5:
+            raise OSError(5, "injected read error")
+        return real(h, key)
+    monkeypatch.setattr(optim._C, "store_wait", failing)
+    with pytest.raises(OSError, match="injected"):
+        backward(b, batch(0))
+    assert calls["n"] >= 5  # and the failed read waited for before its memory went
+    ob.zero_grad()
+    assert st.stats()["resident_bytes"] == 0
+    for step in range(2):
+        for m, o in ((a, oa), (b, ob)):
+            o.zero_grad()
+            backward(m, batch(step))
+            o.step()
+    assert same_params(a, b)
+    ob.close()
+
+
 def test_refusals(tmp):
     b = Net()
     with pytest.raises(TypeError, match="OffloadedOptimizer"):
