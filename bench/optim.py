@@ -21,7 +21,8 @@ gradients offloaded, and fine-tuning a model whose states do not fit the GPU.
    --warmup steps, then --steps timed ones): fastensor with the states in host memory
    (``OffloadedOptimizer(AdamW, offload_grads=True)``), the same keeping states on the GPU
    where the measured peak leaves room (``gpu_budget_bytes="auto"``), with fp32 master weights
-   (fp32 states), the same with the states on the SSD (host tier --ssd-host-gib), and
+   (fp32 states), the same with the states on the SSD (host tier --ssd-host-gib), with the
+   decoder layers' weights streamed too ("fastensor-stream", not among the defaults), and
    torchao's ``CPUOffloadOptimizer(offload_gradients=True)`` (update on the CPU) where
    torchao imports, and DeepSpeed ZeRO-Offload (ZeRO stage 2, bf16 with fp32 masters and
    states in pinned host memory, its own CPU AdamW, built at first use) where deepspeed
@@ -257,6 +258,10 @@ def llama_optimizer(mode, model, args):
     if mode == "fastensor-gpu":  # states kept on the GPU where the measured peak leaves room
         return ftt.OffloadedOptimizer(inner, args.dir, offload_grads=True,
                                       gpu_budget_bytes="auto")
+    if mode == "fastensor-stream":  # the decoder layers' weights streamed too
+        opt = ftt.OffloadedOptimizer(inner, args.dir, offload_grads=True)
+        ftt.stream_parameters(model, opt)
+        return opt
     if mode == "fastensor-master":
         return ftt.OffloadedOptimizer(inner, args.dir, offload_grads=True, master_weights=True)
     if mode in ("fastensor-ssd", "fastensor-ssd-direct"):

@@ -40,12 +40,13 @@ from .optim import OffloadedOptimizer
 
 
 def _repeated_blocks(model: torch.nn.Module) -> list:
-    """The children of the ModuleList or Sequential of two or more modules of one class (a
-    transformer's layers) that holds the most parameters."""
+    """The children of the ModuleList (or Sequential of two or more) of modules of one class
+    (a transformer's layers) that holds the most parameters."""
     best, most = None, 0
     for m in model.modules():
         kids = list(m.children())
-        if (isinstance(m, (torch.nn.ModuleList, torch.nn.Sequential)) and len(kids) > 1
+        if ((isinstance(m, torch.nn.ModuleList) and kids or
+             isinstance(m, torch.nn.Sequential) and len(kids) > 1)
                 and len({type(k) for k in kids}) == 1):
             n = sum(p.numel() for p in m.parameters())
             if n > most:

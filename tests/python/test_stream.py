@@ -233,6 +233,33 @@ def test_attention_blocks_with_all_offloads(tmp, device):
         assert torch.equal(oa.state[p]["momentum_buffer"], moms[i]["momentum_buffer"]), i
 
 
+def test_transformers_llama(tmp):
+    """A Hugging Face Llama built from its configuration (its decoder layers found by
+    default, called with keyword arguments, returning what they return): 2 AdamW steps
+    with gradients offloaded, the plain run's parameters."""
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128,
+                                   num_hidden_layers=3, num_attention_heads=4,
+                                   num_key_value_heads=2, max_position_embeddings=64)
+
+    def llama():
+        torch.manual_seed(0)
+        return transformers.LlamaForCausalLM(cfg).train()
+    a, b = llama(), llama()
+    oa = torch.optim.AdamW(a.parameters(), lr=1e-3)
+    ob = offloaded(torch.optim.AdamW(b.parameters(), lr=1e-3), tmp, offload_grads=True)
+    st = ft.stream_parameters(b, ob)
+    assert st.stats()["blocks"] == 3
+    ids = torch.randint(0, 128, (2, 16), generator=torch.Generator().manual_seed(1))
+    for _step in range(2):
+        for m, o in ((a, oa), (b, ob)):
+            o.zero_grad()
+            m(input_ids=ids, labels=ids).loss.backward()
+            o.step()
+    assert same_params(a, b)
+    ob.close()
+
+
 def test_default_blocks_of_a_sequential(tmp):
     """A Sequential of repeated blocks (torchvision's ViT keeps its encoder layers so) is
     found; a Sequential of different modules is not a list of blocks."""
