@@ -33,10 +33,13 @@ frozen ones are streamed too, never updated).
 from __future__ import annotations
 
 import functools
+import weakref
 
 import torch
 
 from .optim import OffloadedOptimizer
+
+_MARK = "_fastensor_stream"  # a streamed parameter's attribute: its ParameterStream (weakly)
 
 
 def _repeated_blocks(model: torch.nn.Module) -> list:
@@ -85,8 +88,7 @@ class ParameterStream:
                                          f"blocks[{owner[p]}]: a shared parameter cannot be "
                                          "streamed")
                     continue
-                rec = optimizer._records.get(p)
-                if rec is not None and rec.param is not None:
+                if getattr(p, _MARK, lambda: None)() is not None:
                     raise ValueError(f"parameter {name!r} of blocks[{i}] is streamed already")
                 st = p.untyped_storage()
                 if (not p.is_contiguous() or p.storage_offset() != 0 or not st.resizable()
@@ -99,7 +101,6 @@ class ParameterStream:
                 names[p] = name
             self._blocks.append(ps)
             self._names.append(names)
-        self._of = owner
         self._order = []        # blocks in the order the first forward ran them
         self._arriving = {}     # parameter -> store keys of its read in flight
         self._callback = False  # the end-of-backward release is queued
@@ -132,6 +133,8 @@ class ParameterStream:
             for p in self._blocks[i]:
                 if p.requires_grad:
                     self._hooks.append(p.register_post_accumulate_grad_hook(self._release))
+            for p in self._blocks[i]:
+                setattr(p, _MARK, weakref.ref(self))
         optimizer._streams.append(self)
 
     # -- moving parameters ---------------------------------------------------------------
@@ -143,17 +146,20 @@ class ParameterStream:
     def _start(self, i: int) -> None:
         """Start reading block i's released parameters into memory on their devices."""
         opt = self._opt
+        streams = {}  # device -> the fetch stream, behind the current stream's queued work
         for p in self._blocks[i]:
             if p in self._arriving or not self._released(p):
                 continue
             stream = 0
             if p.device.type == "cuda":
-                fs = opt._fetch_streams.get(p.device)
-                if fs is None:
-                    fs = opt._fetch_streams[p.device] = torch.cuda.Stream(p.device)
-                # the memory comes from the current stream's pool: its queued work first
-                fs.wait_stream(torch.cuda.current_stream(p.device))
-                stream = fs.cuda_stream
+                if p.device not in streams:
+                    fs = opt._fetch_streams.get(p.device)
+                    if fs is None:
+                        fs = opt._fetch_streams[p.device] = torch.cuda.Stream(p.device)
+                    # the memory comes from the current stream's pool: its work goes first
+                    fs.wait_stream(torch.cuda.current_stream(p.device))
+                    streams[p.device] = fs.cuda_stream
+                stream = streams[p.device]
             p.untyped_storage().resize_(p.numel() * p.element_size())
             keys = []
             try:
@@ -283,6 +289,8 @@ class ParameterStream:
                 if rec is not None:
                     opt._drop(rec.param)
                     rec.param = None
+                if hasattr(p, _MARK):
+                    delattr(p, _MARK)
         if self in opt._streams:
             opt._streams.remove(self)
 

@@ -382,9 +382,12 @@ def test_refusals(tmp):
     with pytest.raises(ValueError, match="does not own its storage"):
         ft.stream_parameters(b, ob, blocks=[flat])
     st = ft.stream_parameters(b, ob)
-    with pytest.raises(ValueError, match="streamed already"):
-        ft.stream_parameters(b, ob, blocks=[b.layers[0]])
+    other = offloaded(torch.optim.SGD(b.parameters(), lr=1), tmp)
+    for opt in (ob, other):
+        with pytest.raises(ValueError, match="streamed already"):
+            ft.stream_parameters(b, opt, blocks=[b.layers[0]])
     st.close()
+    ft.stream_parameters(b, other).close()  # free again
     assert st.stats()["resident_bytes"] == st.stats()["parameter_bytes"]
     # nothing was left half done by the refusals: training goes on
     backward(b, batch(0))
