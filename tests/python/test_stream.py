@@ -5,6 +5,7 @@ import pytest
 import torch
 
 import fastensor.torch as ft
+from test_optim import Injected, fail_after_update
 
 CUDA = torch.cuda.is_available()
 DEVICES = ["cpu"] + (["cuda"] if CUDA else [])
@@ -38,6 +39,15 @@ def batch(step, device="cpu", dtype=torch.float32):
 
 def backward(m, x):
     m(x).float().square().mean().backward()
+
+
+def train(runs, steps):
+    """Each (model, optimizer) of ``runs`` takes the same steps on the same batches."""
+    for step in steps:
+        for m, o in runs:
+            o.zero_grad()
+            backward(m, batch(step))
+            o.step()
 
 
 def offloaded(opt, tmp, **kw):
@@ -288,11 +298,7 @@ def test_eval_forward_and_state_dict(tmp):
     assert st.stats()["resident_bytes"] == 0
     assert same_params(a, b)
     oa = torch.optim.Adam(a.parameters(), lr=1e-3)
-    for step in range(2):
-        for m, o in ((a, oa), (b, ob)):
-            o.zero_grad()
-            backward(m, batch(step))
-            o.step()
+    train(((a, oa), (b, ob)), range(2))
     assert same_params(a, b)
     # the optimizer's own state dict round trip keeps the streamed values
     ob.load_state_dict(ob.state_dict())
@@ -310,15 +316,8 @@ def test_failed_step_resumes(tmp):
     inner = torch.optim.Adam(b.parameters(), lr=1e-3, foreach=False)
     ob = offloaded(inner, tmp, offload_grads=True)
     ft.stream_parameters(b, ob)
-    real, calls = inner.step, {"n": 0}
-
-    def flaky(*args, **kw):
-        calls["n"] += 1
-        out = real(*args, **kw)
-        if calls["n"] == 2:
-            raise RuntimeError("injected")
-        return out
-    inner.step = flaky
+    calls = fail_after_update(inner)
+    calls["fail"] = 2
     for step in range(2):
         x = batch(step)
         oa.zero_grad()
@@ -327,7 +326,7 @@ def test_failed_step_resumes(tmp):
         ob.zero_grad()
         backward(b, x)
         if step == 0:
-            with pytest.raises(RuntimeError, match="injected"):
+            with pytest.raises(Injected):
                 ob.step()
         ob.step()
         assert same_params(a, b), step
@@ -356,11 +355,7 @@ def test_failed_read_leaves_the_parameter_out(tmp, monkeypatch):
     assert calls["n"] >= 5  # and the failed read waited for before its memory went
     ob.zero_grad()
     assert st.stats()["resident_bytes"] == 0
-    for step in range(2):
-        for m, o in ((a, oa), (b, ob)):
-            o.zero_grad()
-            backward(m, batch(step))
-            o.step()
+    train(((a, oa), (b, ob)), range(2))
     assert same_params(a, b)
     ob.close()
 
