@@ -310,7 +310,7 @@ def llama_steps(mode, args, device, steps):
         def do_backward(loss):
             loss.backward()
 
-        def do_step():
+        def do_step(opt=opt):
             opt.step()
             opt.zero_grad(set_to_none=True)
     g = torch.Generator().manual_seed(7)
