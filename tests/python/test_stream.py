@@ -307,6 +307,42 @@ def test_eval_forward_and_state_dict(tmp):
     assert st.stats()["resident_bytes"] == st.stats()["parameter_bytes"]
 
 
+@pytest.mark.filterwarnings("ignore:.*torch.distributed is disabled.*")
+def test_dcp_checkpoint(tmp):
+    """torch.distributed.checkpoint with fastensor's storage layer, through DCP's own
+    get/set_model_state_dict and get/set_optimizer_state_dict: a streamed model and its
+    offloaded states saved, loaded into another streamed model, trained on: the plain run's
+    parameters."""
+    import os
+
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import (get_model_state_dict,
+                                                         get_optimizer_state_dict,
+                                                         set_model_state_dict,
+                                                         set_optimizer_state_dict)
+
+    from fastensor.dcp import FastensorReader, FastensorWriter
+    a, b, c = Net(), Net(), Net()
+    oa = torch.optim.Adam(a.parameters(), lr=1e-3)
+    ob, oc = (offloaded(torch.optim.Adam(m.parameters(), lr=1e-3), tmp, offload_grads=True)
+              for m in (b, c))
+    ft.stream_parameters(b, ob)
+    ft.stream_parameters(c, oc)
+    train(((a, oa), (b, ob)), range(2))
+    path = os.path.join(tmp, "ckpt")
+    dcp.save({"model": get_model_state_dict(b), "optim": get_optimizer_state_dict(b, ob)},
+             storage_writer=FastensorWriter(path))
+    sd = {"model": get_model_state_dict(c), "optim": get_optimizer_state_dict(c, oc)}
+    dcp.load(sd, storage_reader=FastensorReader(path))
+    set_model_state_dict(c, sd["model"])
+    set_optimizer_state_dict(c, oc, sd["optim"])
+    assert same_params(a, c)
+    train(((a, oa), (c, oc)), range(2, 4))
+    assert same_params(a, c)
+    ob.close()
+    oc.close()
+
+
 def test_failed_step_resumes(tmp):
     """An exception in the second chunk's update: the streamed parameters of the chunks not
     finished keep their stored values; the next step() finishes the step as the
