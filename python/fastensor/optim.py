@@ -450,13 +450,16 @@ class OffloadedOptimizer(torch.optim.Optimizer):
         if device.type == "cuda":
             torch.cuda.current_stream(device).wait_stream(self._fetch_streams[device])
 
-    def _prefetch(self, params) -> None:
-        """Bring the chunk's entries that are in the file into pinned host memory."""
+    def _prefetch(self, params, only_params: bool = False) -> None:
+        """Bring the chunk's entries that are in the file into pinned host memory (with
+        ``only_params``, the streamed parameters' only)."""
         for p in params:
             rec = self._records.get(p)
             if rec is None:
                 continue
-            for s in list(rec.states.values()) + [rec.grad, rec.master, rec.param]:
+            held = [rec.param] if only_params else list(rec.states.values()) + [
+                rec.grad, rec.master, rec.param]
+            for s in held:
                 for key, _off, _n in (s.keys if s is not None else ()):
                     try:
                         if _C.store_prefetch(self._h, key) < 0:

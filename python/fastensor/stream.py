@@ -12,8 +12,9 @@ come to the GPU only while the block runs.
         opt.zero_grad()
 
 A block's parameters are read into GPU memory before its forward (the next block's are
-read meanwhile, in the order the first forward took), released after it, read again when
-backward reaches the block (the block before it meanwhile) and released once their
+read meanwhile, in the order the first forward took, and the one after it from the spill
+file into pinned host memory), released after it, read again when backward reaches the
+block (the block before it meanwhile, the same way) and released once their
 gradients have accumulated (whatever is left, when backward ends). Released, a parameter
 keeps its shape, dtype and device but no memory (its storage is resized to nothing, so
 every view of it, the ones autograd saved included, sees the data again once it is back):
@@ -214,6 +215,17 @@ class ParameterStream:
         k = self._order.index(i) + step
         return self._order[k] if 0 <= k < len(self._order) else None
 
+    def _ahead(self, i: int, step: int) -> None:
+        """Start reading the next block (``step``: +1 forward, -1 backward) into device
+        memory, and the one after it from the file into pinned host memory."""
+        j = self._neighbour(i, step)
+        if j is None:
+            return
+        self._start(j)
+        k = self._neighbour(j, step)
+        if k is not None:
+            self._opt._prefetch(self._blocks[k], only_params=True)
+
     # -- hooks ---------------------------------------------------------------------------
 
     def _forward_pre(self, i, _module, _args):
@@ -225,9 +237,7 @@ class ParameterStream:
         if i not in self._order:
             self._order.append(i)
         self._bring(i)
-        j = self._neighbour(i, +1)
-        if j is not None:
-            self._start(j)
+        self._ahead(i, +1)
 
     def _forward_post(self, i, _module, _args, output):
         if _in_backward():  # recomputed: its backward comes next, the release after it
@@ -244,9 +254,7 @@ class ParameterStream:
             self._callback = True
             torch.autograd.Variable._execution_engine.queue_callback(self._release_all)
         self._bring(i)
-        j = self._neighbour(i, -1)
-        if j is not None:
-            self._start(j)
+        self._ahead(i, -1)
 
     def _saving(self, i, _module, state_dict, prefix, _meta):
         for p in self._blocks[i]:

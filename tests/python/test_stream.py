@@ -135,6 +135,41 @@ def test_one_block_ahead_at_most(tmp, device):
         ob.close()
 
 
+def test_reads_ahead_from_the_file(tmp, monkeypatch):
+    """In forward and backward the block after the next one is asked into host memory
+    (store prefetches of its parameters' entries: a no-op for entries already there), the
+    next one read into device memory; without read-ahead neither; the results stay the
+    plain run's."""
+    from fastensor import optim
+    real = optim._C.store_prefetch
+    for prefetch in (True, False):
+        a, b = Net(), Net()
+        oa = torch.optim.SGD(a.parameters(), lr=1e-2, momentum=0.9)
+        ob = offloaded(torch.optim.SGD(b.parameters(), lr=1e-2, momentum=0.9), tmp)
+        ft.stream_parameters(b, ob, prefetch=prefetch)
+        block_of = {key: i for i, layer in enumerate(b.layers) for p in layer.parameters()
+                    for key, _o, _n in ob._records[p].param.keys}
+        for step in range(2):
+            asked = []
+            monkeypatch.setattr(optim._C, "store_prefetch",
+                                lambda h, key: asked.append(key) or real(h, key))
+            for m, o in ((a, oa), (b, ob)):
+                o.zero_grad()
+                backward(m, batch(step))
+            monkeypatch.setattr(optim._C, "store_prefetch", real)
+            oa.step()
+            ob.step()
+            blocks = list(dict.fromkeys(block_of[k] for k in asked))  # in order, once each
+            # forward: blocks 2 and 3 while 0 and 1 run (not in the first, which learns the
+            # order); backward: 1 and 0 while 3 and 2 run
+            want = [] if not prefetch else [1, 0] if step == 0 else [2, 3, 1, 0]
+            assert blocks == want, (prefetch, step, blocks)
+            block_of = {key: i for i, layer in enumerate(b.layers) for p in layer.parameters()
+                        for key, _o, _n in ob._records[p].param.keys}
+        assert same_params(a, b)
+        ob.close()
+
+
 def test_with_activation_offload_and_accumulation(tmp):
     """Streaming beside offload_activations, two backward passes per step (gradients
     accumulated): the plain run's parameters."""
