@@ -39,6 +39,15 @@ def backward(m, x):
     m(x).float().square().mean().backward()
 
 
+def train(runs, steps, batch_of=batch):
+    """Each (model, optimizer) of ``runs`` takes the same steps on the same batches."""
+    for step in steps:
+        for m, o in runs:
+            o.zero_grad()
+            backward(m, batch_of(step))
+            o.step()
+
+
 def wrap(opt, tmp, **kw):
     kw.setdefault("chunk_bytes", 300_000)  # several chunks, one parameter split from its bias
     kw.setdefault("min_bytes", 4096)
@@ -245,11 +254,7 @@ def test_state_dict_interchange(tmp, direction):
     a, b = model(), model()
     oa = OPTIMIZERS["adamw"](a.parameters())
     ob = wrap(OPTIMIZERS["adamw"](b.parameters()), tmp)
-    for step in range(2):
-        for m, o in ((a, oa), (b, ob)):
-            o.zero_grad()
-            backward(m, batch(step))
-            o.step()
+    train(((a, oa), (b, ob)), range(2))
     path = os.path.join(tmp, "optim.pt")
     torch.save((oa if direction == "plain-to-offloaded" else ob).state_dict(), path)
     c = model()
@@ -259,11 +264,7 @@ def test_state_dict_interchange(tmp, direction):
     else:
         oc = OPTIMIZERS["adamw"](c.parameters())
     oc.load_state_dict(torch.load(path))
-    for step in range(2, 4):
-        for m, o in ((a, oa), (c, oc)):
-            o.zero_grad()
-            backward(m, batch(step))
-            o.step()
+    train(((a, oa), (c, oc)), range(2, 4))
     assert same_params(a, c)
     same_state(oa.state_dict(), oc.state_dict())
 
@@ -298,11 +299,7 @@ def test_state_view_and_dcp_state_dict(tmp):
                                                          set_optimizer_state_dict)
     a, b = model(), model()
     oa, ob = OPTIMIZERS["adam"](a.parameters()), wrap(OPTIMIZERS["adam"](b.parameters()), tmp)
-    for step in range(2):
-        for m, o in ((a, oa), (b, ob)):
-            o.zero_grad()
-            backward(m, batch(step))
-            o.step()
+    train(((a, oa), (b, ob)), range(2))
     p = b[0].weight
     assert len(ob.state) == len(list(b.parameters()))
     assert torch.equal(ob.state[p]["exp_avg"], oa.state[a[0].weight]["exp_avg"])
@@ -315,10 +312,7 @@ def test_state_view_and_dcp_state_dict(tmp):
     c.load_state_dict(b.state_dict())
     oc = wrap(OPTIMIZERS["adam"](c.parameters()), tmp)
     set_optimizer_state_dict(c, oc, osd)
-    for m, o in ((a, oa), (c, oc)):
-        o.zero_grad()
-        backward(m, batch(5))
-        o.step()
+    train(((a, oa), (c, oc)), [5])
     assert same_params(a, c)
 
 
@@ -468,11 +462,7 @@ def test_dcp_checkpoint_of_the_states(tmp):
     a, b = model(), model()
     oa = OPTIMIZERS["adamw"](a.parameters())
     ob = wrap(OPTIMIZERS["adamw"](b.parameters()), tmp, offload_grads=True)
-    for step in range(2):
-        for m, o in ((a, oa), (b, ob)):
-            o.zero_grad()
-            backward(m, batch(step))
-            o.step()
+    train(((a, oa), (b, ob)), range(2))
     ck = os.path.join(tmp, "ckpt")
     dcp.save({"model": b.state_dict(), "optim": get_optimizer_state_dict(b, ob)},
              storage_writer=FastensorWriter(ck))
@@ -482,11 +472,7 @@ def test_dcp_checkpoint_of_the_states(tmp):
     dcp.load(state, storage_reader=FastensorReader(ck))
     c.load_state_dict(state["model"])
     set_optimizer_state_dict(c, oc, state["optim"])
-    for step in range(2, 4):
-        for m, o in ((a, oa), (c, oc)):
-            o.zero_grad()
-            backward(m, batch(step))
-            o.step()
+    train(((a, oa), (c, oc)), range(2, 4))
     assert same_params(a, c)
     same_state(oa.state_dict(), oc.state_dict())
 

@@ -5,7 +5,8 @@ import pytest
 import torch
 
 import fastensor.torch as ft
-from test_optim import Injected, fail_after_update
+from test_optim import Injected, backward, fail_after_update
+from test_optim import train as optim_train
 
 CUDA = torch.cuda.is_available()
 DEVICES = ["cpu"] + (["cuda"] if CUDA else [])
@@ -37,17 +38,9 @@ def batch(step, device="cpu", dtype=torch.float32):
     return torch.randn(32, 64, generator=g).to(device, dtype)
 
 
-def backward(m, x):
-    m(x).float().square().mean().backward()
-
-
 def train(runs, steps):
-    """Each (model, optimizer) of ``runs`` takes the same steps on the same batches."""
-    for step in steps:
-        for m, o in runs:
-            o.zero_grad()
-            backward(m, batch(step))
-            o.step()
+    """test_optim's, on this file's batches."""
+    optim_train(runs, steps, batch_of=batch)
 
 
 def offloaded(opt, tmp, **kw):
