@@ -9,7 +9,10 @@ bytes and (for loads) the safetensors package where installed: GB/s of the state
 bytes; and what compression="auto" decides there (fastensor._fst.coding_pays, from its
 measured rates). With --device cuda every state dict is also decoded on the GPU: all its
 streams in one ft_codec_decode_cuda call, from streams already in device memory (the
-kernel's rate, with the host's checks) and from pinned host memory (with the copy).
+kernel's rate, with the host's checks) and from pinned host memory (with the copy); and
+encoded on the GPU (ft_codec_encode_cuda, a tensor a call, from device memory into pinned
+host memory: GB/s of the uncompressed bytes, and whether every stream is the CPU
+encoder's, byte for byte).
 
 State dicts (random init from a config, as the architectures ship it; no download):
   llama-bf16  a Llama-style decoder in bf16 (transformers' LlamaForCausalLM where installed,
@@ -206,6 +209,32 @@ def gpu_decode(sd, streams, rounds):
     return rates[True][1:], rates[False][1:], exact
 
 
+def gpu_encode(sd, streams, rounds):
+    """Each tensor of a state dict encoded on the GPU, from device into pinned host memory,
+    one call a tensor: (GB/s of the uncompressed bytes per round, every stream the CPU
+    encoder's)."""
+    ctx = context()
+    dev = torch.cuda.current_device()
+    on_dev = {k: t.cuda() for k, t in sd.items()}
+    block = 1 << 20
+    outs = {k: torch.empty(_C.codec_bound(t.numel() * t.element_size(), t.element_size(), block),
+                           dtype=torch.uint8).pin_memory() for k, t in sd.items()}
+    nbytes = sum(t.numel() * t.element_size() for t in sd.values())
+    stream = torch.cuda.current_stream().cuda_stream
+    rates, sizes = [], {}
+    for _ in range(rounds + 1):  # (the first: the module's load)
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for k, t in on_dev.items():
+            sizes[k] = _C.codec_encode_cuda(ctx, t.data_ptr(), t.numel() * t.element_size(),
+                                            t.element_size(), block, outs[k].data_ptr(),
+                                            outs[k].numel(), dev, stream)
+        rates.append(nbytes / (time.perf_counter() - t0) / 1e9)
+    same = all(torch.equal(outs[k][:sizes[k]], streams[k]) for k in sd)
+    del on_dev
+    return rates[1:], same
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--size", default="1G", help="bytes of the bf16 Llama-style state dict (at least)")
@@ -249,9 +278,10 @@ def main():
                "encode_gbps": enc, "decode_gbps": dec, "bit_exact": exact}
         if a.device == "cuda":
             res, pinned, gexact = gpu_decode(sd, streams, a.rounds)
+            genc, gsame = gpu_encode(sd, streams, a.rounds)
             row.update(gpu_decode_gbps=res, gpu_decode_with_copy_gbps=pinned,
-                       gpu_bit_exact=gexact)
-            row["bit_exact"] = exact and gexact
+                       gpu_bit_exact=gexact, gpu_encode_gbps=genc, gpu_encode_same_bytes=gsame)
+            row["bit_exact"] = exact and gexact and gsame
             sweep = {}
             for b in blocks:
                 coded = encode_all(sd, b)
@@ -287,8 +317,9 @@ def main():
         return f"{statistics.median(v):.2f} ({min(v):.2f}-{max(v):.2f})"
     gpu = a.device == "cuda"
     lines = ["| state dict | GiB | ratio | encode GB/s | decode GB/s | " +
-             ("GPU decode GB/s | GPU decode + copy GB/s | " if gpu else "") +
-             "cold-load bound GB/s |", "|---|---|---|---|---|" + ("---|---|" if gpu else "") +
+             ("GPU decode GB/s | GPU decode + copy GB/s | GPU encode + copy GB/s | " if gpu
+              else "") +
+             "cold-load bound GB/s |", "|---|---|---|---|---|" + ("---|---|---|" if gpu else "") +
              "---|"]
     for r in rows:
         d = statistics.median(r["decode_gbps"])
@@ -298,6 +329,8 @@ def main():
         lines.append(f"| {r['model']} | {r['bytes'] / 2**30:.2f} | {r['ratio']:.3f} | "
                      f"{cell(r['encode_gbps'])} | {cell(r['decode_gbps'])} | " +
                      (f"{cell(r['gpu_decode_gbps'])} | {cell(r['gpu_decode_with_copy_gbps'])} | "
+                      f"{cell(r['gpu_encode_gbps'])}"
+                      f"{'' if r['gpu_encode_same_bytes'] else ' (NOT the CPU bytes)'} | "
                       if gpu else "") + f"{bound} |")
     for r in rows:
         if "gpu_block_sweep" not in r:

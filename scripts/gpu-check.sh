@@ -59,10 +59,11 @@
 #         seconds before the last round starts (300), FT_DCP_TOOLS (fastensor,dcp,raw; add
 #         fastensor-fst for compressed .fst data files), FT_DCP_DATA (random, or weights:
 #         weights-like bf16, what the codec compresses)); JSON in $OUT/dcp-cuda.json.
-# --codec: only the tensor codec: test_gpu's GPU-decoder case against the source bytes,
+# --codec: only the tensor codec: test_gpu's codec cases (the GPU decoder against the source
+#         bytes, the GPU encoder against the CPU encoder's bytes),
 #         tests/python/test_fst.py (CUDA loads), then bench/codec.py --device cuda (a bf16
 #         Llama-style state dict of FT_CODEC_SIZE (2G), then FT_CODEC_MODELS (gpt2-fp32):
-#         ratio, encode and decode GB/s on the CPUs, GPU decode GB/s, durable save and cold
+#         ratio, encode and decode GB/s on the CPUs, GPU decode and encode GB/s, durable save and cold
 #         load into GPU memory against the raw read and safetensors, FT_CODEC_ROUNDS (3),
 #         GPU decode of streams coded in blocks of FT_CODEC_BLOCKS (256K,512K));
 #         JSON in $OUT/codec.json; then bench/fst-save.py (the .fst save against a plain one, in
@@ -344,7 +345,7 @@ if [ $DCP = 1 ]; then
         2>"$OUT/dcp-cuda.log" | tee -a "$OUT/summary.txt"
 fi
 if [ $CODEC = 1 ]; then
-    log "tensor codec: the GPU decoder (test_gpu), CUDA loads of .fst (test_fst.py)"
+    log "tensor codec: the GPU decoder and encoder (test_gpu), CUDA loads of .fst (test_fst.py)"
     mkdir -p "$WORK/tests"
     FT_TEST_CASE="codec" FT_TEST_DIR="$WORK/tests" timeout 120 "$BUILD/tests/test_gpu" \
         >"$OUT/test_gpu-codec.log" 2>&1
@@ -353,7 +354,7 @@ if [ $CODEC = 1 ]; then
     PYTHONPATH="$here/python" FT_TEST_DIR="$WORK/py" timeout 120 python3 -m pytest -q -rs -s \
         -p no:logging tests/python/test_fst.py tests/python/test_codec.py 2>&1 | tail -8 |
         tee -a "$OUT/summary.txt"
-    log "tensor codec: ratio, CPU and GPU decode, save and cold load into GPU memory"
+    log "tensor codec: ratio, CPU and GPU decode and encode, save and cold load into GPU memory"
     PYTHONPATH="$here/python" timeout ${FT_CODEC_TIMEOUT:-420} python3 bench/codec.py \
         --size "${FT_CODEC_SIZE:-2G}" --models "llama-bf16,${FT_CODEC_MODELS:-gpt2-fp32}" \
         --rounds "${FT_CODEC_ROUNDS:-3}" --device cuda --dir "$WORK" --json "$OUT/codec.json" \

@@ -3,13 +3,17 @@
  * (normal) values, special values, incompressible and constant data, edge sizes and block
  * sizes; its ratio on weights; bad arguments; corrupt streams decoded without harm. Every
  * round trip is also decoded by the GPU decoder's lane code run on the CPU
- * (ft__codec_decode_lanes: the kernel's logic), at aligned and unaligned destinations.
+ * (ft__codec_decode_lanes: the kernel's logic), at aligned and unaligned destinations, and
+ * encoded by the GPU encoder's steps run on the CPU (ft__codec_encode_lanes), which must
+ * write the very bytes of the CPU encoder; the encoder's xxh3 against libxxhash.
  */
 #include "testlib.h"
 #include "../src/codec/codec.h"
+#include "../src/codec/enc_dev.h"
 
 #include <errno.h>
 #include <math.h>
+#include <xxhash.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -91,6 +95,13 @@ static void round_trip(const void *src, size_t nbytes, unsigned e, uint32_t bloc
                ft_last_error());
     T_TRUE((size_t)n <= cap);
     T_EQ(ft_codec_size(enc, (size_t)n), (int64_t)nbytes);
+    /* the GPU encoder's steps: the same bytes */
+    uint8_t *genc = malloc(cap);
+    int64_t gn = ft__codec_encode_lanes(src, nbytes, e, block, genc, cap);
+    T_EQ(gn, n);
+    if (gn == n)
+        T_MEMEQ(genc, enc, (size_t)n);
+    free(genc);
     uint8_t *dec = malloc(nbytes + 1);
     memset(dec, 0xa5, nbytes + 1);
     T_EQ(ft_codec_decode(ctx, enc, (size_t)n, dec, nbytes), (int64_t)nbytes);
@@ -380,7 +391,82 @@ static void case_corrupt_streams(void)
     free(w);
 }
 
-/* Without a CUDA driver, ft_codec_decode_cuda says why (test_gpu.c decodes on the GPU). */
+/* The GPU encoder's block checksum: xxh3-64 as libxxhash computes it, every length to 1100
+ * (each of the short, middle and long forms, the long one's partial last stripes), lengths
+ * about the 1 KiB stripe blocks, large ones, at odd addresses. */
+static void case_gpu_xxh3(void)
+{
+    size_t max = 3u << 20;
+    uint8_t *buf = aligned_alloc(256, max + 512);
+    for (size_t i = 0; i < max + 512; i++)
+        buf[i] = (uint8_t)next();
+    size_t lens[] = {1023, 1024, 1025, 2047, 2048, 2049, 4096, 65536 + 63, 1u << 20, max};
+    unsigned bad = 0, checked = 0;
+    for (size_t shift = 0; shift < 8; shift += 3)
+        for (size_t i = 0; i < 1100 + sizeof lens / sizeof *lens; i++) {
+            size_t len = i < 1100 ? i : lens[i - 1100];
+            const uint8_t *p = buf + shift;
+            uint64_t a = (uint64_t)(uintptr_t)p, h;
+            if (len <= 240) {
+                h = ftz_xxh3_short(a, (uint32_t)len);
+            } else {
+                uint64_t acc[8];
+                for (unsigned l = 0; l < 8; l++)
+                    acc[l] = ftz_xxh3_lane(a, len, l);
+                h = ftz_xxh3_merge(acc, len);
+            }
+            checked++;
+            if (h != XXH3_64bits(p, len) && bad++ < 5)
+                T_FAIL("xxh3 of %zu bytes at +%zu: %016llx, libxxhash %016llx", len, shift,
+                       (unsigned long long)h, (unsigned long long)XXH3_64bits(p, len));
+        }
+    printf("  %u lengths and offsets checked\n", checked);
+    T_EQ(bad, 0u);
+    free(buf);
+}
+
+/* The GPU encoder's stream layout keeps encode.c's bounds exactly: put_stream stores 8
+ * bytes at a time, so a plane is stored raw where a group of four symbols would start less
+ * than 8 bytes before the raw plane's end, or a last partial byte would pass it (margins the
+ * code's estimate leaves so wide that data reaches them only in contrived cases; here the
+ * stream sizes are set to either side of each bound). Empty streams check nothing. */
+static void case_gpu_layout_bounds(void)
+{
+    uint64_t bits[FTZ_LANES], last[FTZ_LANES];
+    uint32_t start[FTZ_LANES];
+    const uint32_t n = 1000; /* 32 elements a stream: stream 31 holds 992..999 */
+    const uint64_t at31 = 1 + FTZ_HUFF_HEAD + 31 * 20, end = 1 + n;
+    for (unsigned j = 0; j < FTZ_LANES; j++)
+        bits[j] = 8 * 20, last[j] = 0;
+    /* the last group's start: at most end - 8 */
+    bits[31] = 8 * 118;
+    last[31] = 8 * (end - 8 - at31);
+    T_EQ(ftz_plane_layout(n, bits, last, start), (uint32_t)(at31 + 118));
+    T_EQ(start[31], (uint32_t)at31);
+    last[31] += 8;
+    T_EQ(ftz_plane_layout(n, bits, last, start), 0u);
+    /* a last partial byte: at most end - 1 */
+    last[31] = 0;
+    bits[31] = 8 * (end - 1 - at31) + 1;
+    T_EQ(ftz_plane_layout(n, bits, last, start), (uint32_t)end);
+    bits[31] += 8;
+    T_EQ(ftz_plane_layout(n, bits, last, start), 0u);
+    bits[31] = 8 * (end - at31); /* whole bytes to the very end: no partial byte to check */
+    T_EQ(ftz_plane_layout(n, bits, last, start), (uint32_t)end);
+    /* empty streams: 300 elements, 16 a stream, streams 19 to 31 empty */
+    const uint32_t m = 300;
+    for (unsigned j = 0; j < FTZ_LANES; j++)
+        bits[j] = j < 19 ? 8 : 0, last[j] = 0;
+    uint32_t from, to;
+    ftz_lane_range(m, 19, &from, &to);
+    T_EQ(from, to);
+    ftz_lane_range(m, 18, &from, &to);
+    T_EQ(to - from, 12u);
+    T_EQ(ftz_plane_layout(m, bits, last, start), 1u + FTZ_HUFF_HEAD + 19);
+}
+
+/* Without a CUDA driver, ft_codec_decode_cuda and ft_codec_encode_cuda say why (test_gpu.c
+ * decodes and encodes on the GPU). */
 static void case_gpu_decode_without_cuda(void)
 {
     const char *why;
@@ -394,6 +480,9 @@ static void case_gpu_decode_without_cuda(void)
     ft_codec_job job = {enc, (size_t)n, NULL, out, sizeof out};
     T_EQ(ft_codec_decode_cuda(ctx, &job, 1, 0, NULL), -ENODEV);
     T_TRUE(strstr(ft_last_error(), "GPU") != NULL);
+    T_EQ(ft_codec_encode_cuda(ctx, src, sizeof src, 2, 0, enc, sizeof enc, 0, NULL), -ENODEV);
+    T_TRUE(strstr(ft_last_error(), "GPU encode") != NULL);
+    T_EQ(ft_codec_encode_cuda(ctx, src, sizeof src, 3, 0, enc, sizeof enc, 0, NULL), -EINVAL);
 }
 
 int main(void)
@@ -410,7 +499,9 @@ int main(void)
         {"FT_CODEC_STORE: raw planes, checksummed", case_store},
         {"bad arguments, truncated and foreign streams", case_bad_arguments},
         {"corrupt streams decode without harm", case_corrupt_streams},
-        {"GPU decoding without CUDA", case_gpu_decode_without_cuda},
+        {"GPU decoding and encoding without CUDA", case_gpu_decode_without_cuda},
+        {"the GPU encoder's checksum is xxh3-64", case_gpu_xxh3},
+        {"the GPU encoder's stream layout keeps encode.c's bounds", case_gpu_layout_bounds},
     };
     int rc = t_run(cases, sizeof cases / sizeof *cases);
     ft_ctx_destroy(ctx);

@@ -787,6 +787,59 @@ static void *codec_weights(size_t n, unsigned e, uint64_t seed)
     return b;
 }
 
+/* ft_codec_encode_cuda writes exactly ft_codec_encode's stream: element widths, sizes
+ * around the lane, block and wave edges (block sizes 4 KiB, 64 KiB and the default; 130 MiB
+ * of bf16 go through in three waves), constant planes, incompressible bytes, sources at
+ * unaligned device addresses; bad input. */
+static void case_codec_encode(void)
+{
+    const size_t sizes[] = {0, 2, 64, 1000, 4096 * 8 + 8, (1u << 20) + 24, (5u << 20) / 2};
+    const uint32_t blocks[] = {0, 4096, 65536};
+    uint8_t *dev;
+    const size_t big = 130u << 20;
+    T_EQ(ft_cuda_alloc(0, big + 64, (void **)&dev), 0);
+    unsigned checked = 0;
+    for (unsigned e = 1; e <= 8; e *= 2)
+        for (unsigned si = 0; si <= sizeof sizes / sizeof *sizes; si++)
+            for (unsigned bi = 0; bi < 3; bi++) {
+                size_t n = si < sizeof sizes / sizeof *sizes ? sizes[si] : e == 2 ? big : 0;
+                n -= n % e;
+                if ((si == sizeof sizes / sizeof *sizes && (e != 2 || bi)) ||
+                    (blocks[bi] && blocks[bi] < 64 * e))
+                    continue;
+                uint8_t *src = codec_weights(n, e, 7 * si + bi + e);
+                if (si == 3)
+                    memset(src, 0x3c, n); /* constant planes */
+                if (si == 4)
+                    for (size_t i = 0; i < n; i++) /* incompressible */
+                        src[i] = (uint8_t)(i * 2654435761u >> 13);
+                size_t mis = (si + bi) % 3 == 0 ? 0 : e; /* (elements stay aligned: torch's) */
+                T_EQ(ft_cuda_copy(dev + mis, src, n), 0);
+                size_t cap = ft_codec_bound(n, e, blocks[bi]);
+                uint8_t *want = malloc(cap), *got = malloc(cap);
+                int64_t wn = ft_codec_encode(ctx, src, n, e, blocks[bi], 0, want, cap);
+                int64_t gn = ft_codec_encode_cuda(ctx, dev + mis, n, e, blocks[bi], got, cap, 0,
+                                                  NULL);
+                if (gn != wn)
+                    T_FAIL("ft_codec_encode_cuda of %zu bytes (elements of %u, block %u): "
+                           "%lld, the CPU encoder %lld: %s", n, e, blocks[bi], (long long)gn,
+                           (long long)wn, ft_last_error());
+                else
+                    T_MEMEQ(got, want, (size_t)wn);
+                checked++;
+                free(want);
+                free(got);
+                free(src);
+            }
+    printf("  %u streams the same as the CPU encoder's\n", checked);
+    /* bad input: host memory as the source, too little room, a bad element size */
+    uint8_t host[256] = {0}, out[1024];
+    T_EQ(ft_codec_encode_cuda(ctx, host, sizeof host, 2, 0, out, sizeof out, 0, NULL), -EINVAL);
+    T_EQ(ft_codec_encode_cuda(ctx, dev, 4096, 2, 0, out, 20, 0, NULL), -ENOSPC);
+    T_EQ(ft_codec_encode_cuda(ctx, dev, 4096, 3, 0, out, sizeof out, 0, NULL), -EINVAL);
+    ft_cuda_free(dev);
+}
+
 /* ft_codec_decode_cuda byte for byte against the source (and so against the host decoder):
  * element widths, sizes around the block and lane edges, stored and constant planes, several
  * streams in one call, destinations unaligned, streams already on the device; bad input. */
@@ -911,6 +964,7 @@ int main(void)
         {"cachedma: page-cache DMA against staging, faults, shrinking file, refusal",
          case_cachedma},
         {"codec streams decoded on the GPU", case_codec_decode},
+        {"codec streams encoded on the GPU, the CPU encoder's bytes", case_codec_encode},
     };
     int rc = t_run(cases, sizeof cases / sizeof *cases);
     ft_ctx_destroy(ctx);

@@ -41,6 +41,30 @@ static PyObject *py_codec_encode(PyObject *self, PyObject *args)
     return n < 0 ? raise_ft((int)n, "codec") : PyLong_FromLongLong(n);
 }
 
+/* codec_encode_cuda(ctx, address, nbytes, elem_size, block_bytes, dst, capacity, device,
+ * stream) -> size: device memory encoded on its GPU into host memory */
+static PyObject *py_codec_encode_cuda(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *cap;
+    unsigned long long addr, nbytes, dst, room, stream;
+    unsigned esize, block;
+    int device;
+    if (!PyArg_ParseTuple(args, "OKKIIKKiK", &cap, &addr, &nbytes, &esize, &block, &dst, &room,
+                          &device, &stream))
+        return NULL;
+    ft_ctx *ctx = cap_get(cap, CAP_CTX);
+    if (!ctx)
+        return NULL;
+    int64_t n;
+    Py_BEGIN_ALLOW_THREADS
+    n = ft_codec_encode_cuda(ctx, (const void *)(uintptr_t)addr, nbytes, esize, block,
+                             (void *)(uintptr_t)dst, (size_t)room, device,
+                             (void *)(uintptr_t)stream);
+    Py_END_ALLOW_THREADS
+    return n < 0 ? raise_ft((int)n, "codec") : PyLong_FromLongLong(n);
+}
+
 /* codec_size(data) -> decoded bytes */
 static PyObject *py_codec_size(PyObject *self, PyObject *args)
 {
@@ -127,6 +151,9 @@ static PyMethodDef codec_methods[] = {
     {"codec_encode", py_codec_encode, METH_VARARGS,
      "codec_encode(ctx, address, nbytes, elem_size, block_bytes, flags, dst, capacity) -> size"},
     {"codec_size", py_codec_size, METH_VARARGS, "codec_size(data) -> decoded bytes"},
+    {"codec_encode_cuda", py_codec_encode_cuda, METH_VARARGS,
+     "codec_encode_cuda(ctx, address, nbytes, elem_size, block_bytes, dst, capacity, device, "
+     "stream) -> size"},
     {"codec_decode", py_codec_decode, METH_VARARGS,
      "codec_decode(ctx, data, address, capacity) -> decoded bytes"},
     {"codec_decode_cuda", py_codec_decode_cuda, METH_VARARGS,

@@ -12,6 +12,15 @@ int64_t ft_codec_encode(ft_ctx *ctx, const void *src, uint64_t nbytes, unsigned 
     return ft__codec_encode(ctx->pool, src, nbytes, elem_size, block_bytes, flags, dst, cap);
 }
 
+int64_t ft_codec_encode_cuda(ft_ctx *ctx, const void *src, uint64_t nbytes, unsigned elem_size,
+                             uint32_t block_bytes, void *dst, size_t cap, int device,
+                             void *stream)
+{
+    if (!ctx)
+        return ft__err(-EINVAL, "codec: NULL argument");
+    return ft__codec_encode_cuda(src, nbytes, elem_size, block_bytes, dst, cap, device, stream);
+}
+
 int64_t ft_codec_decode(ft_ctx *ctx, const void *src, size_t len, void *dst, size_t cap)
 {
     if (!ctx)

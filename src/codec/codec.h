@@ -74,6 +74,11 @@ int64_t ft__codec_decode(ft__pool *pool, const void *src, size_t len, void *dst,
 /** ft_codec_decode_cuda's work; the host's part (checking the streams) on @p pool. */
 int64_t ft__codec_decode_cuda(ft__pool *pool, const ft_codec_job *jobs, size_t n, int device,
                               void *stream);
+/** ft_codec_encode_cuda's work: the stream of @p nbytes in device memory of @p device,
+ * encoded on its GPU into host memory @p dst. */
+int64_t ft__codec_encode_cuda(const void *src, uint64_t nbytes, unsigned esize,
+                              uint32_t block_bytes, void *dst, size_t cap, int device,
+                              void *stream);
 struct ftz_block;
 /**
  * Check the codec stream @p src (@p len bytes) as a GPU decode reads it and describe its
@@ -88,5 +93,10 @@ int64_t ft__codec_plan(const void *src, size_t len, uint64_t src_addr, uint64_t 
                        size_t cap, struct ftz_block *out, unsigned *max_huff);
 /** Decode the stream as the GPU kernel would, lane by lane, on the CPU (tests). */
 int64_t ft__codec_decode_lanes(const void *src, size_t len, void *dst, size_t cap);
+/** Encode as the GPU encoder's kernels would, thread by thread, on the CPU (tests): the
+ * stream ft__codec_encode writes. @return its bytes, -ENOSPC (@p cap too small), -ENOMEM,
+ * -EINVAL. */
+int64_t ft__codec_encode_lanes(const void *src, uint64_t nbytes, unsigned esize,
+                               uint32_t block_bytes, void *dst, size_t cap);
 
 #endif

@@ -235,7 +235,7 @@ typedef struct kernel {
     CUfunction fn;
 } kernel;
 
-#define MAX_KERNELS 64
+#define MAX_KERNELS 128 /* the codec's 10 (4 decoders, 6 encoder steps) on each of 8 GPUs, and more */
 static kernel kernels[MAX_KERNELS];
 static unsigned nkernels;
 static CUmodule modules[MAX_KERNELS];
