@@ -60,12 +60,16 @@ static double seconds(void)
 /* ---- what coding costs and saves here (measured once per context) ---- */
 
 #define COST_DISKS 16
+#define COST_GPUS 16
 
 typedef struct costs {
     pthread_mutex_t lock;
     struct { dev_t dev; double decode, write, read; bool set; } disk[COST_DISKS];
     unsigned ndisk;
     struct { double encode, share; bool set; } elem[9]; /* by element size 1, 2, 4, 8 */
+    /* per GPU and element size: its encoder checked (1: it writes the CPU encoder's bytes,
+     * -1: not used, 0: not checked yet) and its rate */
+    struct { int state[9]; double encode[9]; } gpu[COST_GPUS];
 } costs;
 
 static void *make_costs(ft_ctx *ctx)
@@ -153,6 +157,53 @@ static int sample(ft_ctx *ctx, unsigned elem, double *encode, double *share, uin
     *coded = buf;
     *len = (size_t)m;
     return 0;
+}
+
+/*
+ * Whether GPU @p dev encodes @p elem-byte floats: the first time, 32 MiB of weights coded
+ * there (ft_codec_encode_cuda, after a call that loads its kernels) must give the very
+ * stream the CPU encoder gives, else that GPU's tensors are coded on the host (a kernel that
+ * misbehaves on some GPU or driver costs speed, never a checkpoint); its rate, with the copy
+ * of the coded bytes to the host, in *encode. Where the library has no GPU encoder (built
+ * without nvcc) or the driver cannot run it: false.
+ */
+static bool gpu_codes(ft_ctx *ctx, int dev, unsigned elem, double *encode)
+{
+    costs *c = costs_of(ctx);
+    if (!c || dev < 0 || dev >= COST_GPUS)
+        return false;
+    pthread_mutex_lock(&c->lock);
+    int *state = &c->gpu[dev].state[elem];
+    if (*state == 0) {
+        size_t n = (32u << 20) >> ft__fst_probe_shift, cap = ft_codec_bound(n, elem, BLOCK);
+        uint8_t *w = malloc(n), *want = malloc(cap), *got = malloc(cap);
+        void *d = NULL;
+        int64_t a = -ENOMEM, b = -ENOMEM;
+        double t = 0;
+        if (w && want && got && ft_cuda_alloc(dev, n, &d) == 0) {
+            weights(elem, w, n);
+            a = ft_codec_encode(ctx, w, n, elem, BLOCK, 0, want, cap);
+            if (a >= 0 && ft_cuda_copy(d, w, n) == 0 &&
+                ft_codec_encode_cuda(ctx, d, n / 4 / elem * elem, elem, BLOCK, got, cap, dev,
+                                     NULL) >= 0) {
+                double t0 = seconds();
+                b = ft_codec_encode_cuda(ctx, d, n, elem, BLOCK, got, cap, dev, NULL);
+                t = seconds() - t0;
+            }
+        }
+        *state = a >= 0 && a == b && memcmp(want, got, (size_t)a) == 0 ? 1 : -1;
+        c->gpu[dev].encode[elem] = (double)n / FT__MAX(t, 1e-9) / 1e9;
+        if (d)
+            ft_cuda_free(d);
+        free(w);
+        free(want);
+        free(got);
+    }
+    bool ok = *state == 1;
+    if (encode)
+        *encode = c->gpu[dev].encode[elem];
+    pthread_mutex_unlock(&c->lock);
+    return ok;
 }
 
 #define PROBE_PIECES 4u
@@ -402,6 +453,7 @@ typedef struct writer {
     const char *path;
     const ft_save_opts *opts;
     bool code[9];     /* by element size: code floats of that size */
+    bool code_dev[9]; /* the same for tensors in GPU memory (their GPU may code them) */
     uint64_t unsynced;
     /* the writer thread's batch and result */
     batch *writing;
@@ -415,24 +467,33 @@ static int64_t encode_one(void *arg, unsigned i)
     writer *w = a[0];
     coded *x = &((batch *)a[1])->items[i];
     const ft_tensor *t = x->t;
+    bool on_dev = t->data.kind == FT_MEM_CUDA;
     unsigned e = ft__dtype_coded(t->dtype);
-    bool compress = e && w->code[e];
+    bool compress = e && (on_dev ? w->code_dev[e] : w->code[e]);
     unsigned elem = compress ? e : 1;
     uint64_t n = t->data.len;
     size_t cap = page_up(FT__MAX(ft_codec_bound(n, elem, BLOCK), ft_codec_bound(n, 1, BLOCK)));
     const void *src = t->data.ptr;
     void *host = NULL;
-    int rc = posix_memalign((void **)&x->buf, PAGE, cap) ? ft__err(-ENOMEM, "tensor '%s': "
-                                                                   "%zu bytes", t->name, cap)
-                                                         : 0;
-    if (rc == 0 && t->data.kind == FT_MEM_CUDA) { /* coded from a host copy */
+    int64_t m = posix_memalign((void **)&x->buf, PAGE, cap)
+                    ? ft__err(-ENOMEM, "tensor '%s': %zu bytes", t->name, cap) : 0;
+    bool coded_on_dev = false;
+    if (m == 0 && on_dev && compress && gpu_codes(w->ctx, t->data.device, e, NULL)) {
+        /* coded on its GPU, the coded bytes copied here; where that fails (its memory is
+         * full: the encoder takes about 130 MiB), coded on the host */
+        int64_t r = ft_codec_encode_cuda(w->ctx, src, n, elem, BLOCK, x->buf, cap,
+                                         t->data.device, NULL);
+        coded_on_dev = r >= 0;
+        m = coded_on_dev ? r : 0;
+    }
+    bool kept = coded_on_dev && (double)m <= (1 - MIN_SAVING) * (double)n + 64;
+    if (m >= 0 && on_dev && !kept) { /* coded or stored from a host copy */
         if (!(host = malloc(n ? (size_t)n : 1)))
-            rc = ft__err(-ENOMEM, "tensor '%s': %llu bytes", t->name, (unsigned long long)n);
-        else if ((rc = ft_cuda_copy(host, src, (size_t)n)) == 0)
+            m = ft__err(-ENOMEM, "tensor '%s': %llu bytes", t->name, (unsigned long long)n);
+        else if ((m = ft_cuda_copy(host, src, (size_t)n)) == 0)
             src = host;
     }
-    int64_t m = rc;
-    if (rc == 0)
+    if (m >= 0 && !kept && !coded_on_dev)
         m = ft_codec_encode(w->ctx, src, n, elem, BLOCK, compress ? 0 : FT_CODEC_STORE, x->buf,
                             cap);
     if (m >= 0 && compress && (double)m > (1 - MIN_SAVING) * (double)n + 64) {
@@ -575,19 +636,26 @@ static char *header_json(const ft_tensor *t, size_t n, const coded *all,
     return ft__jw_done(&j, len);
 }
 
-/* Which float sizes this save codes. */
+/* Which float sizes this save codes, for tensors in host memory and in GPU memory (coded by
+ * their GPU where it codes them, at its measured rate). */
 static void decide(writer *w, const ft_tensor *t, size_t n, ft_compression mode,
                    const char *dir)
 {
     for (size_t i = 0; i < n; i++) {
         unsigned e = ft__dtype_coded(t[i].dtype);
-        if (!e || w->code[e] || mode == FT_COMPRESS_NONE)
+        bool on_dev = t[i].data.kind == FT_MEM_CUDA;
+        bool *code = on_dev ? w->code_dev : w->code;
+        if (!e || code[e] || mode == FT_COMPRESS_NONE)
             continue;
         ft_fst_cost c;
-        if (mode == FT_COMPRESS_ALWAYS)
-            w->code[e] = true;
-        else if (ft_fst_measure(w->ctx, dir, e, &c) == 0)
-            w->code[e] = ft_fst_coding_pays(&c);
+        double gpu;
+        if (mode == FT_COMPRESS_ALWAYS) {
+            code[e] = true;
+        } else if (ft_fst_measure(w->ctx, dir, e, &c) == 0) {
+            if (on_dev && gpu_codes(w->ctx, t[i].data.device, e, &gpu))
+                c.encode = gpu;
+            code[e] = ft_fst_coding_pays(&c);
+        }
         /* a directory where O_DIRECT cannot be used (tmpfs): stored */
     }
 }

@@ -313,8 +313,9 @@ def test_async_and_models(tmp):
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device (torch.cuda)")
 def test_cuda(tmp):
-    """Loads into GPU memory decode on the GPU (where the library has the decoder) and match
-    the host decode byte for byte; verify=True decodes on the host; a corrupt stream is a
+    """Saves from GPU memory (coded on the GPU where it codes) write the bytes a save from
+    host memory writes; loads into GPU memory decode on the GPU (where the library has the
+    decoder) and match the host decode byte for byte; verify=True decodes on the host; a corrupt stream is a
     ValueError on either path."""
     sd = {k: v.cuda() for k, v in state(6).items()}
     big = (torch.randn(3 << 20, generator=torch.Generator().manual_seed(1)) * 0.02)
@@ -324,6 +325,11 @@ def test_cuda(tmp):
     ft.save_file(sd, p, compression="always")
     host = ft.load_file(p)
     same(host, {k: v.cpu() for k, v in sd.items()})
+    # coded on the GPU (where its encoder wrote the CPU encoder's bytes for a sample) or on
+    # the host: the same file as a save of the same tensors from host memory
+    q = os.path.join(tmp, "h.fst")
+    ft.save_file({k: v.cpu() for k, v in sd.items()}, q, compression="always")
+    assert open(p, "rb").read() == open(q, "rb").read()
     why = _fst.gpu_decoder(torch.cuda.current_device())
     print("GPU decoder:", why or "yes")
     for verify in (False, True):
