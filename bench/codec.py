@@ -226,9 +226,9 @@ def gpu_encode(sd, streams, rounds):
         torch.cuda.synchronize()
         t0 = time.perf_counter()
         for k, t in on_dev.items():
-            sizes[k] = _C.codec_encode_cuda(ctx, t.data_ptr(), t.numel() * t.element_size(),
-                                            t.element_size(), block, outs[k].data_ptr(),
-                                            outs[k].numel(), dev, stream)
+            sizes[k] = _C.codec_encode(ctx, t.data_ptr(), t.numel() * t.element_size(),
+                                       t.element_size(), block, 0, outs[k].data_ptr(),
+                                       outs[k].numel(), dev, stream)
         rates.append(nbytes / (time.perf_counter() - t0) / 1e9)
     same = all(torch.equal(outs[k][:sizes[k]], streams[k]) for k in sd)
     del on_dev

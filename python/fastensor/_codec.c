@@ -20,47 +20,33 @@ static PyObject *py_codec_bound(PyObject *self, PyObject *args)
     return PyLong_FromSize_t(ft_codec_bound(nbytes, esize, block));
 }
 
-/* codec_encode(ctx, address, nbytes, elem_size, block_bytes, flags, dst, capacity) -> size */
+/* codec_encode(ctx, address, nbytes, elem_size, block_bytes, flags, dst, capacity[, device,
+ * stream]) -> size; with a device (>= 0), device memory coded on its GPU (ordered after
+ * stream) into host memory */
 static PyObject *py_codec_encode(PyObject *self, PyObject *args)
 {
     (void)self;
     PyObject *cap;
-    unsigned long long addr, nbytes, dst, room;
+    unsigned long long addr, nbytes, dst, room, stream = 0;
     unsigned esize, block, flags;
-    if (!PyArg_ParseTuple(args, "OKKIIIKK", &cap, &addr, &nbytes, &esize, &block, &flags, &dst,
-                          &room))
+    int device = -1;
+    if (!PyArg_ParseTuple(args, "OKKIIIKK|iK", &cap, &addr, &nbytes, &esize, &block, &flags,
+                          &dst, &room, &device, &stream))
         return NULL;
     ft_ctx *ctx = cap_get(cap, CAP_CTX);
     if (!ctx)
         return NULL;
+    if (device >= 0 && flags) {
+        PyErr_SetString(PyExc_ValueError, "codec_encode: flags on the GPU");
+        return NULL;
+    }
     int64_t n;
     Py_BEGIN_ALLOW_THREADS
-    n = ft_codec_encode(ctx, (const void *)(uintptr_t)addr, nbytes, esize, block, flags,
-                        (void *)(uintptr_t)dst, (size_t)room);
-    Py_END_ALLOW_THREADS
-    return n < 0 ? raise_ft((int)n, "codec") : PyLong_FromLongLong(n);
-}
-
-/* codec_encode_cuda(ctx, address, nbytes, elem_size, block_bytes, dst, capacity, device,
- * stream) -> size: device memory encoded on its GPU into host memory */
-static PyObject *py_codec_encode_cuda(PyObject *self, PyObject *args)
-{
-    (void)self;
-    PyObject *cap;
-    unsigned long long addr, nbytes, dst, room, stream;
-    unsigned esize, block;
-    int device;
-    if (!PyArg_ParseTuple(args, "OKKIIKKiK", &cap, &addr, &nbytes, &esize, &block, &dst, &room,
-                          &device, &stream))
-        return NULL;
-    ft_ctx *ctx = cap_get(cap, CAP_CTX);
-    if (!ctx)
-        return NULL;
-    int64_t n;
-    Py_BEGIN_ALLOW_THREADS
-    n = ft_codec_encode_cuda(ctx, (const void *)(uintptr_t)addr, nbytes, esize, block,
-                             (void *)(uintptr_t)dst, (size_t)room, device,
-                             (void *)(uintptr_t)stream);
+    n = device >= 0 ? ft_codec_encode_cuda(ctx, (const void *)(uintptr_t)addr, nbytes, esize,
+                                           block, (void *)(uintptr_t)dst, (size_t)room, device,
+                                           (void *)(uintptr_t)stream)
+                    : ft_codec_encode(ctx, (const void *)(uintptr_t)addr, nbytes, esize, block,
+                                      flags, (void *)(uintptr_t)dst, (size_t)room);
     Py_END_ALLOW_THREADS
     return n < 0 ? raise_ft((int)n, "codec") : PyLong_FromLongLong(n);
 }
@@ -149,11 +135,9 @@ static PyMethodDef codec_methods[] = {
     {"codec_bound", py_codec_bound, METH_VARARGS,
      "codec_bound(nbytes, elem_size, block_bytes) -> the most bytes an encoding takes"},
     {"codec_encode", py_codec_encode, METH_VARARGS,
-     "codec_encode(ctx, address, nbytes, elem_size, block_bytes, flags, dst, capacity) -> size"},
+     "codec_encode(ctx, address, nbytes, elem_size, block_bytes, flags, dst, capacity[, device, "
+     "stream]) -> size"},
     {"codec_size", py_codec_size, METH_VARARGS, "codec_size(data) -> decoded bytes"},
-    {"codec_encode_cuda", py_codec_encode_cuda, METH_VARARGS,
-     "codec_encode_cuda(ctx, address, nbytes, elem_size, block_bytes, dst, capacity, device, "
-     "stream) -> size"},
     {"codec_decode", py_codec_decode, METH_VARARGS,
      "codec_decode(ctx, data, address, capacity) -> decoded bytes"},
     {"codec_decode_cuda", py_codec_decode_cuda, METH_VARARGS,

@@ -57,6 +57,9 @@ static inline uint64_t load_be64(const uint8_t *p)
 /* This thread's scratch of at least @p n bytes, or NULL (no memory). Valid until the next
  * call on this thread. */
 uint8_t *ft__codec_scratch(size_t n);
+/* The stream's header (its first HEAD bytes) at @p d. */
+void ft__codec_head(uint8_t *d, unsigned esize, uint64_t nbytes, uint32_t block_bytes,
+                    uint32_t nblocks);
 /* Canonical codes of @p len (by length, then symbol). @return 0, or -1 when the lengths
  * over-subscribe the code space (a corrupt table). */
 int ft__codec_canonical(const uint8_t len[256], uint16_t code[256]);

@@ -8,8 +8,8 @@
  * A block's encoding, in steps (one kernel each on the GPU):
  * 1. count: the histogram of each byte plane (ftz_count_elem, every thread of the block's
  *    CUDA block over its elements);
- * 2. code: per plane, one thread: raw, constant or Huffman, the code lengths (encode.c's
- *    length-limited Huffman, the same tie rules: the same code), the canonical codes;
+ * 2. code: per plane, one thread: raw, constant or Huffman, the code lengths (the
+ *    length-limited Huffman encode.c calls too: the same code), the canonical codes;
  * 3. streams: per plane a warp, lane j its stream: its bits counted, the streams laid out
  *    (and the plane stored raw where encode.c's bounds check would), then written; raw and
  *    constant planes copied;
@@ -74,9 +74,9 @@ FTZ_FN void ftz_count_elem(uint64_t src, uint32_t i, unsigned E, uint32_t *hist)
 
 /*
  * Huffman code lengths (at most FTZ_MAXLEN) of the symbols counted in @p count (two or
- * more), exactly as encode.c's code_lengths: leaves sorted by (count, symbol), counts
- * clamped to 2^23 - 1, two queues merged with leaves first on ties, depths clamped, then the
- * rarest symbols lengthened until the code fits.
+ * more), for both encoders (encode.c's code_lengths calls this): leaves sorted by (count,
+ * symbol), counts clamped to 2^23 - 1, two queues merged with leaves first on ties, depths
+ * clamped, then the rarest symbols lengthened until the code fits.
  */
 FTZ_FN void ftz_code_lengths(const uint32_t count[256], uint8_t len[256])
 {
@@ -89,13 +89,18 @@ FTZ_FN void ftz_code_lengths(const uint32_t count[256], uint8_t len[256])
         len[s] = 0;
         if (count[s]) {
             uint64_t c = count[s] < (0xffffffffu >> 9) ? count[s] : (0xffffffffu >> 9);
-            uint64_t v = c << 8 | s;
-            unsigned j = n++;
-            for (; j > 0 && key[j - 1] > v; j--) /* insertion: a few dozen symbols mostly */
-                key[j] = key[j - 1];
-            key[j] = v;
+            key[n++] = c << 8 | s;
         }
     }
+    const unsigned gaps[] = {57, 23, 10, 4, 1}; /* Shell sort (the keys are distinct) */
+    for (unsigned g = 0; g < 5; g++)
+        for (unsigned i = gaps[g]; i < n; i++) {
+            uint64_t v = key[i];
+            unsigned j = i;
+            for (; j >= gaps[g] && key[j - gaps[g]] > v; j -= gaps[g])
+                key[j] = key[j - gaps[g]];
+            key[j] = v;
+        }
     if (n < 2)
         return; /* (not called so: one symbol is a constant plane) */
     for (unsigned i = 0; i < n; i++)

@@ -5,71 +5,21 @@
  * places in parallel waves.
  */
 #include "codec.h"
+#include "enc_dev.h"
 
 #include <errno.h>
 #include <stdlib.h>
 
 /* ---- code lengths ---- */
 
-typedef struct {
-    uint32_t freq;
-    uint16_t sym;
-} leaf;
-
-static int by_freq(const void *a, const void *b)
-{
-    const leaf *x = a, *y = b;
-    return x->freq != y->freq ? (x->freq < y->freq ? -1 : 1) : (int)x->sym - (int)y->sym;
-}
-
-/* Huffman code lengths (at most MAXLEN) of the @p n >= 2 used symbols of @p count. */
+/* Huffman code lengths (at most MAXLEN) of the @p n >= 2 used symbols of @p count: the GPU
+ * encoder's (enc_dev.h), so both write one code. */
 static void code_lengths(const uint64_t count[256], uint8_t len[256])
 {
-    leaf leaves[256];
-    unsigned n = 0;
-    memset(len, 0, 256);
+    uint32_t c[256];
     for (unsigned s = 0; s < 256; s++)
-        if (count[s])
-            leaves[n++] = (leaf){(uint32_t)FT__MIN(count[s], UINT32_MAX >> 9), (uint16_t)s};
-    qsort(leaves, n, sizeof *leaves, by_freq);
-    /* two queues: the sorted leaves, then the internal nodes in the order they are made */
-    uint64_t weight[512];
-    int parent[512];
-    for (unsigned i = 0; i < n; i++)
-        weight[i] = leaves[i].freq;
-    unsigned next_leaf = 0, next_node = n, made = n;
-    for (unsigned k = 0; k + 1 < n; k++) {
-        unsigned pick[2];
-        for (int j = 0; j < 2; j++) {
-            if (next_leaf < n && (next_node >= made || weight[next_leaf] <= weight[next_node]))
-                pick[j] = next_leaf++;
-            else
-                pick[j] = next_node++;
-        }
-        weight[made] = weight[pick[0]] + weight[pick[1]];
-        parent[pick[0]] = parent[pick[1]] = (int)made;
-        made++;
-    }
-    unsigned depth[512];
-    depth[made - 1] = 0;
-    for (int i = (int)made - 2; i >= 0; i--)
-        depth[i] = depth[parent[i]] + 1;
-    /* limit to MAXLEN: clamp, then lengthen the rarest symbols until the code fits */
-    uint32_t kraft = 0;
-    for (unsigned i = 0; i < n; i++) {
-        unsigned l = FT__MIN(depth[i], MAXLEN);
-        len[leaves[i].sym] = (uint8_t)l;
-        kraft += TABLE >> l;
-    }
-    while (kraft > TABLE) {
-        for (unsigned i = 0; i < n && kraft > TABLE; i++) {
-            uint8_t *l = &len[leaves[i].sym];
-            if (*l < MAXLEN) {
-                kraft -= TABLE >> (*l + 1);
-                (*l)++;
-            }
-        }
-    }
+        c[s] = (uint32_t)FT__MIN(count[s], (uint64_t)UINT32_MAX);
+    ftz_code_lengths(c, len);
 }
 
 /* ---- encoding ---- */
@@ -268,6 +218,19 @@ static int64_t encode_block(void *arg, unsigned b)
     return 0;
 }
 
+void ft__codec_head(uint8_t *d, unsigned esize, uint64_t nbytes, uint32_t block_bytes,
+                    uint32_t nblocks)
+{
+    memcpy(d, MAGIC, 4);
+    d[4] = (uint8_t)esize;
+    d[5] = 2;
+    d[6] = STREAMS;
+    d[7] = 0;
+    put64(d + 8, nbytes);
+    put32(d + 16, block_bytes);
+    put32(d + 20, nblocks);
+}
+
 size_t ft_codec_bound(uint64_t nbytes, unsigned elem_size, uint32_t block_bytes)
 {
     if (elem_size == 0)
@@ -358,14 +321,7 @@ int64_t ft__codec_encode(ft__pool *pool, const void *src, uint64_t nbytes, unsig
             goto out;
         }
     uint8_t *d = dst;
-    memcpy(d, MAGIC, 4);
-    d[4] = (uint8_t)elem_size;
-    d[5] = 2;
-    d[6] = STREAMS;
-    d[7] = 0;
-    put64(d + 8, nbytes);
-    put32(d + 16, block_bytes);
-    put32(d + 20, nblocks);
+    ft__codec_head(d, elem_size, nbytes, block_bytes, nblocks);
     for (uint32_t b = 0; b < nblocks; b++) {
         if (table + at + j.sizes[b] > cap) {
             rc = ft__err(-ENOSPC, "codec: %zu bytes of room are too few", cap);

@@ -242,14 +242,7 @@ int64_t ft__codec_encode_cuda(const void *src, uint64_t nbytes, unsigned esize,
     if ((rc = encode_kernels(device, esize, &k)) < 0 ||
         (nblocks && (rc = ft__cuda_alloc(&mem, scratch, s)) < 0))
         goto out;
-    memcpy(d, MAGIC, 4);
-    d[4] = (uint8_t)esize;
-    d[5] = 2;
-    d[6] = STREAMS;
-    d[7] = 0;
-    put64(d + 8, nbytes);
-    put32(d + 16, block_bytes);
-    put32(d + 20, nblocks);
+    ft__codec_head(d, esize, nbytes, block_bytes, nblocks);
     for (uint32_t first = 0; first < nblocks; first += wave) {
         uint32_t n = FT__MIN(wave, nblocks - first);
         uint64_t bytes = 0;
