@@ -140,7 +140,8 @@ def coding_pays(directory, elem=2) -> bool:
 
 def save(path, items, metadata, *, compression="auto", engine="auto", cache="auto"):
     """Write a container (``ft_ckpt_save`` of a ``.fst`` path). ``items``: [(name, dtype_name,
-    shape, address, nbytes)] of host memory the caller keeps alive. ``compression``: "always"
+    shape, address, nbytes[, is_cuda, device])] of memory the caller keeps alive (tensors in
+    GPU memory are coded by their GPU where its encoder works there). ``compression``: "always"
     codes each float tensor and keeps the coded stream where it saves at least 5% of its bytes
     (else the tensor is stored, as integers and packed types always are); "auto" does so where
     coding pays on this machine and disk (:func:`coding_pays`), else stores; "none" stores

@@ -220,8 +220,8 @@ class FastensorWriter(_Directory, StorageWriter, AsyncStager):
     raises RuntimeError where the directory already holds a checkpoint.
     ``compression``: None (default) writes each rank's tensors as a safetensors file;
     "auto", "always" or "none" as a compressed container ``__<rank>_<tag>.fst`` coded as
-    :func:`fastensor.torch.save_file` codes a ``.fst`` name (the codec runs on the host:
-    CUDA tensors are copied there first). :class:`FastensorReader` decodes each saved chunk
+    :func:`fastensor.torch.save_file` codes a ``.fst`` name (CUDA tensors on their GPU where
+    its encoder works there, else on the host). :class:`FastensorReader` decodes each saved chunk
     once and reshards as for safetensors files; DCP's own readers cannot read them.
 
     As an ``AsyncStager`` (``dcp.async_save``), it stages the state dict into memory kept for
@@ -333,8 +333,8 @@ class FastensorWriter(_Directory, StorageWriter, AsyncStager):
         tensors, sharding = {}, {}
         for n, it in zip(names, items):
             t = planner.resolve_data(it).detach()
-            if t.device.type not in ("cpu", "cuda") or (coded and t.device.type != "cpu"):
-                t = t.to("cpu")  # (the codec runs on the host)
+            if t.device.type not in ("cpu", "cuda"):
+                t = t.to("cpu")
             if t.dtype not in _TO_ST:
                 raise ValueError(f"{where}: item {it.index.fqn!r}: dtype {t.dtype} has no "
                                  "safetensors equivalent")
@@ -345,7 +345,7 @@ class FastensorWriter(_Directory, StorageWriter, AsyncStager):
         entries, keep = _items(tensors, check=False)
         meta = {"format": "pt", _SHARDING_KEY: json.dumps(sharding), _VERSION_KEY: "1.0"}
         try:
-            _ckpt.save(path, [e[:5] for e in entries] if coded else entries, meta,
+            _ckpt.save(path, entries, meta,
                        engine=self.engine, durable=self.sync_files, cache=self.cache,
                        compression=_fst.compression_id(self.compression) if coded else 0)
             ck, described, _, shards = _ckpt.open_checkpoint(path)

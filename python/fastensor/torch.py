@@ -213,11 +213,11 @@ def _save(tensors, filename, metadata, engine, shard_size, cache, compression):
         return
     if shard_size is not None:
         raise ValueError("a .fst container is one file: shard_size does not apply")
-    _check_for_save(tensors)  # (on the caller's tensors: host copies share nothing)
-    host = {k: v.detach().cpu() for k, v in tensors.items()}  # (the codec runs on the host)
-    items, keep = _items(host, check=False)
-    _fst.save(filename, [it[:5] for it in items], _with_format(metadata),
-              compression=compression, engine=engine, cache=cache)
+    # CUDA tensors stay where they are: their GPU codes them (the library copies to the host
+    # what it stores, or codes there where the GPU does not)
+    items, keep = _items(tensors)
+    _fst.save(filename, items, _with_format(metadata), compression=compression,
+              engine=engine, cache=cache)
 
 
 def save_file(tensors: dict, filename, metadata: dict | None = None, *, engine: str = "auto",
