@@ -3,8 +3,8 @@
 .fst container (compression="always"), interleaved (their order alternating), in one process
 (as a training job saves again and again), from host memory or (--device cuda) GPU memory,
 where the GPU encoder codes it. Per round: GB/s of both saves and their ratio; the medians.
-Then what compression="auto" measures there (the library's ft_fst_measure) and decides. (The save is
-the library's, src/ckpt/fst_save.c: its calls are not timed from here.)
+Then what compression="auto" measures there (the library's ft_fst_measure) and decides. (The
+save is the library's, src/ckpt/fst_save.c: its calls are not timed from here.)
 
     PYTHONPATH=python python3 bench/fst-save.py --size 2G --dir /nvme/dir --rounds 3 \
         [--device cuda]
