@@ -89,7 +89,7 @@ $(BUILD)/tests/%: $(BUILD)/tests/%.o $(TEST_LIB) $(BUILD)/libfastensor.a
 	$(CC) -pthread $(SANFLAGS) -rdynamic -o $@ $< $(TEST_LIB) $(BUILD)/libfastensor.a $(LIBS) -lm
 
 # The fuzz targets' corpora replayed (no libFuzzer needed): tests/check-fuzz-corpus.sh.
-FUZZ_TARGETS := header index profile codec
+FUZZ_TARGETS := header index profile codec encode
 REPLAY_BIN := $(FUZZ_TARGETS:%=$(BUILD)/fuzz-replay/fuzz_%)
 $(BUILD)/fuzz-replay/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/replay.c $(BUILD)/libfastensor.a
 	@mkdir -p $(dir $@)

@@ -5,7 +5,7 @@ set -u
 here=$(cd "$(dirname "$0")" && pwd)
 BUILD=${BUILD:-build}
 status=0
-for t in header index profile codec; do
+for t in header index profile codec encode; do
     bin=$BUILD/fuzz-replay/fuzz_$t
     [ -x "$bin" ] || { echo "missing $bin (make tests builds it)"; exit 1; }
     FASTENSOR_PROFILE=off "$bin" "$here"/fuzz/corpus/$t/* || status=1
