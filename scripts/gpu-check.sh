@@ -66,8 +66,8 @@
 #         ratio, encode and decode GB/s on the CPUs, GPU decode and encode GB/s, durable save and cold
 #         load into GPU memory against the raw read and safetensors, FT_CODEC_ROUNDS (3),
 #         GPU decode of streams coded in blocks of FT_CODEC_BLOCKS (256K,512K));
-#         JSON in $OUT/codec.json; then bench/fst-save.py (the .fst save against a plain one, in
-#         $OUT/fst-save.txt).
+#         JSON in $OUT/codec.json; then bench/fst-save.py (the .fst save of a state dict in GPU
+#         memory against a plain one, in $OUT/fst-save.txt).
 # --peers: only the peer loaders (bench/peers.py: fastensor beside safetensors, fastsafetensors,
 #         InstantTensor and the Run:ai streamer, fresh processes, every load fingerprinted),
 #         the peers installed from .peers/wheels (scripts/fetch-peers.sh there; carry
@@ -361,7 +361,7 @@ if [ $CODEC = 1 ]; then
         --gpu-blocks "${FT_CODEC_BLOCKS:-256K,512K}" 2>&1 | tee -a "$OUT/summary.txt"
     log "tensor codec: a .fst save against a plain one (durable saves, interleaved)"
     PYTHONPATH="$here/python" timeout 150 python3 bench/fst-save.py --size "${FT_CODEC_SIZE:-2G}" \
-        --rounds 3 --dir "$WORK" >"$OUT/fst-save.txt" 2>&1
+        --rounds 3 --device cuda --dir "$WORK" >"$OUT/fst-save.txt" 2>&1
     grep -v "^  " "$OUT/fst-save.txt" | tee -a "$OUT/summary.txt"
 fi
 if [ $PACK = 1 ]; then # one archive, for callers that fetch only a few files
