@@ -10,8 +10,8 @@ bytes; and what compression="auto" decides there (fastensor._fst.coding_pays, fr
 measured rates). With --device cuda every state dict is also decoded on the GPU: all its
 streams in one ft_codec_decode_cuda call, from streams already in device memory (the
 kernel's rate, with the host's checks) and from pinned host memory (with the copy); and
-encoded on the GPU (ft_codec_encode_cuda, a tensor a call, from device memory into pinned
-host memory: GB/s of the uncompressed bytes, and whether every stream is the CPU
+encoded on the GPU (ft_codec_encode_cuda, a tensor a call, into device memory and into
+pinned host memory: GB/s of the uncompressed bytes, and whether every stream is the CPU
 encoder's, byte for byte).
 
 State dicts (random init from a config, as the architectures ship it; no download):
@@ -210,29 +210,36 @@ def gpu_decode(sd, streams, rounds):
 
 
 def gpu_encode(sd, streams, rounds):
-    """Each tensor of a state dict encoded on the GPU, from device into pinned host memory,
-    one call a tensor: (GB/s of the uncompressed bytes per round, every stream the CPU
-    encoder's)."""
+    """Each tensor of a state dict encoded on the GPU, one call a tensor, into device memory
+    (the encoder's rate) and into pinned host memory (with the copy of the coded bytes):
+    (GB/s of the uncompressed bytes per round into the device, the same into the host, every
+    stream the CPU encoder's)."""
     ctx = context()
     dev = torch.cuda.current_device()
     on_dev = {k: t.cuda() for k, t in sd.items()}
     block = 1 << 20
-    outs = {k: torch.empty(_C.codec_bound(t.numel() * t.element_size(), t.element_size(), block),
-                           dtype=torch.uint8).pin_memory() for k, t in sd.items()}
+
+    def room(t):
+        return _C.codec_bound(t.numel() * t.element_size(), t.element_size(), block)
+    outs = {"cuda": {k: torch.empty(room(t), dtype=torch.uint8, device="cuda")
+                     for k, t in sd.items()},
+            "host": {k: torch.empty(room(t), dtype=torch.uint8).pin_memory()
+                     for k, t in sd.items()}}
     nbytes = sum(t.numel() * t.element_size() for t in sd.values())
     stream = torch.cuda.current_stream().cuda_stream
-    rates, sizes = [], {}
+    rates, sizes, same = {"cuda": [], "host": []}, {}, True
     for _ in range(rounds + 1):  # (the first: the module's load)
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        for k, t in on_dev.items():
-            sizes[k] = _C.codec_encode(ctx, t.data_ptr(), t.numel() * t.element_size(),
-                                       t.element_size(), block, 0, outs[k].data_ptr(),
-                                       outs[k].numel(), dev, stream)
-        rates.append(nbytes / (time.perf_counter() - t0) / 1e9)
-    same = all(torch.equal(outs[k][:sizes[k]], streams[k]) for k in sd)
-    del on_dev
-    return rates[1:], same
+        for where, out in outs.items():
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            for k, t in on_dev.items():
+                sizes[k] = _C.codec_encode(ctx, t.data_ptr(), t.numel() * t.element_size(),
+                                           t.element_size(), block, 0, out[k].data_ptr(),
+                                           out[k].numel(), dev, stream)
+            rates[where].append(nbytes / (time.perf_counter() - t0) / 1e9)
+            same = same and all(torch.equal(out[k][:sizes[k]].cpu(), streams[k]) for k in sd)
+    del on_dev, outs
+    return rates["cuda"][1:], rates["host"][1:], same
 
 
 def main():
@@ -278,9 +285,10 @@ def main():
                "encode_gbps": enc, "decode_gbps": dec, "bit_exact": exact}
         if a.device == "cuda":
             res, pinned, gexact = gpu_decode(sd, streams, a.rounds)
-            genc, gsame = gpu_encode(sd, streams, a.rounds)
+            genc, genc_host, gsame = gpu_encode(sd, streams, a.rounds)
             row.update(gpu_decode_gbps=res, gpu_decode_with_copy_gbps=pinned,
-                       gpu_bit_exact=gexact, gpu_encode_gbps=genc, gpu_encode_same_bytes=gsame)
+                       gpu_bit_exact=gexact, gpu_encode_gbps=genc,
+                       gpu_encode_with_copy_gbps=genc_host, gpu_encode_same_bytes=gsame)
             row["bit_exact"] = exact and gexact and gsame
             sweep = {}
             for b in blocks:
@@ -317,9 +325,10 @@ def main():
         return f"{statistics.median(v):.2f} ({min(v):.2f}-{max(v):.2f})"
     gpu = a.device == "cuda"
     lines = ["| state dict | GiB | ratio | encode GB/s | decode GB/s | " +
-             ("GPU decode GB/s | GPU decode + copy GB/s | GPU encode + copy GB/s | " if gpu
-              else "") +
-             "cold-load bound GB/s |", "|---|---|---|---|---|" + ("---|---|---|" if gpu else "") +
+             ("GPU decode GB/s | GPU decode + copy GB/s | GPU encode GB/s | "
+              "GPU encode + copy GB/s | " if gpu else "") +
+             "cold-load bound GB/s |",
+             "|---|---|---|---|---|" + ("---|---|---|---|" if gpu else "") +
              "---|"]
     for r in rows:
         d = statistics.median(r["decode_gbps"])
@@ -329,7 +338,7 @@ def main():
         lines.append(f"| {r['model']} | {r['bytes'] / 2**30:.2f} | {r['ratio']:.3f} | "
                      f"{cell(r['encode_gbps'])} | {cell(r['decode_gbps'])} | " +
                      (f"{cell(r['gpu_decode_gbps'])} | {cell(r['gpu_decode_with_copy_gbps'])} | "
-                      f"{cell(r['gpu_encode_gbps'])}"
+                      f"{cell(r['gpu_encode_gbps'])} | {cell(r['gpu_encode_with_copy_gbps'])}"
                       f"{'' if r['gpu_encode_same_bytes'] else ' (NOT the CPU bytes)'} | "
                       if gpu else "") + f"{bound} |")
     for r in rows:

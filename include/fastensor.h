@@ -785,14 +785,15 @@ int64_t ft_codec_encode(ft_ctx *ctx, const void *src, uint64_t nbytes, unsigned 
 
 /**
  * ft_codec_encode on the GPU: @p nbytes at @p src in memory of CUDA device @p device are
- * encoded by its GPU (every step, the block checksums included) into host memory @p dst
- * (@p cap bytes; pinned memory copies fastest), the very stream ft_codec_encode writes for
- * the same bytes. The blocks go through in waves, so the device memory it takes is about
- * 130 MiB whatever the size. Ordered after the work queued on @p stream (a CUstream of that
- * device; NULL: the legacy default stream), and done when this returns.
- * @return the stream's size, or -errno: -ENOSYS where the library was built without nvcc or
- * the driver cannot load its kernels, -ENODEV without CUDA, -EINVAL where @p src is not
- * memory of @p device or the sizes are bad, -ENOSPC, -ENOMEM.
+ * encoded by its GPU (every step, the block checksums included) into @p dst (@p cap bytes):
+ * host memory (pinned memory copies fastest) or memory of the same device; the very stream
+ * ft_codec_encode writes for the same bytes. The blocks go through in waves, so the device
+ * memory it takes is about 130 MiB whatever the size. Ordered after the work queued on
+ * @p stream (a CUstream of that device; NULL: the legacy default stream), and done when this
+ * returns. @return the stream's size, or -errno: -ENOSYS where the library was built without
+ * nvcc or the driver cannot load its kernels, -ENODEV without CUDA, -EINVAL where @p src is
+ * not memory of @p device (or @p dst of another device) or the sizes are bad, -ENOSPC,
+ * -ENOMEM.
  */
 int64_t ft_codec_encode_cuda(ft_ctx *ctx, const void *src, uint64_t nbytes, unsigned elem_size,
                              uint32_t block_bytes, void *dst, size_t cap, int device,

@@ -787,10 +787,10 @@ static void *codec_weights(size_t n, unsigned e, uint64_t seed)
     return b;
 }
 
-/* ft_codec_encode_cuda writes exactly ft_codec_encode's stream: element widths, sizes
- * around the lane, block and wave edges (block sizes 4 KiB, 64 KiB and the default; 130 MiB
- * of bf16 go through in three waves), constant planes, incompressible bytes, sources at
- * unaligned device addresses; bad input. */
+/* ft_codec_encode_cuda writes exactly ft_codec_encode's stream, into host memory and into
+ * device memory: element widths, sizes around the lane, block and wave edges (block sizes
+ * 4 KiB, 64 KiB and the default; 130 MiB of bf16 go through in three waves), constant
+ * planes, incompressible bytes, sources at unaligned device addresses; bad input. */
 static void case_codec_encode(void)
 {
     const size_t sizes[] = {0, 2, 64, 1000, 4096 * 8 + 8, (1u << 20) + 24, (5u << 20) / 2};
@@ -826,6 +826,15 @@ static void case_codec_encode(void)
                            (long long)wn, ft_last_error());
                 else
                     T_MEMEQ(got, want, (size_t)wn);
+                if (bi == 0 && si % 2 == 0) { /* into device memory */
+                    uint8_t *ddst;
+                    T_EQ(ft_cuda_alloc(0, cap, (void **)&ddst), 0);
+                    memset(got, 0, cap);
+                    T_EQ(ft_codec_encode_cuda(ctx, dev + mis, n, e, 0, ddst, cap, 0, NULL), wn);
+                    T_EQ(ft_cuda_copy(got, ddst, (size_t)wn), 0);
+                    T_MEMEQ(got, want, (size_t)wn);
+                    ft_cuda_free(ddst);
+                }
                 checked++;
                 free(want);
                 free(got);

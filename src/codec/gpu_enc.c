@@ -138,8 +138,9 @@ static int launch(CUfunction fn, unsigned grid, unsigned threads, CUstream s, vo
 }
 
 /* A wave's device memory, from @p mem: its block descriptions, their planes, the blocks'
- * worst-case slots, the compacted blocks, the layout kernel's total and scratch (a wave's
- * own header and table, which the host does not use: it writes the stream's). */
+ * worst-case slots, the compacted blocks (where the destination is host memory), the layout
+ * kernel's total and scratch (a wave's own header and table, which the host does not use: it
+ * writes the stream's). */
 typedef struct wave_mem {
     CUdeviceptr desc, planes, slots, out, total, scratch;
 } wave_mem;
@@ -162,9 +163,9 @@ static uint64_t wave_layout(CUdeviceptr mem, uint32_t n, unsigned esize, uint64_
     return w->scratch + HEAD + ENTRY * (uint64_t)n - mem;
 }
 
-/* One wave: blocks [first, first + n) of the input at @p src (device), encoded and
- * compacted at w.out, their descriptions back in @p desc (host), each with its place from
- * the wave's start; the wave's bytes in *bytes. */
+/* One wave: blocks [first, first + n) of the input at @p src (device), encoded in their
+ * slots, their descriptions back in @p desc (host), each with its place from the wave's
+ * start; the wave's bytes in *bytes. */
 static int encode_wave(const enc_kernels *k, CUstream s, CUdeviceptr src, uint64_t nbytes,
                        unsigned esize, uint32_t block, uint32_t first, uint32_t n,
                        const wave_mem *w, ftz_eblock *desc, uint64_t *bytes)
@@ -179,27 +180,33 @@ static int encode_wave(const enc_kernels *k, CUstream s, CUdeviceptr src, uint64
     if (r)
         return ft__cuda_err(r, "codec: the blocks to the GPU");
     unsigned nplanes = n * esize;
-    CUdeviceptr d_desc = w->desc, d_planes = w->planes, out = w->out, scratch = w->scratch;
-    CUdeviceptr total = w->total;
+    CUdeviceptr d_desc = w->desc, d_planes = w->planes, scratch = w->scratch, total = w->total;
     void *blocks_planes[] = {&d_desc, &d_planes};
     void *planes[] = {&d_planes, &nplanes};
     void *csum[] = {&d_desc, &esize};
     void *head[] = {&d_desc, &n, &esize, &nbytes, &block, &scratch, &total};
-    void *place[] = {&d_desc, &out};
     int rc;
     if ((rc = launch(k->count, n, COUNT_THREADS, s, blocks_planes, "codec: GPU encode (count)")) < 0 ||
         (rc = launch(k->code, (nplanes + 63) / 64, 64, s, planes, "codec: GPU encode (code)")) < 0 ||
         (rc = launch(k->streams, n, FTZ_LANES * esize, s, blocks_planes,
                      "codec: GPU encode (streams)")) < 0 ||
         (rc = launch(k->csum, n, FTZ_LANES, s, csum, "codec: GPU encode (checksums)")) < 0 ||
-        (rc = launch(k->head, 1, 1, s, head, "codec: GPU encode (layout)")) < 0 ||
-        (rc = launch(k->place, n, 256, s, place, "codec: GPU encode (place)")) < 0)
+        (rc = launch(k->head, 1, 1, s, head, "codec: GPU encode (layout)")) < 0)
         return rc;
     if ((r = ft__cu.MemcpyDtoHAsync(desc, w->desc, n * sizeof *desc, s)) ||
         (r = ft__cu.StreamSynchronize(s)))
         return ft__cuda_err(r, "codec: the GPU encoder");
     *bytes = n ? desc[n - 1].at + desc[n - 1].size : 0;
     return 0;
+}
+
+/* The wave's blocks (described at w->desc) compacted at @p out (device memory). */
+static int place_wave(const enc_kernels *k, CUstream s, const wave_mem *w, uint32_t n,
+                      CUdeviceptr out)
+{
+    CUdeviceptr d_desc = w->desc;
+    void *place[] = {&d_desc, &out};
+    return launch(k->place, n, 256, s, place, "codec: GPU encode (place)");
 }
 
 int64_t ft__codec_encode_cuda(const void *src, uint64_t nbytes, unsigned esize,
@@ -214,10 +221,14 @@ int64_t ft__codec_encode_cuda(const void *src, uint64_t nbytes, unsigned esize,
     const char *why;
     if (ft__cuda_load(&why) < 0)
         return ft__err(-ENODEV, "codec: no GPU encode: %s", why);
-    int dev = -1;
+    int dev = -1, ddev = -1;
     bool pinned;
     if (nbytes && (ft__cuda_pointer(src, &dev, &pinned) != 1 || dev != device))
         return ft__err(-EINVAL, "codec: the source is not memory of CUDA device %d", device);
+    int kind = ft__cuda_pointer(dst, &ddev, &pinned); /* 1: device memory, 0: host memory */
+    if (kind < 0 || (kind == 1 && ddev != device))
+        return ft__err(-EINVAL, "codec: the destination is neither host memory nor memory of "
+                       "CUDA device %d", device);
     uint32_t nblocks = (uint32_t)((nbytes + block_bytes - 1) / block_bytes);
     uint64_t table = HEAD + ENTRY * (uint64_t)nblocks;
     if (cap < table)
@@ -227,14 +238,15 @@ int64_t ft__codec_encode_cuda(const void *src, uint64_t nbytes, unsigned esize,
         return rc;
     enc_kernels k;
     CUstream s = (CUstream)stream;
-    CUdeviceptr mem = 0;
+    CUdeviceptr mem = 0, ddst = (CUdeviceptr)(uintptr_t)dst;
     uint64_t room = (uint64_t)block_bytes + esize;
     uint32_t wave = (uint32_t)FT__MAX(1ull, FT__MIN((uint64_t)nblocks, WAVE_BYTES / room));
     ftz_eblock *desc = calloc(wave, sizeof *desc);
+    /* the header and table: at the destination, or built here for a device destination */
+    uint8_t *d = kind == 1 ? malloc(table) : dst;
     uint64_t at = 0;
-    uint8_t *d = dst;
-    if (!desc) {
-        rc = ft__err(-ENOMEM, "codec: %u blocks", wave);
+    if (!desc || !d) {
+        rc = ft__err(-ENOMEM, "codec: %u blocks", nblocks);
         goto out;
     }
     wave_mem w;
@@ -258,18 +270,21 @@ int64_t ft__codec_encode_cuda(const void *src, uint64_t nbytes, unsigned esize,
             put64(d + HEAD + ENTRY * (size_t)(first + i), at + desc[i].at + desc[i].size);
             put64(d + HEAD + ENTRY * (size_t)(first + i) + 8, desc[i].csum);
         }
-        CUresult r = ft__cu.MemcpyDtoHAsync(d + table + at, w.out, bytes, s);
+        /* placed at the device destination, or compacted and copied to the host */
+        if ((rc = place_wave(&k, s, &w, n, kind == 1 ? ddst + table + at : w.out)) < 0)
+            goto out;
+        CUresult r = kind == 1 ? 0 : ft__cu.MemcpyDtoHAsync(d + table + at, w.out, bytes, s);
         if (r) {
             rc = ft__cuda_err(r, "codec: the coded bytes to the host");
             goto out;
         }
         at += bytes;
     }
-    if (nblocks) {
-        CUresult r = ft__cu.StreamSynchronize(s);
-        if (r)
-            rc = ft__cuda_err(r, "codec: the coded bytes to the host");
-    }
+    CUresult r = kind == 1 ? ft__cu.MemcpyHtoDAsync(ddst, d, table, s) : 0;
+    if (!r)
+        r = ft__cu.StreamSynchronize(s);
+    if (r)
+        rc = ft__cuda_err(r, "codec: the coded stream");
 out:
     if (mem) {
         ft__cuda_free(mem, s);
@@ -277,6 +292,8 @@ out:
         if (fr && rc >= 0)
             rc = ft__cuda_err(fr, "codec: the GPU encoder");
     }
+    if (kind == 1)
+        free(d);
     free(desc);
     ft__cuda_leave();
     return rc < 0 ? rc : (int64_t)(table + at);
