@@ -68,8 +68,9 @@ typedef struct costs {
     unsigned ndisk;
     struct { double encode, share; bool set; } elem[9]; /* by element size 1, 2, 4, 8 */
     /* per GPU and element size: its encoder checked (1: it writes the CPU encoder's bytes,
-     * -1: not used, 0: not checked yet) and its rate */
-    struct { int state[9]; double encode[9]; } gpu[COST_GPUS];
+     * -1: not used, 0: not checked yet) and its rate; and one tensor coded there at a time
+     * (one fills the GPU; at once, each would take its ~130 MiB of device memory) */
+    struct { int state[9]; double encode[9]; pthread_mutex_t coding; } gpu[COST_GPUS];
 } costs;
 
 static void *make_costs(ft_ctx *ctx)
@@ -78,8 +79,10 @@ static void *make_costs(ft_ctx *ctx)
     costs *c = calloc(1, sizeof *c);
     if (c && pthread_mutex_init(&c->lock, NULL) != 0) {
         free(c);
-        c = NULL;
+        return NULL;
     }
+    for (unsigned g = 0; c && g < COST_GPUS; g++)
+        pthread_mutex_init(&c->gpu[g].coding, NULL); /* (default attributes: cannot fail) */
     return c;
 }
 
@@ -87,6 +90,8 @@ static void destroy_costs(void *p)
 {
     costs *c = p;
     pthread_mutex_destroy(&c->lock);
+    for (unsigned g = 0; g < COST_GPUS; g++)
+        pthread_mutex_destroy(&c->gpu[g].coding);
     free(c);
 }
 
@@ -481,8 +486,11 @@ static int64_t encode_one(void *arg, unsigned i)
     if (m == 0 && on_dev && compress && gpu_codes(w->ctx, t->data.device, e, NULL)) {
         /* coded on its GPU, the coded bytes copied here; where that fails (its memory is
          * full: the encoder takes about 130 MiB), coded on the host */
+        pthread_mutex_t *one = &costs_of(w->ctx)->gpu[t->data.device].coding;
+        pthread_mutex_lock(one);
         int64_t r = ft_codec_encode_cuda(w->ctx, src, n, elem, BLOCK, x->buf, cap,
                                          t->data.device, NULL);
+        pthread_mutex_unlock(one);
         coded_on_dev = r >= 0;
         m = coded_on_dev ? r : 0;
     }
