@@ -466,6 +466,12 @@ typedef struct writer {
     char detail[FT__DETAIL_MAX];
 } writer;
 
+/* Whether a stream of @p m bytes of a tensor of @p n is worth keeping coded. */
+static bool saves_enough(int64_t m, uint64_t n)
+{
+    return (double)m <= (1 - MIN_SAVING) * (double)n + 64;
+}
+
 static int64_t encode_one(void *arg, unsigned i)
 {
     void **a = arg;
@@ -475,38 +481,39 @@ static int64_t encode_one(void *arg, unsigned i)
     bool on_dev = t->data.kind == FT_MEM_CUDA;
     unsigned e = ft__dtype_coded(t->dtype);
     bool compress = e && (on_dev ? w->code_dev[e] : w->code[e]);
-    unsigned elem = compress ? e : 1;
     uint64_t n = t->data.len;
-    size_t cap = page_up(FT__MAX(ft_codec_bound(n, elem, BLOCK), ft_codec_bound(n, 1, BLOCK)));
+    size_t cap = page_up(FT__MAX(ft_codec_bound(n, compress ? e : 1, BLOCK),
+                                 ft_codec_bound(n, 1, BLOCK)));
     const void *src = t->data.ptr;
     void *host = NULL;
     int64_t m = posix_memalign((void **)&x->buf, PAGE, cap)
                     ? ft__err(-ENOMEM, "tensor '%s': %zu bytes", t->name, cap) : 0;
-    bool coded_on_dev = false;
+    bool done = false; /* x->buf holds the tensor's stream, m bytes */
     if (m == 0 && on_dev && compress && gpu_codes(w->ctx, t->data.device, e, NULL)) {
         /* coded on its GPU, the coded bytes copied here; where that fails (its memory is
          * full: the encoder takes about 130 MiB), coded on the host */
         pthread_mutex_t *one = &costs_of(w->ctx)->gpu[t->data.device].coding;
         pthread_mutex_lock(one);
-        int64_t r = ft_codec_encode_cuda(w->ctx, src, n, elem, BLOCK, x->buf, cap,
+        int64_t r = ft_codec_encode_cuda(w->ctx, src, n, e, BLOCK, x->buf, cap,
                                          t->data.device, NULL);
         pthread_mutex_unlock(one);
-        coded_on_dev = r >= 0;
-        m = coded_on_dev ? r : 0;
+        done = r >= 0 && saves_enough(r, n);
+        compress = r < 0 || done; /* (a stream that saves too little: stored) */
+        m = done ? r : 0;
     }
-    bool kept = coded_on_dev && (double)m <= (1 - MIN_SAVING) * (double)n + 64;
-    if (m >= 0 && on_dev && !kept) { /* coded or stored from a host copy */
+    if (m == 0 && !done && on_dev) { /* coded or stored from a host copy */
         if (!(host = malloc(n ? (size_t)n : 1)))
             m = ft__err(-ENOMEM, "tensor '%s': %llu bytes", t->name, (unsigned long long)n);
         else if ((m = ft_cuda_copy(host, src, (size_t)n)) == 0)
             src = host;
     }
-    if (m >= 0 && !kept && !coded_on_dev)
-        m = ft_codec_encode(w->ctx, src, n, elem, BLOCK, compress ? 0 : FT_CODEC_STORE, x->buf,
-                            cap);
-    if (m >= 0 && compress && (double)m > (1 - MIN_SAVING) * (double)n + 64) {
-        m = ft_codec_encode(w->ctx, src, n, 1, BLOCK, FT_CODEC_STORE, x->buf, cap);
-        compress = false;
+    if (m == 0 && !done) {
+        m = ft_codec_encode(w->ctx, src, n, compress ? e : 1, BLOCK,
+                            compress ? 0 : FT_CODEC_STORE, x->buf, cap);
+        if (m >= 0 && compress && !saves_enough(m, n)) {
+            m = ft_codec_encode(w->ctx, src, n, 1, BLOCK, FT_CODEC_STORE, x->buf, cap);
+            compress = false;
+        }
     }
     free(host);
     if (m < 0) {
