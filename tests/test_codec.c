@@ -13,6 +13,8 @@
 
 #include <errno.h>
 #include <math.h>
+#include <sys/mman.h>
+#include <unistd.h>
 #include <xxhash.h>
 #include <stdlib.h>
 #include <string.h>
@@ -423,6 +425,34 @@ static void case_gpu_xxh3(void)
     printf("  %u lengths and offsets checked\n", checked);
     T_EQ(bad, 0u);
     free(buf);
+    /* no load past the aligned word that holds the input's last byte (device memory is
+     * allocated in whole words; the next may be unmapped): each input ends at a guard page */
+    long page = sysconf(_SC_PAGESIZE);
+    uint8_t *map = mmap(NULL, 3 * (size_t)page, PROT_READ | PROT_WRITE,
+                        MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    T_TRUE(map != MAP_FAILED);
+    if (map == MAP_FAILED)
+        return;
+    T_EQ(mprotect(map + 2 * page, (size_t)page, PROT_NONE), 0);
+    for (size_t i = 0; i < 2 * (size_t)page; i++)
+        map[i] = (uint8_t)next();
+    for (size_t len = 0; len <= 1100; len++)
+        for (size_t tail = 0; tail < 4; tail++) { /* bytes of the last word past the input */
+            const uint8_t *p = map + 2 * (size_t)page - tail - len;
+            uint64_t a = (uint64_t)(uintptr_t)p, h;
+            if (len <= 240) {
+                h = ftz_xxh3_short(a, (uint32_t)len);
+            } else {
+                uint64_t acc[8];
+                for (unsigned l = 0; l < 8; l++)
+                    acc[l] = ftz_xxh3_lane(a, len, l);
+                h = ftz_xxh3_merge(acc, len);
+            }
+            if (h != XXH3_64bits(p, len) && bad++ < 5)
+                T_FAIL("xxh3 of %zu bytes before a guard page: %016llx", len,
+                       (unsigned long long)h);
+        }
+    munmap(map, 3 * (size_t)page);
 }
 
 /* The GPU encoder's stream layout keeps encode.c's bounds exactly: put_stream stores 8

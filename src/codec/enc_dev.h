@@ -361,14 +361,21 @@ FTZ_FN uint32_t ftz_sec32(unsigned off)
     return (uint32_t)ftz_sec64(off);
 }
 
-FTZ_FN uint64_t ftz_rd64(uint64_t a) /* 8 bytes of the input, little-endian */
+/* 8 (4) bytes of the input at @p a, little-endian, through aligned words that each hold at
+ * least one of them (none past the input's end: dev.h's rule). */
+FTZ_FN uint64_t ftz_rd64(uint64_t a)
 {
     return ftz_ld64u(a);
 }
 
 FTZ_FN uint32_t ftz_rd32(uint64_t a)
 {
-    return (uint32_t)ftz_ld64u(a);
+    uint64_t base = a & ~(uint64_t)3;
+    unsigned sh = (unsigned)(a & 3) * 8;
+    uint32_t w0 = ftz_ld32(base);
+    if (!sh)
+        return w0;
+    return (uint32_t)(((uint64_t)ftz_ld32(base + 4) << 32 | w0) >> sh);
 }
 
 FTZ_FN uint64_t ftz_mul_fold(uint64_t a, uint64_t b)
