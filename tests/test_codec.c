@@ -393,6 +393,17 @@ static void case_corrupt_streams(void)
     free(w);
 }
 
+/* xxh3-64 of @p len bytes at @p p as the GPU encoder's checksum step computes it */
+static uint64_t xxh3_dev(const uint8_t *p, size_t len)
+{
+    uint64_t a = (uint64_t)(uintptr_t)p, acc[8];
+    if (len <= 240)
+        return ftz_xxh3_short(a, (uint32_t)len);
+    for (unsigned l = 0; l < 8; l++)
+        acc[l] = ftz_xxh3_lane(a, len, l);
+    return ftz_xxh3_merge(acc, len);
+}
+
 /* The GPU encoder's block checksum: xxh3-64 as libxxhash computes it, every length to 1100
  * (each of the short, middle and long forms, the long one's partial last stripes), lengths
  * about the 1 KiB stripe blocks, large ones, at odd addresses. */
@@ -408,15 +419,7 @@ static void case_gpu_xxh3(void)
         for (size_t i = 0; i < 1100 + sizeof lens / sizeof *lens; i++) {
             size_t len = i < 1100 ? i : lens[i - 1100];
             const uint8_t *p = buf + shift;
-            uint64_t a = (uint64_t)(uintptr_t)p, h;
-            if (len <= 240) {
-                h = ftz_xxh3_short(a, (uint32_t)len);
-            } else {
-                uint64_t acc[8];
-                for (unsigned l = 0; l < 8; l++)
-                    acc[l] = ftz_xxh3_lane(a, len, l);
-                h = ftz_xxh3_merge(acc, len);
-            }
+            uint64_t h = xxh3_dev(p, len);
             checked++;
             if (h != XXH3_64bits(p, len) && bad++ < 5)
                 T_FAIL("xxh3 of %zu bytes at +%zu: %016llx, libxxhash %016llx", len, shift,
@@ -439,15 +442,7 @@ static void case_gpu_xxh3(void)
     for (size_t len = 0; len <= 1100; len++)
         for (size_t tail = 0; tail < 4; tail++) { /* bytes of the last word past the input */
             const uint8_t *p = map + 2 * (size_t)page - tail - len;
-            uint64_t a = (uint64_t)(uintptr_t)p, h;
-            if (len <= 240) {
-                h = ftz_xxh3_short(a, (uint32_t)len);
-            } else {
-                uint64_t acc[8];
-                for (unsigned l = 0; l < 8; l++)
-                    acc[l] = ftz_xxh3_lane(a, len, l);
-                h = ftz_xxh3_merge(acc, len);
-            }
+            uint64_t h = xxh3_dev(p, len);
             if (h != XXH3_64bits(p, len) && bad++ < 5)
                 T_FAIL("xxh3 of %zu bytes before a guard page: %016llx", len,
                        (unsigned long long)h);
