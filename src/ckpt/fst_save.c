@@ -25,6 +25,19 @@
 /* codec blocks (the codec's default): a block's code table, and on the GPU its warp's
  * building of it, stay a small share of the block's work */
 #define BLOCK (1u << 20)
+
+/*
+ * The codec blocks of @p elem-byte floats: half the default for 4-byte ones. The GPU decoder
+ * gives each block one warp: GPT-2's fp32 weights (652 MB) decoded at 115-118 GB/s in 1 MiB
+ * blocks, 151-158 in 512 KiB and 114-119 in 256 KiB on the H200 machine (123-124, 138-149,
+ * 115-118 on the H100; docs/benchmarks/codec-h200.json, codec-h100.json, 4 and 2 rounds),
+ * the ratio unchanged (0.833); bf16 decoded fastest in 1 MiB blocks there (284-288 GB/s,
+ * against 207-212 in 512 KiB).
+ */
+static uint32_t block_of(unsigned elem)
+{
+    return elem == 4 ? 512u << 10 : BLOCK;
+}
 /* a kept stream saves at least this share of the tensor's bytes */
 #define MIN_SAVING 0.05
 /* tensors coded at once: up to this many, and this many bytes of them (a batch is coded
@@ -141,16 +154,17 @@ static void weights(unsigned elem, uint8_t *out, size_t n)
 static int sample(ft_ctx *ctx, unsigned elem, double *encode, double *share, uint8_t **coded,
                   size_t *len)
 {
-    size_t n = (32u << 20) >> ft__fst_probe_shift, cap = ft_codec_bound(n, elem, BLOCK);
+    uint32_t block = block_of(elem);
+    size_t n = (32u << 20) >> ft__fst_probe_shift, cap = ft_codec_bound(n, elem, block);
     uint8_t *w = malloc(n), *buf = malloc(cap);
     int64_t m = w && buf ? 0 : ft__err(-ENOMEM, "codec sample");
     if (m == 0) {
         weights(elem, w, n);
-        m = ft_codec_encode(ctx, w, n / 4 / elem * elem, elem, BLOCK, 0, buf, cap);
+        m = ft_codec_encode(ctx, w, n / 4 / elem * elem, elem, block, 0, buf, cap);
     }
     double t0 = seconds();
     if (m >= 0)
-        m = ft_codec_encode(ctx, w, n, elem, BLOCK, 0, buf, cap);
+        m = ft_codec_encode(ctx, w, n, elem, block, 0, buf, cap);
     double t = seconds() - t0;
     free(w);
     if (m < 0) {
@@ -180,19 +194,20 @@ static bool gpu_codes(ft_ctx *ctx, int dev, unsigned elem, double *encode)
     pthread_mutex_lock(&c->lock);
     int *state = &c->gpu[dev].state[elem];
     if (*state == 0) {
-        size_t n = (32u << 20) >> ft__fst_probe_shift, cap = ft_codec_bound(n, elem, BLOCK);
+        uint32_t block = block_of(elem);
+        size_t n = (32u << 20) >> ft__fst_probe_shift, cap = ft_codec_bound(n, elem, block);
         uint8_t *w = malloc(n), *want = malloc(cap), *got = malloc(cap);
         void *d = NULL;
         int64_t a = -ENOMEM, b = -ENOMEM;
         double t = 0;
         if (w && want && got && ft_cuda_alloc(dev, n, &d) == 0) {
             weights(elem, w, n);
-            a = ft_codec_encode(ctx, w, n, elem, BLOCK, 0, want, cap);
+            a = ft_codec_encode(ctx, w, n, elem, block, 0, want, cap);
             if (a >= 0 && ft_cuda_copy(d, w, n) == 0 &&
-                ft_codec_encode_cuda(ctx, d, n / 4 / elem * elem, elem, BLOCK, got, cap, dev,
+                ft_codec_encode_cuda(ctx, d, n / 4 / elem * elem, elem, block, got, cap, dev,
                                      NULL) >= 0) {
                 double t0 = seconds();
-                b = ft_codec_encode_cuda(ctx, d, n, elem, BLOCK, got, cap, dev, NULL);
+                b = ft_codec_encode_cuda(ctx, d, n, elem, block, got, cap, dev, NULL);
                 t = seconds() - t0;
             }
         }
@@ -482,7 +497,8 @@ static int64_t encode_one(void *arg, unsigned i)
     unsigned e = ft__dtype_coded(t->dtype);
     bool compress = e && (on_dev ? w->code_dev[e] : w->code[e]);
     uint64_t n = t->data.len;
-    size_t cap = page_up(FT__MAX(ft_codec_bound(n, compress ? e : 1, BLOCK),
+    uint32_t block = compress ? block_of(e) : BLOCK;
+    size_t cap = page_up(FT__MAX(ft_codec_bound(n, compress ? e : 1, block),
                                  ft_codec_bound(n, 1, BLOCK)));
     const void *src = t->data.ptr;
     void *host = NULL;
@@ -494,7 +510,7 @@ static int64_t encode_one(void *arg, unsigned i)
          * full: the encoder takes about 130 MiB), coded on the host */
         pthread_mutex_t *one = &costs_of(w->ctx)->gpu[t->data.device].coding;
         pthread_mutex_lock(one);
-        int64_t r = ft_codec_encode_cuda(w->ctx, src, n, e, BLOCK, x->buf, cap,
+        int64_t r = ft_codec_encode_cuda(w->ctx, src, n, e, block, x->buf, cap,
                                          t->data.device, NULL);
         pthread_mutex_unlock(one);
         done = r >= 0 && saves_enough(r, n);
@@ -508,7 +524,7 @@ static int64_t encode_one(void *arg, unsigned i)
             src = host;
     }
     if (m == 0 && !done) {
-        m = ft_codec_encode(w->ctx, src, n, compress ? e : 1, BLOCK,
+        m = ft_codec_encode(w->ctx, src, n, compress ? e : 1, block,
                             compress ? 0 : FT_CODEC_STORE, x->buf, cap);
         if (m >= 0 && compress && !saves_enough(m, n)) {
             m = ft_codec_encode(w->ctx, src, n, 1, BLOCK, FT_CODEC_STORE, x->buf, cap);

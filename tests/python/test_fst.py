@@ -311,6 +311,24 @@ def test_async_and_models(tmp):
                                                  m2.state_dict().values()))
 
 
+def test_codec_blocks_by_element_size(tmp):
+    """fp32 tensors are coded in 512 KiB blocks (the GPU decoder's fastest for them), bf16 in
+    1 MiB ones; the stream's header says which, and both load back."""
+    g = torch.Generator().manual_seed(3)
+    sd = {"f32": torch.randn(600_000, generator=g) * 0.02,
+          "bf16": (torch.randn(1_200_000, generator=g) * 0.02).to(torch.bfloat16)}
+    p = os.path.join(tmp, "blocks.fst")
+    ft.save_file(sd, p, compression="always")
+    same(ft.load_file(p), sd)
+    c = _fst.Container(p)
+    data = open(p, "rb").read()
+    for name, block in (("f32", 512 << 10), ("bf16", 1 << 20)):
+        x = c.entry(name)
+        assert x.compressed
+        head = data[c.data_start + x.stored[0]:c.data_start + x.stored[0] + 24]
+        assert head[:4] == b"FTZ1" and int.from_bytes(head[16:20], "little") == block, name
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device (torch.cuda)")
 def test_cuda(tmp):
     """Saves from GPU memory (coded on the GPU where it codes) write the bytes a save from
