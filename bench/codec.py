@@ -83,15 +83,19 @@ def floats(sd):
     return {k: v for k, v in sd.items() if v.is_floating_point() and v.numel()}
 
 
+def save_block(t):
+    """The codec blocks a .fst save codes ``t`` in (src/ckpt/fst_save.c's block_of)."""
+    return 512 << 10 if t.element_size() == 4 else 1 << 20
+
+
 def encode_all(sd, block=None):
     """Each tensor's stream, in the blocks a .fst save uses (or of ``block`` bytes; one
     tensor at a time: the codec call's own rate)."""
-    block = block or (1 << 20)  # the codec's default blocks, which a .fst save uses
     ctx, out = context(), {}
     for k, t in sd.items():
-        n = t.numel() * t.element_size()
-        buf = torch.empty(_C.codec_bound(n, t.element_size(), block), dtype=torch.uint8)
-        m = _C.codec_encode(ctx, t.data_ptr(), n, t.element_size(), block, 0, buf.data_ptr(),
+        n, b = t.numel() * t.element_size(), block or save_block(t)
+        buf = torch.empty(_C.codec_bound(n, t.element_size(), b), dtype=torch.uint8)
+        m = _C.codec_encode(ctx, t.data_ptr(), n, t.element_size(), b, 0, buf.data_ptr(),
                             buf.numel())
         out[k] = buf[:m]
     return out
@@ -217,10 +221,9 @@ def gpu_encode(sd, streams, rounds):
     ctx = context()
     dev = torch.cuda.current_device()
     on_dev = {k: t.cuda() for k, t in sd.items()}
-    block = 1 << 20
 
     def room(t):
-        return _C.codec_bound(t.numel() * t.element_size(), t.element_size(), block)
+        return _C.codec_bound(t.numel() * t.element_size(), t.element_size(), save_block(t))
     outs = {"cuda": {k: torch.empty(room(t), dtype=torch.uint8, device="cuda")
                      for k, t in sd.items()},
             "host": {k: torch.empty(room(t), dtype=torch.uint8).pin_memory()
@@ -234,8 +237,8 @@ def gpu_encode(sd, streams, rounds):
             t0 = time.perf_counter()
             for k, t in on_dev.items():
                 sizes[k] = _C.codec_encode(ctx, t.data_ptr(), t.numel() * t.element_size(),
-                                           t.element_size(), block, 0, out[k].data_ptr(),
-                                           out[k].numel(), dev, stream)
+                                           t.element_size(), save_block(t), 0,
+                                           out[k].data_ptr(), out[k].numel(), dev, stream)
             rates[where].append(nbytes / (time.perf_counter() - t0) / 1e9)
             same = same and all(torch.equal(out[k][:sizes[k]].cpu(), streams[k]) for k in sd)
     del on_dev, outs
