@@ -26,14 +26,9 @@
  * building of it, stay a small share of the block's work */
 #define BLOCK (1u << 20)
 
-/*
- * The codec blocks of @p elem-byte floats: half the default for 4-byte ones. The GPU decoder
- * gives each block one warp: GPT-2's fp32 weights (652 MB) decoded at 115-118 GB/s in 1 MiB
- * blocks, 151-158 in 512 KiB and 114-119 in 256 KiB on the H200 machine (123-124, 138-149,
- * 115-118 on the H100; docs/benchmarks/codec-h200.json, codec-h100.json, 4 and 2 rounds),
- * the ratio unchanged (0.833); bf16 decoded fastest in 1 MiB blocks there (284-288 GB/s,
- * against 207-212 in 512 KiB).
- */
+/* The codec blocks of @p elem-byte floats. The GPU decoder gives each block one warp: 4-byte
+ * floats decode fastest in 512 KiB blocks, bf16 in 1 MiB ones, the ratio the same (the block
+ * sweeps in docs/benchmarks/codec-h200.json and codec-h100.json). */
 static uint32_t block_of(unsigned elem)
 {
     return elem == 4 ? 512u << 10 : BLOCK;

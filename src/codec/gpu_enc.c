@@ -209,26 +209,38 @@ static int place_wave(const enc_kernels *k, CUstream s, const wave_mem *w, uint3
     return launch(k->place, n, 256, s, place, "codec: GPU encode (place)");
 }
 
-int64_t ft__codec_encode_cuda(const void *src, uint64_t nbytes, unsigned esize,
-                              uint32_t block_bytes, void *dst, size_t cap, int device,
-                              void *stream)
+/* The arguments of ft__codec_encode_cuda checked (*block set where 0), CUDA loaded; *kind: 1
+ * where @p dst is device memory, 0 host memory. */
+static int encode_args(const void *src, uint64_t nbytes, unsigned esize, uint32_t *block,
+                       const void *dst, int device, int *kind)
 {
     if ((!src && nbytes) || !dst)
         return ft__err(-EINVAL, "codec: NULL argument");
-    int rc = ft__codec_check_args(nbytes, esize, &block_bytes);
+    int rc = ft__codec_check_args(nbytes, esize, block);
     if (rc < 0)
         return rc;
     const char *why;
     if (ft__cuda_load(&why) < 0)
         return ft__err(-ENODEV, "codec: no GPU encode: %s", why);
-    int dev = -1, ddev = -1;
+    int dev = -1;
     bool pinned;
     if (nbytes && (ft__cuda_pointer(src, &dev, &pinned) != 1 || dev != device))
         return ft__err(-EINVAL, "codec: the source is not memory of CUDA device %d", device);
-    int kind = ft__cuda_pointer(dst, &ddev, &pinned); /* 1: device memory, 0: host memory */
-    if (kind < 0 || (kind == 1 && ddev != device))
+    *kind = ft__cuda_pointer(dst, &dev, &pinned);
+    if (*kind < 0 || (*kind == 1 && dev != device))
         return ft__err(-EINVAL, "codec: the destination is neither host memory nor memory of "
                        "CUDA device %d", device);
+    return 0;
+}
+
+int64_t ft__codec_encode_cuda(const void *src, uint64_t nbytes, unsigned esize,
+                              uint32_t block_bytes, void *dst, size_t cap, int device,
+                              void *stream)
+{
+    int kind = 0;
+    int rc = encode_args(src, nbytes, esize, &block_bytes, dst, device, &kind);
+    if (rc < 0)
+        return rc;
     uint32_t nblocks = (uint32_t)((nbytes + block_bytes - 1) / block_bytes);
     uint64_t table = HEAD + ENTRY * (uint64_t)nblocks;
     if (cap < table)
