@@ -75,8 +75,9 @@ typedef struct costs {
     struct { dev_t dev; double decode, write, read; bool set; } disk[COST_DISKS];
     unsigned ndisk;
     struct { double encode, share; bool set; } elem[9]; /* by element size 1, 2, 4, 8 */
-    /* per GPU and element size: its encoder checked (1: it writes the CPU encoder's bytes,
-     * -1: not used, 0: not checked yet) and its rate; and one tensor coded there at a time
+    /* per GPU and element size: its encoder checked (1: it writes the CPU encoder's bytes
+     * and faster, -1: not used, 0: not checked yet) and its rate; and one tensor coded there
+     * at a time
      * (one fills the GPU; at once, each would take its ~130 MiB of device memory) */
     struct { int state[9]; double encode[9]; pthread_mutex_t coding; } gpu[COST_GPUS];
 } costs;
@@ -174,12 +175,14 @@ static int sample(ft_ctx *ctx, unsigned elem, double *encode, double *share, uin
 }
 
 /*
- * Whether GPU @p dev encodes @p elem-byte floats: the first time, 32 MiB of weights coded
- * there (ft_codec_encode_cuda, after a call that loads its kernels) must give the very
- * stream the CPU encoder gives, else that GPU's tensors are coded on the host (a kernel that
- * misbehaves on some GPU or driver costs speed, never a checkpoint); its rate, with the copy
- * of the coded bytes to the host, in *encode. Where the library has no GPU encoder (built
- * without nvcc) or the driver cannot run it: false.
+ * Whether GPU @p dev codes @p elem-byte floats for saves: the first time, 32 MiB of weights
+ * are coded by both encoders (each after a call on a quarter of them that warms it); the GPU's
+ * stream must be the very stream of the CPU's (else a kernel that misbehaves on some GPU or
+ * driver would cost a checkpoint) and its rate, the copy of the coded bytes to the host
+ * included, above the CPU encoder's (on the H100 machine the two ran at 2-6 GB/s, the GPU's
+ * lower on small tensors: docs/benchmarks/codec-h100-gpu-encode.json). The GPU's rate in
+ * *encode. Where the library has no GPU encoder (built without nvcc) or the driver cannot run
+ * it: false.
  */
 static bool gpu_codes(ft_ctx *ctx, int dev, unsigned elem, double *encode)
 {
@@ -191,23 +194,29 @@ static bool gpu_codes(ft_ctx *ctx, int dev, unsigned elem, double *encode)
     if (*state == 0) {
         uint32_t block = block_of(elem);
         size_t n = (32u << 20) >> ft__fst_probe_shift, cap = ft_codec_bound(n, elem, block);
+        size_t quarter = n / 4 / elem * elem;
         uint8_t *w = malloc(n), *want = malloc(cap), *got = malloc(cap);
         void *d = NULL;
         int64_t a = -ENOMEM, b = -ENOMEM;
-        double t = 0;
+        double cpu = 0, gpu = 0;
         if (w && want && got && ft_cuda_alloc(dev, n, &d) == 0) {
             weights(elem, w, n);
-            a = ft_codec_encode(ctx, w, n, elem, block, 0, want, cap);
+            double t0 = seconds();
+            if (ft_codec_encode(ctx, w, quarter, elem, block, 0, want, cap) >= 0) {
+                t0 = seconds();
+                a = ft_codec_encode(ctx, w, n, elem, block, 0, want, cap);
+            }
+            cpu = seconds() - t0;
             if (a >= 0 && ft_cuda_copy(d, w, n) == 0 &&
-                ft_codec_encode_cuda(ctx, d, n / 4 / elem * elem, elem, block, got, cap, dev,
-                                     NULL) >= 0) {
-                double t0 = seconds();
+                ft_codec_encode_cuda(ctx, d, quarter, elem, block, got, cap, dev, NULL) >= 0) {
+                t0 = seconds();
                 b = ft_codec_encode_cuda(ctx, d, n, elem, block, got, cap, dev, NULL);
-                t = seconds() - t0;
+                gpu = seconds() - t0;
             }
         }
-        *state = a >= 0 && a == b && memcmp(want, got, (size_t)a) == 0 ? 1 : -1;
-        c->gpu[dev].encode[elem] = (double)n / FT__MAX(t, 1e-9) / 1e9;
+        bool same = a >= 0 && a == b && memcmp(want, got, (size_t)a) == 0;
+        *state = same && gpu < cpu ? 1 : -1;
+        c->gpu[dev].encode[elem] = (double)n / FT__MAX(gpu, 1e-9) / 1e9;
         if (d)
             ft_cuda_free(d);
         free(w);
