@@ -126,7 +126,7 @@ const char *ft__shard_tensor_at(const ft__shard *s, uint64_t at);
  * @return dst->len, or -errno (-EIO where the file ends first). */
 int64_t ft__shard_read(ft__shard *s, const ft_buf *dst, uint64_t at, const ft_io_opts *io);
 
-/* ---- .fst containers (fst.c, fst_save.c; docs/FORMAT.md) ---- */
+/* ---- .fst containers (fst.c, fst_save.c, fst_cost.c; docs/FORMAT.md) ---- */
 
 #define FT__FST_MAGIC "FASTENSZ"
 #define FT__FST_DATA 4096u /* where the streams start */
@@ -151,6 +151,13 @@ int ft__fst_verify(ft_ctx *ctx, ft__shard *s, const ft_io_opts *io,
 
 /** Tests: the cost probes (ft_fst_measure) use their sizes shifted right by this much. */
 extern unsigned ft__fst_probe_shift;
+/** The codec block bytes a .fst save codes @p elem-byte elements in (fst_cost.c). */
+uint32_t ft__fst_block(unsigned elem);
+/** Whether GPU @p dev codes a save's @p elem-byte floats (its encoder wrote the CPU
+ * encoder's bytes for a sample, faster; checked once per context), its rate in *encode. */
+bool ft__fst_gpu_codes(ft_ctx *ctx, int dev, unsigned elem, double *encode);
+/** The lock a save holds while GPU @p dev codes a tensor (one at a time per GPU), or NULL. */
+pthread_mutex_t *ft__fst_gpu_lock(ft_ctx *ctx, int dev);
 /** Whether a save to @p path writes a .fst container (the name ends in ".fst"). */
 bool ft__fst_path(const char *path);
 /** Write a container of @p n checked tensors (in this order) into the empty file @p f
