@@ -10,9 +10,9 @@ bytes; and what compression="auto" decides there (fastensor._fst.coding_pays, fr
 measured rates). With --device cuda every state dict is also decoded on the GPU: all its
 streams in one ft_codec_decode_cuda call, from streams already in device memory (the
 kernel's rate, with the host's checks) and from pinned host memory (with the copy); and
-encoded on the GPU (ft_codec_encode_cuda, a tensor a call, into device memory and into
-pinned host memory: GB/s of the uncompressed bytes, and whether every stream is the CPU
-encoder's, byte for byte).
+encoded on the GPU (ft_codec_encode_cuda_batch, every tensor in one call, into device memory
+and into pinned host memory: GB/s of the uncompressed bytes, and whether every stream is the
+CPU encoder's, byte for byte).
 
 State dicts (random init from a config, as the architectures ship it; no download):
   llama-bf16  a Llama-style decoder in bf16 (transformers' LlamaForCausalLM where installed,
@@ -214,10 +214,10 @@ def gpu_decode(sd, streams, rounds):
 
 
 def gpu_encode(sd, streams, rounds):
-    """Each tensor of a state dict encoded on the GPU, one call a tensor, into device memory
-    (the encoder's rate) and into pinned host memory (with the copy of the coded bytes):
-    (GB/s of the uncompressed bytes per round into the device, the same into the host, every
-    stream the CPU encoder's)."""
+    """Every tensor of a state dict encoded on the GPU in one call (ft_codec_encode_cuda_batch),
+    into device memory (the encoder's rate) and into pinned host memory (with the copy of the
+    coded bytes): (GB/s of the uncompressed bytes per round into the device, the same into the
+    host, every stream the CPU encoder's)."""
     ctx = context()
     dev = torch.cuda.current_device()
     on_dev = {k: t.cuda() for k, t in sd.items()}
@@ -230,16 +230,17 @@ def gpu_encode(sd, streams, rounds):
                      for k, t in sd.items()}}
     nbytes = sum(t.numel() * t.element_size() for t in sd.values())
     stream = torch.cuda.current_stream().cuda_stream
-    rates, sizes, same = {"cuda": [], "host": []}, {}, True
+    rates, same = {"cuda": [], "host": []}, True
     for _ in range(rounds + 1):  # (the first: the module's load)
         for where, out in outs.items():
+            jobs = [(t.data_ptr(), t.numel() * t.element_size(), t.element_size(),
+                     save_block(t), out[k].data_ptr(), out[k].numel())
+                    for k, t in on_dev.items()]
             torch.cuda.synchronize()
             t0 = time.perf_counter()
-            for k, t in on_dev.items():
-                sizes[k] = _C.codec_encode(ctx, t.data_ptr(), t.numel() * t.element_size(),
-                                           t.element_size(), save_block(t), 0,
-                                           out[k].data_ptr(), out[k].numel(), dev, stream)
+            got = _C.codec_encode_cuda(ctx, jobs, dev, stream)
             rates[where].append(nbytes / (time.perf_counter() - t0) / 1e9)
+            sizes = dict(zip(on_dev, got))
             same = same and all(torch.equal(out[k][:sizes[k]].cpu(), streams[k]) for k in sd)
     del on_dev, outs
     return rates["cuda"][1:], rates["host"][1:], same

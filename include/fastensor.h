@@ -787,17 +787,39 @@ int64_t ft_codec_encode(ft_ctx *ctx, const void *src, uint64_t nbytes, unsigned 
  * ft_codec_encode on the GPU: @p nbytes at @p src in memory of CUDA device @p device are
  * encoded by its GPU (every step, the block checksums included) into @p dst (@p cap bytes):
  * host memory (pinned memory copies fastest) or memory of the same device; the very stream
- * ft_codec_encode writes for the same bytes. The blocks go through in waves, so the device
- * memory it takes is about 130 MiB whatever the size. Ordered after the work queued on
- * @p stream (a CUstream of that device; NULL: the legacy default stream), and done when this
- * returns. @return the stream's size, or -errno: -ENOSYS where the library was built without
- * nvcc or the driver cannot load its kernels, -ENODEV without CUDA, -EINVAL where @p src is
- * not memory of @p device (or @p dst of another device) or the sizes are bad, -ENOSPC,
- * -ENOMEM.
+ * ft_codec_encode writes for the same bytes. A batch of one (ft_codec_encode_cuda_batch);
+ * many tensors go faster as one batch. @return the stream's size, or -errno as the batch's.
  */
 int64_t ft_codec_encode_cuda(ft_ctx *ctx, const void *src, uint64_t nbytes, unsigned elem_size,
                              uint32_t block_bytes, void *dst, size_t cap, int device,
                              void *stream);
+
+/** One stream for ft_codec_encode_cuda_batch. */
+typedef struct ft_codec_enc_job {
+    const void *src;      /**< the elements, in memory of the device */
+    uint64_t nbytes;      /**< their bytes (a multiple of elem_size) */
+    unsigned elem_size;   /**< 1, 2, 4 or 8 */
+    uint32_t block_bytes; /**< as ft_codec_encode's (0: 1 MiB) */
+    void *dst;            /**< host memory or memory of the device, for the stream */
+    size_t cap;           /**< room at @p dst (ft_codec_bound is always enough) */
+    int64_t size;         /**< set by the call: the stream's bytes */
+} ft_codec_enc_job;
+
+/**
+ * Encode @p n tensors in memory of CUDA device @p device on its GPU, each into its job's
+ * destination, as ft_codec_encode would (the same bytes). The blocks of all jobs go through
+ * in waves of up to 128 MiB (a kernel per step and wave, whatever the number of tensors), so
+ * the device memory a call takes is about 140 MiB where a destination is host memory (the
+ * coded bytes pass through it), 20 MiB where all are device memory. Ordered after the work
+ * queued on @p stream (a CUstream of that device; NULL: the legacy default stream), and done
+ * when this returns. @return the streams' bytes in all, or -errno: -ENOSYS where the library
+ * was built without nvcc or the driver cannot load its kernels, -ENODEV without CUDA,
+ * -EINVAL where a source is not memory of @p device (or a destination of another device) or
+ * the sizes are bad, -ENOSPC (a job's room too small: its destination then holds
+ * unspecified bytes), -ENOMEM.
+ */
+int64_t ft_codec_encode_cuda_batch(ft_ctx *ctx, ft_codec_enc_job *jobs, size_t n, int device,
+                                   void *stream);
 
 /** The decoded size of the stream @p src of @p len bytes, or -EBADMSG (not a stream). */
 int64_t ft_codec_size(const void *src, size_t len);

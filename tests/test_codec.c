@@ -393,14 +393,25 @@ static void case_corrupt_streams(void)
     free(w);
 }
 
-/* xxh3-64 of @p len bytes at @p p as the GPU encoder's checksum step computes it */
+/* xxh3-64 of @p len bytes at @p p as the GPU encoder's count step computes it: its whole
+ * 1 KiB blocks from aligned copies of 16 KiB tiles (shared memory there), the rest from
+ * @p p */
 static uint64_t xxh3_dev(const uint8_t *p, size_t len)
 {
-    uint64_t a = (uint64_t)(uintptr_t)p, acc[8];
+    uint64_t a = (uint64_t)(uintptr_t)p, acc[8], keys[17];
     if (len <= 240)
         return ftz_xxh3_short(a, (uint32_t)len);
-    for (unsigned l = 0; l < 8; l++)
-        acc[l] = ftz_xxh3_lane(a, len, l);
+    static uint64_t tile[FTZ_TILE / 8];
+    uint64_t nx = (len - 1) / 1024;
+    for (unsigned l = 0; l < 8; l++) {
+        acc[l] = ftz_xxh3_init(l, keys);
+        for (uint64_t t = 0; 16 * t < nx; t++) {
+            uint64_t nb = FT__MIN(16, nx - 16 * t);
+            memcpy(tile, p + t * FTZ_TILE, nb * 1024);
+            acc[l] = ftz_xxh3_blocks(acc[l], (uint64_t)(uintptr_t)tile, nb, l, keys);
+        }
+        acc[l] = ftz_xxh3_tail(acc[l], a, len, l);
+    }
     return ftz_xxh3_merge(acc, len);
 }
 

@@ -787,9 +787,65 @@ static void *codec_weights(size_t n, unsigned e, uint64_t seed)
     return b;
 }
 
+/* One ft_codec_encode_cuda_batch of many tensors (every element size, small and large,
+ * sources not aligned to their elements, destinations in host and device memory packed
+ * back to back at odd offsets): every stream the CPU encoder's, no byte around them
+ * touched. */
+static void codec_encode_batch(uint8_t *dev)
+{
+    enum { JOBS = 24 };
+    ft_codec_enc_job jobs[JOBS];
+    uint8_t *src[JOBS], *want[JOBS];
+    int64_t wn[JOBS];
+    size_t at = 0, out_at = 0, room = 0;
+    for (unsigned i = 0; i < JOBS; i++) {
+        unsigned e = 1u << (i % 4);
+        size_t n = i % 5 == 0 ? (3u << 20) + 8 * i : 1000 * i + 64;
+        n -= n % e;
+        src[i] = codec_weights(n, e, 100 + i);
+        at += i % 3 == 1 ? 1 : 0; /* this source off its element alignment */
+        T_EQ(ft_cuda_copy(dev + at, src[i], n), 0);
+        uint32_t block = i % 2 ? 65536 : 0;
+        size_t cap = ft_codec_bound(n, e, block);
+        want[i] = malloc(cap);
+        wn[i] = ft_codec_encode(ctx, src[i], n, e, block, 0, want[i], cap);
+        jobs[i] = (ft_codec_enc_job){dev + at, n, e, block, NULL, cap, 0};
+        at = (at + n + 15) & ~(size_t)15;
+        room += cap + 3;
+    }
+    uint8_t *host = malloc(room), *ddst, *back = malloc(room);
+    T_EQ(ft_cuda_alloc(0, room, (void **)&ddst), 0);
+    memset(host, 0x5a, room);
+    T_EQ(ft_cuda_copy(ddst, host, room), 0);
+    for (unsigned i = 0; i < JOBS; i++) { /* each stream right after the last, 3 bytes on */
+        jobs[i].dst = (i % 2 ? ddst : host) + out_at + 3;
+        jobs[i].cap = (size_t)wn[i];
+        out_at += 3 + (size_t)wn[i];
+    }
+    int64_t total = ft_codec_encode_cuda_batch(ctx, jobs, JOBS, 0, NULL);
+    if (total < 0)
+        T_FAIL("ft_codec_encode_cuda_batch: %lld: %s", (long long)total, ft_last_error());
+    T_EQ(ft_cuda_copy(back, ddst, room), 0);
+    out_at = 0;
+    for (unsigned i = 0; i < JOBS; i++) {
+        const uint8_t *got = (i % 2 ? back : host) + out_at;
+        T_EQ(jobs[i].size, wn[i]);
+        T_TRUE(got[0] == 0x5a && got[1] == 0x5a && got[2] == 0x5a);
+        T_MEMEQ(got + 3, want[i], (size_t)wn[i]);
+        out_at += 3 + (size_t)wn[i];
+        free(src[i]);
+        free(want[i]);
+    }
+    T_TRUE(host[out_at] == 0x5a && back[out_at] == 0x5a);
+    printf("  a batch of %d streams the same as the CPU encoder's\n", JOBS);
+    ft_cuda_free(ddst);
+    free(host);
+    free(back);
+}
+
 /* ft_codec_encode_cuda writes exactly ft_codec_encode's stream, into host memory and into
  * device memory: element widths, sizes around the lane, block and wave edges (block sizes
- * 4 KiB, 64 KiB and the default; 130 MiB of bf16 go through in three waves), constant
+ * 4 KiB, 64 KiB and the default; 130 MiB of bf16 go through in two waves), constant
  * planes, incompressible bytes, sources at unaligned device addresses; bad input. */
 static void case_codec_encode(void)
 {
@@ -841,6 +897,7 @@ static void case_codec_encode(void)
                 free(src);
             }
     printf("  %u streams the same as the CPU encoder's\n", checked);
+    codec_encode_batch(dev);
     /* bad input: host memory as the source, too little room, a bad element size */
     uint8_t host[256] = {0}, out[1024];
     T_EQ(ft_codec_encode_cuda(ctx, host, sizeof host, 2, 0, out, sizeof out, 0, NULL), -EINVAL);

@@ -131,12 +131,71 @@ static PyObject *py_codec_decode_cuda(PyObject *self, PyObject *args)
     return r < 0 ? raise_ft((int)r, "codec") : PyLong_FromLongLong(r);
 }
 
+/* codec_encode_cuda(ctx, [(src_address, nbytes, elem_size, block_bytes, dst_address,
+ * capacity), ...], device, stream) -> [size, ...]: tensors in device memory coded on its GPU
+ * in one batch into host or device memory */
+static PyObject *py_codec_encode_cuda(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *cap, *list;
+    int device;
+    unsigned long long stream;
+    if (!PyArg_ParseTuple(args, "OOiK", &cap, &list, &device, &stream))
+        return NULL;
+    ft_ctx *ctx = cap_get(cap, CAP_CTX);
+    if (!ctx)
+        return NULL;
+    PyObject *seq = PySequence_Fast(list, "codec_encode_cuda: a list of jobs");
+    if (!seq)
+        return NULL;
+    Py_ssize_t n = PySequence_Size(seq);
+    ft_codec_enc_job *jobs = PyMem_Malloc(sizeof *jobs * (size_t)(n ? n : 1));
+    if (!jobs) {
+        Py_DECREF(seq);
+        return PyErr_NoMemory();
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        unsigned long long src, nbytes, dst, room;
+        unsigned esize, block;
+        PyObject *item = PySequence_GetItem(seq, i);
+        int ok = item && PyArg_ParseTuple(item, "KKIIKK", &src, &nbytes, &esize, &block, &dst,
+                                          &room);
+        Py_XDECREF(item);
+        if (!ok) {
+            PyMem_Free(jobs);
+            Py_DECREF(seq);
+            return NULL;
+        }
+        jobs[i] = (ft_codec_enc_job){(const void *)(uintptr_t)src, nbytes, esize, block,
+                                     (void *)(uintptr_t)dst, (size_t)room, 0};
+    }
+    Py_DECREF(seq);
+    int64_t r;
+    Py_BEGIN_ALLOW_THREADS
+    r = ft_codec_encode_cuda_batch(ctx, jobs, (size_t)n, device, (void *)(uintptr_t)stream);
+    Py_END_ALLOW_THREADS
+    PyObject *sizes = r < 0 ? NULL : PyList_New(n);
+    for (Py_ssize_t i = 0; sizes && i < n; i++) {
+        PyObject *v = PyLong_FromLongLong(jobs[i].size);
+        if (!v) {
+            Py_CLEAR(sizes);
+            break;
+        }
+        PyList_SetItem(sizes, i, v); /* (steals v) */
+    }
+    PyMem_Free(jobs);
+    return r < 0 ? raise_ft((int)r, "codec") : sizes;
+}
+
 static PyMethodDef codec_methods[] = {
     {"codec_bound", py_codec_bound, METH_VARARGS,
      "codec_bound(nbytes, elem_size, block_bytes) -> the most bytes an encoding takes"},
     {"codec_encode", py_codec_encode, METH_VARARGS,
      "codec_encode(ctx, address, nbytes, elem_size, block_bytes, flags, dst, capacity[, device, "
      "stream]) -> size"},
+    {"codec_encode_cuda", py_codec_encode_cuda, METH_VARARGS,
+     "codec_encode_cuda(ctx, [(src, nbytes, elem_size, block_bytes, dst, capacity)], device, "
+     "stream) -> [size]"},
     {"codec_size", py_codec_size, METH_VARARGS, "codec_size(data) -> decoded bytes"},
     {"codec_decode", py_codec_decode, METH_VARARGS,
      "codec_decode(ctx, data, address, capacity) -> decoded bytes"},

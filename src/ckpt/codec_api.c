@@ -21,6 +21,14 @@ int64_t ft_codec_encode_cuda(ft_ctx *ctx, const void *src, uint64_t nbytes, unsi
     return ft__codec_encode_cuda(src, nbytes, elem_size, block_bytes, dst, cap, device, stream);
 }
 
+int64_t ft_codec_encode_cuda_batch(ft_ctx *ctx, ft_codec_enc_job *jobs, size_t n, int device,
+                                   void *stream)
+{
+    if (!ctx)
+        return ft__err(-EINVAL, "codec: NULL argument");
+    return ft__codec_encode_cuda_batch(jobs, n, device, stream);
+}
+
 int64_t ft_codec_decode(ft_ctx *ctx, const void *src, size_t len, void *dst, size_t cap)
 {
     if (!ctx)

@@ -77,8 +77,10 @@ int64_t ft__codec_decode(ft__pool *pool, const void *src, size_t len, void *dst,
 /** ft_codec_decode_cuda's work; the host's part (checking the streams) on @p pool. */
 int64_t ft__codec_decode_cuda(ft__pool *pool, const ft_codec_job *jobs, size_t n, int device,
                               void *stream);
-/** ft_codec_encode_cuda's work: the stream of @p nbytes in device memory of @p device,
- * encoded on its GPU into host memory @p dst. */
+/** ft_codec_encode_cuda_batch's work. */
+int64_t ft__codec_encode_cuda_batch(ft_codec_enc_job *jobs, size_t n, int device,
+                                    void *stream);
+/** ft_codec_encode_cuda's work (a batch of one). */
 int64_t ft__codec_encode_cuda(const void *src, uint64_t nbytes, unsigned esize,
                               uint32_t block_bytes, void *dst, size_t cap, int device,
                               void *stream);

@@ -6,16 +6,23 @@
  * without a GPU.
  *
  * A block's encoding, in steps (one kernel each on the GPU):
- * 1. count: the histogram of each byte plane (ftz_count_elem, every thread of the block's
- *    CUDA block over its elements);
+ * 1. count: the histogram of each byte plane and the block's checksum, xxh3-64 of its bytes
+ *    (a CUDA block per codec block: the block goes through shared memory in tiles, every
+ *    thread counts its share, eight lanes hash each tile, one accumulator each);
  * 2. code: per plane, one thread: raw, constant or Huffman, the code lengths (the
  *    length-limited Huffman encode.c calls too: the same code), the canonical codes;
- * 3. streams: per plane a warp, lane j its stream: its bits counted, the streams laid out
- *    (and the plane stored raw where encode.c's bounds check would), then written; raw and
- *    constant planes copied;
- * 4. the block's checksum, xxh3-64 of its bytes (eight lanes, one accumulator each);
- * 5. place: the table (ends and checksums) and every block at its place after it.
- * The result is the stream encode.c writes, byte for byte.
+ * 3. bits: each stream is cut into chunks of FTZ_CHUNK elements, a thread per chunk (every
+ *    plane of it): its bits per plane, and in the chunk holding a stream's last group of four
+ *    symbols the bits before it (where encode.c checks its room last);
+ * 4. layout: per plane a warp, a lane per stream: its chunks' offsets (a prefix sum), its
+ *    bits, the streams' starts with put_stream's exact room bounds (a plane that would not
+ *    fit is stored raw, as encode.c does), the planes' places and the block's size;
+ * 5. write (once the host placed every block): a thread per chunk writes its codes at its
+ *    bit offset, whole 32-bit words it alone fills stored, the words it shares with its
+ *    neighbours (and the headers' bytes) OR-ed into memory cleared before; raw planes go the
+ *    same way, as 8-bit codes.
+ * The host writes the stream's header and table. The result is the stream encode.c writes,
+ * byte for byte.
  */
 #ifndef FT_CODEC_ENC_DEV_H
 #define FT_CODEC_ENC_DEV_H
@@ -30,26 +37,33 @@
 
 #define FTZ_HUFF_HEAD (128 + 4 * FTZ_LANES) /* code lengths, stream sizes */
 
-/* One block for the encoder's kernels (the host fills the first four fields). */
+#define FTZ_CHUNK 256 /* elements of a stream a thread codes (steps 3 and 5) */
+#define FTZ_TILE 16384 /* bytes of a block in shared memory at a time (step 1) */
+
+/* One block for the encoder's kernels (the host fills src, n and chunk0, later out). */
 typedef struct ftz_eblock {
-    uint64_t src;    /* address of its elements */
-    uint64_t slot;   /* where its encoding is written first (room: block bytes + esize) */
+    uint64_t src;    /* address of its elements (a multiple of the element size) */
+    uint64_t out;    /* where its encoding goes (step 5) */
+    uint64_t csum;   /* xxh3-64 of its bytes (step 1) */
     uint32_t n;      /* elements */
-    uint32_t size;   /* its encoding's bytes (step 3) */
-    uint64_t csum;   /* xxh3-64 of its bytes (step 4) */
-    uint64_t at;     /* its offset after the table (step 5) */
+    uint32_t size;   /* its encoding's bytes (step 4) */
+    uint32_t chunk0; /* its first entry in the wave's chunk bits (32 streams x chunks x E) */
+    uint32_t pad;
 } ftz_eblock;
 
 /* One byte plane of a block. */
 typedef struct ftz_eplane {
-    uint32_t count[256]; /* step 1 */
-    uint32_t cl[256];    /* code << 8 | length (step 2) */
-    uint8_t lens[128];   /* the code lengths as written: symbol 2i in the low nibble of i */
-    uint32_t n;          /* the block's elements */
-    uint8_t mode;        /* FTZ_RAW, FTZ_CONST, FTZ_HUFF (step 3 may still store it raw) */
-    uint8_t value;       /* FTZ_CONST: the byte */
+    uint32_t count[256];         /* step 1 */
+    uint32_t cl[256];            /* code << 8 | length (step 2) */
+    uint32_t start[FTZ_LANES];   /* each stream's first byte from the mode byte (step 4) */
+    uint32_t bytes[FTZ_LANES];   /* each stream's bytes (step 4) */
+    uint8_t lens[128];           /* the code lengths as written: symbol 2i in the low nibble */
+    uint32_t n;                  /* the block's elements */
+    uint32_t off;                /* from the block's first byte (step 4) */
+    uint32_t size;               /* its bytes in the block (step 2's estimate, then step 4) */
+    uint8_t mode;                /* FTZ_RAW, FTZ_CONST, FTZ_HUFF (step 4 may store it raw) */
+    uint8_t value;               /* FTZ_CONST: the byte */
     uint8_t pad[2];
-    uint32_t size;       /* its bytes in the block (step 3) */
 } ftz_eplane;
 
 /* ---- step 1: counting ---- */
@@ -63,11 +77,14 @@ FTZ_FN void ftz_hist_add(uint32_t *h)
 #endif
 }
 
-/* Element @p i of the block at @p src (@p E bytes each) into @p hist ([E][256]). */
-FTZ_FN void ftz_count_elem(uint64_t src, uint32_t i, unsigned E, uint32_t *hist)
+/* Bytes [0, @p valid) of the 8-byte word @p v of a block (from one of its multiples of 8
+ * on, so byte i is of plane i % E) into @p hist ([E][256]). */
+FTZ_FN void ftz_count_word(uint64_t v, unsigned valid, unsigned E, uint32_t *hist)
 {
-    for (unsigned k = 0; k < E; k++)
-        ftz_hist_add(&hist[256 * k + ftz_ld8(src + (uint64_t)i * E + k)]);
+    FTZ_UNROLL
+    for (unsigned i = 0; i < 8; i++)
+        if (i < valid)
+            ftz_hist_add(&hist[256 * (i % E) + ((uint32_t)(v >> (8 * i)) & 255)]);
 }
 
 /* ---- step 2: the code ---- */
@@ -187,7 +204,7 @@ FTZ_FN void ftz_plane_code(ftz_eplane *p)
     p->mode = FTZ_HUFF;
 }
 
-/* ---- step 3: streams ---- */
+/* ---- steps 3-5: streams ---- */
 
 /* Elements per stream of a plane of @p n elements (decode.c's split: rounded up to 8). */
 FTZ_FN uint32_t ftz_stream_q(uint32_t n)
@@ -196,28 +213,166 @@ FTZ_FN uint32_t ftz_stream_q(uint32_t n)
     return (q + 7) & ~7u;
 }
 
-/* The bits of the stream of plane @p k over elements [from, to) of @p src, and in *last the
- * bits before its last group of four symbols (where encode.c checks its room last). */
-FTZ_FN uint64_t ftz_stream_bits(uint64_t src, unsigned E, unsigned k, uint32_t from,
-                                uint32_t to, const uint32_t *cl, uint64_t *last)
-{
-    uint64_t bits = 0;
-    uint32_t last_group = to > from ? from + (to - from - 1) / 4 * 4 : from;
-    *last = 0;
-    for (uint32_t i = from; i < to; i++) {
-        if (i == last_group)
-            *last = bits;
-        bits += cl[ftz_ld8(src + (uint64_t)i * E + k)] & 255;
-    }
-    return bits;
-}
-
 /* Lane @p lane's elements [*from, *to) of a plane of @p n elements. */
 FTZ_FN void ftz_lane_range(uint32_t n, unsigned lane, uint32_t *from, uint32_t *to)
 {
     uint64_t q = ftz_stream_q(n), a = q * lane, b = q * (lane + 1);
     *from = (uint32_t)(a < n ? a : n);
     *to = lane + 1 < FTZ_LANES && b < n ? (uint32_t)b : n;
+}
+
+/* Chunks per stream of a block of @p n elements. */
+FTZ_FN uint32_t ftz_chunks(uint32_t n)
+{
+    return (ftz_stream_q(n) + FTZ_CHUNK - 1) / FTZ_CHUNK;
+}
+
+/* The first element of stream @p lane's last group of four (encode.c checks its room there),
+ * of a stream over [from, to). */
+FTZ_FN uint32_t ftz_last_group(uint32_t from, uint32_t to)
+{
+    return to > from ? from + (to - from - 1) / 4 * 4 : from;
+}
+
+/* Chunk @p c of stream @p lane: elements [*a, *b) (empty past the stream's end). */
+FTZ_FN void ftz_chunk_range(uint32_t n, unsigned lane, uint32_t c, uint32_t *a, uint32_t *b)
+{
+    uint32_t from, to;
+    ftz_lane_range(n, lane, &from, &to);
+    uint64_t x = (uint64_t)from + (uint64_t)c * FTZ_CHUNK;
+    *a = x < to ? (uint32_t)x : to;
+    *b = x + FTZ_CHUNK < to ? (uint32_t)(x + FTZ_CHUNK) : to;
+}
+
+/* An aligned 8-byte word of the input (global memory on the GPU). */
+FTZ_FN uint64_t ftz_ld64a(uint64_t addr)
+{
+#ifdef __CUDACC__
+    return __ldg((const unsigned long long *)(uintptr_t)addr);
+#else
+    return *(const uint64_t *)(uintptr_t)addr;
+#endif
+}
+
+/* A 32-bit word OR-ed into memory (atomically on the GPU: its other bytes are other
+ * threads'). */
+FTZ_FN void ftz_or32(uint64_t addr, uint32_t v)
+{
+#ifdef __CUDACC__
+    atomicOr((unsigned int *)(uintptr_t)addr, v);
+#else
+    *(uint32_t *)(uintptr_t)addr |= v;
+#endif
+}
+
+FTZ_FN void ftz_or8(uint64_t addr, uint32_t v)
+{
+    ftz_or32(addr & ~(uint64_t)3, (v & 255) << (8 * (addr & 3)));
+}
+
+/* Bits written MSB first from a bit position on, a 32-bit word at a time: the first word
+ * where the position is inside it and the last are OR-ed (neighbours share them), the words
+ * in between stored. */
+typedef struct ftz_bitw {
+    uint64_t acc;  /* pending bits from the top (the first cnt bits of the word at `at`) */
+    uint64_t at;   /* the aligned word being filled */
+    uint32_t cnt;
+    uint32_t edge; /* the word at `at` has bits before ours */
+} ftz_bitw;
+
+FTZ_FN void ftz_bitw_start(ftz_bitw *w, uint64_t bit)
+{
+    w->acc = 0;
+    w->at = bit >> 5 << 2;
+    w->cnt = (uint32_t)(bit & 31);
+    w->edge = w->cnt != 0;
+}
+
+FTZ_FN void ftz_bitw_word(uint64_t at, uint32_t v, uint32_t shared_word)
+{
+    v = ftz_bswap(v); /* the stream's first bit is its byte's top bit */
+    if (shared_word)
+        ftz_or32(at, v);
+    else
+        *(uint32_t *)(uintptr_t)at = v;
+}
+
+FTZ_FN void ftz_bitw_put(ftz_bitw *w, uint32_t code, uint32_t len)
+{
+    if (!len)
+        return;
+    w->cnt += len;
+    w->acc |= (uint64_t)code << (64 - w->cnt);
+    if (w->cnt >= 32) {
+        ftz_bitw_word(w->at, (uint32_t)(w->acc >> 32), w->edge);
+        w->edge = 0;
+        w->at += 4;
+        w->acc <<= 32;
+        w->cnt -= 32;
+    }
+}
+
+FTZ_FN void ftz_bitw_end(const ftz_bitw *w)
+{
+    if (w->cnt)
+        ftz_bitw_word(w->at, (uint32_t)(w->acc >> 32), 1);
+}
+
+/* Byte @p v of plane @p k through code table @p tab ([E][256], code << 8 | length): its
+ * length added to bits[k], or (@p write) its code to writer w[k]. */
+FTZ_FN void ftz_code_byte(unsigned k, uint32_t v, const uint32_t *tab, uint64_t *bits,
+                          ftz_bitw *w, int write)
+{
+    uint32_t c = tab[256 * k + v];
+    if (write)
+        ftz_bitw_put(&w[k], c >> 8, c & 255);
+    else
+        bits[k] += c & 255;
+}
+
+/* Elements [a, b) of the block at @p src (@p E bytes each, @p src a multiple of E) through
+ * the aligned 8-byte words that hold them, so byte i of a word is of plane i % E. */
+FTZ_FN void ftz_range_code(uint64_t src, unsigned E, uint32_t a, uint32_t b,
+                           const uint32_t *tab, uint64_t *bits, ftz_bitw *w, int write)
+{
+    if (a >= b)
+        return;
+    uint64_t lo = src + (uint64_t)a * E, hi = src + (uint64_t)b * E;
+    for (uint64_t at = lo & ~(uint64_t)7; at < hi; at += 8) {
+        uint64_t v = ftz_ld64a(at);
+        if (at >= lo && at + 8 <= hi) {
+            FTZ_UNROLL
+            for (unsigned i = 0; i < 8; i++)
+                ftz_code_byte(i % E, (uint32_t)(v >> (8 * i)) & 255, tab, bits, w, write);
+        } else {
+            FTZ_UNROLL
+            for (unsigned i = 0; i < 8; i++)
+                if (at + i >= lo && at + i < hi)
+                    ftz_code_byte(i % E, (uint32_t)(v >> (8 * i)) & 255, tab, bits, w, write);
+        }
+    }
+}
+
+/* Step 3, chunk @p c of stream @p lane of block @p b: its bits per plane in cbits[k] (a
+ * plane's table entries of length 0 count nothing), and where it holds the stream's last
+ * group, the bits before that in lastin[32 k + lane]. */
+FTZ_FN void ftz_chunk_bits(const ftz_eblock *b, const uint32_t *tab, unsigned E, unsigned lane,
+                           uint32_t c, uint32_t *cbits, uint32_t *lastin)
+{
+    uint32_t from, to, x, y;
+    ftz_lane_range(b->n, lane, &from, &to);
+    ftz_chunk_range(b->n, lane, c, &x, &y);
+    uint32_t mark = ftz_last_group(from, to);
+    uint64_t bits[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    if (x < y && mark >= x && mark < y) {
+        ftz_range_code(b->src, E, x, mark, tab, bits, (ftz_bitw *)0, 0);
+        for (unsigned k = 0; k < E; k++)
+            lastin[32 * k + lane] = (uint32_t)bits[k];
+        x = mark;
+    }
+    ftz_range_code(b->src, E, x, y, tab, bits, (ftz_bitw *)0, 0);
+    for (unsigned k = 0; k < E; k++)
+        cbits[k] = (uint32_t)bits[k];
 }
 
 /*
@@ -244,91 +399,105 @@ FTZ_FN uint32_t ftz_plane_layout(uint32_t n, const uint64_t bits[FTZ_LANES],
     return (uint32_t)at;
 }
 
-/* Plane @p p's final mode and bytes once its lanes counted their streams' bits (see
- * ftz_plane_layout): the streams' starts in @p start. */
+/* Step 4, stream @p lane of plane @p k of a block of @p n elements: its chunks' bits (at
+ * @p cbits, the block's entries) turned into their offsets in the stream; its bits in *bits
+ * and the bits before its last group (from @p lastin) in *last. */
+FTZ_FN void ftz_stream_sum(uint32_t *cbits, uint32_t n, unsigned E, unsigned k, unsigned lane,
+                           const uint32_t *lastin, uint64_t *bits, uint64_t *last)
+{
+    uint32_t C = ftz_chunks(n), from, to;
+    ftz_lane_range(n, lane, &from, &to);
+    uint32_t cl = (ftz_last_group(from, to) - from) / FTZ_CHUNK;
+    uint64_t at = 0;
+    *last = 0;
+    for (uint32_t c = 0; c < C; c++) {
+        uint32_t *x = &cbits[((uint64_t)lane * C + c) * E + k];
+        if (c == cl && from < to)
+            *last = at + lastin[32 * k + lane];
+        uint32_t t = *x;
+        *x = (uint32_t)at;
+        at += t;
+    }
+    *bits = at;
+}
+
+/* Step 4, plane @p p's final mode and bytes once its streams' bits are known (see
+ * ftz_plane_layout), each stream's start and bytes in it. */
 FTZ_FN void ftz_plane_finish(ftz_eplane *p, const uint64_t bits[FTZ_LANES],
-                             const uint64_t last[FTZ_LANES], uint32_t start[FTZ_LANES])
+                             const uint64_t last[FTZ_LANES])
 {
     if (p->mode != FTZ_HUFF)
         return;
-    uint32_t size = ftz_plane_layout(p->n, bits, last, start);
+    uint32_t size = ftz_plane_layout(p->n, bits, last, p->start);
     p->mode = size ? FTZ_HUFF : FTZ_RAW;
     p->size = size ? size : 1 + p->n;
+    for (unsigned j = 0; j < FTZ_LANES; j++)
+        p->bytes[j] = (uint32_t)((bits[j] + 7) / 8);
 }
 
-/* The stream of plane @p k over elements [from, to) of @p src at @p out, MSB first, its
- * last byte zero-padded. */
-FTZ_FN void ftz_stream_write(uint64_t src, unsigned E, unsigned k, uint32_t from, uint32_t to,
-                             const uint32_t *cl, uint64_t out)
+/* Step 4, the places of the block's @p E planes (@p p) and its bytes. */
+FTZ_FN void ftz_block_finish(ftz_eblock *b, ftz_eplane *p, unsigned E)
 {
-    uint64_t buf = 0;
-    unsigned cnt = 0;
-    for (uint32_t i = from; i < to; i++) {
-        uint32_t c = cl[ftz_ld8(src + (uint64_t)i * E + k)];
-        cnt += c & 255;
-        buf |= (uint64_t)(c >> 8) << (64 - cnt);
-        while (cnt >= 8) {
-            *(uint8_t *)(uintptr_t)out++ = (uint8_t)(buf >> 56);
-            buf <<= 8;
-            cnt -= 8;
-        }
+    uint32_t at = 0;
+    for (unsigned k = 0; k < E; k++) {
+        p[k].off = at;
+        at += p[k].size;
     }
-    if (cnt)
-        *(uint8_t *)(uintptr_t)out = (uint8_t)(buf >> 56);
+    b->size = at;
 }
 
-FTZ_FN void ftz_st8(uint64_t out, uint32_t v)
+/* Step 5: the code table of plane @p p as written (raw planes as 8-bit codes, constant ones
+ * as nothing), entry @p v. */
+FTZ_FN uint32_t ftz_write_code(const ftz_eplane *p, unsigned v)
 {
-    *(uint8_t *)(uintptr_t)out = (uint8_t)v;
+    return p->mode == FTZ_HUFF ? p->cl[v] : p->mode == FTZ_RAW ? (v << 8 | 8) : 0;
 }
 
-/* Lane @p lane's share of plane @p k's header at @p out (laid out with @p start, its
- * streams' @p bits): the mode byte and the code lengths (four bytes a lane), its stream's
- * size. */
-FTZ_FN void ftz_huff_head(const ftz_eplane *p, uint64_t out, unsigned lane, uint64_t bits)
+/* Step 5, lane @p lane's share of plane @p p's header at @p out: the mode byte (and a constant
+ * plane's byte) from lane 0; of a Huffman plane four of the code length bytes and its
+ * stream's size. */
+FTZ_FN void ftz_plane_head(const ftz_eplane *p, uint64_t out, unsigned lane)
 {
-    if (lane == 0)
-        ftz_st8(out, FTZ_HUFF);
+    if (lane == 0) {
+        ftz_or8(out, p->mode);
+        if (p->mode == FTZ_CONST)
+            ftz_or8(out + 1, p->value);
+    }
+    if (p->mode != FTZ_HUFF)
+        return;
     for (unsigned i = 4 * lane; i < 4 * lane + 4; i++)
-        ftz_st8(out + 1 + i, p->lens[i]);
-    uint32_t size = (uint32_t)((bits + 7) / 8);
+        ftz_or8(out + 1 + i, p->lens[i]);
     for (unsigned b = 0; b < 4; b++)
-        ftz_st8(out + 1 + 128 + 4 * lane + b, size >> (8 * b));
+        ftz_or8(out + 1 + 128 + 4 * lane + b, p->bytes[lane] >> (8 * b));
 }
 
-/* Bytes [from, to) of raw plane @p k at @p out (after its mode byte, which lane 0 writes). */
-FTZ_FN void ftz_raw_write(uint64_t src, unsigned E, unsigned k, uint32_t from, uint32_t to,
-                          uint32_t step, uint64_t out)
+/* Step 5, chunk @p c of stream @p lane of block @p b (its planes @p p, the code tables as
+ * written @p tab, the chunk's bit offsets in its streams @p coff): its codes (raw bytes) at
+ * their places, and from the first chunk of each stream its share of the headers. */
+FTZ_FN void ftz_chunk_write(const ftz_eblock *b, const ftz_eplane *p, const uint32_t *tab,
+                            const uint32_t *coff, unsigned E, unsigned lane, uint32_t c)
 {
-    for (uint32_t i = from; i < to; i += step)
-        ftz_st8(out + 1 + i, ftz_ld8(src + (uint64_t)i * E + k));
+    if (c == 0)
+        for (unsigned k = 0; k < E; k++)
+            ftz_plane_head(&p[k], b->out + p[k].off, lane);
+    uint32_t x, y;
+    ftz_chunk_range(b->n, lane, c, &x, &y);
+    if (x >= y)
+        return;
+    ftz_bitw w[8];
+    for (unsigned k = 0; k < E; k++) {
+        uint64_t at = b->out + p[k].off;
+        uint64_t bit = p[k].mode == FTZ_HUFF ? (at + p[k].start[lane]) * 8 + coff[k]
+                                             : (at + 1 + x) * 8;
+        ftz_bitw_start(&w[k], bit);
+    }
+    ftz_range_code(b->src, E, x, y, tab, (uint64_t *)0, w, 1);
+    for (unsigned k = 0; k < E; k++)
+        if (p[k].mode != FTZ_CONST)
+            ftz_bitw_end(&w[k]);
 }
 
-/* Lane @p lane's part of plane @p k (@p p, finished) at @p out: for a Huffman plane its
- * stream (of @p bits bits, at @p start) and its share of the header. */
-FTZ_FN void ftz_plane_write(const ftz_eplane *p, uint64_t src, unsigned E, unsigned k,
-                            uint64_t out, unsigned lane, uint64_t bits, uint32_t start)
-{
-    if (p->mode == FTZ_CONST) {
-        if (lane == 0) {
-            ftz_st8(out, FTZ_CONST);
-            ftz_st8(out + 1, p->value);
-        }
-        return;
-    }
-    if (p->mode == FTZ_RAW) {
-        if (lane == 0)
-            ftz_st8(out, FTZ_RAW);
-        ftz_raw_write(src, E, k, lane, p->n, FTZ_LANES, out);
-        return;
-    }
-    ftz_huff_head(p, out, lane, bits);
-    uint32_t from, to;
-    ftz_lane_range(p->n, lane, &from, &to);
-    ftz_stream_write(src, E, k, from, to, p->cl, out + start);
-}
-
-/* ---- step 4: the checksum, xxh3-64 (seed 0, the default secret) ---- */
+/* ---- step 1: the checksum, xxh3-64 (seed 0, the default secret) ---- */
 
 FTZ_CONST_DATA uint64_t ftz_secret[24] = {
     0xbe4ba423396cfeb8ull, 0x1cad21f72c81017cull, 0xdb979083e96dd4deull, 0x1f67b3b7a4a44072ull,
@@ -471,33 +640,59 @@ FTZ_FN uint64_t ftz_xxh3_short(uint64_t in, uint32_t len)
     return ftz_avalanche(acc + tail);
 }
 
-/* One stripe (64 bytes at @p in, secret from @p sec) into accumulator @p i. */
-FTZ_FN uint64_t ftz_stripe(uint64_t acc, uint64_t in, unsigned sec, unsigned i)
+/* One stripe into accumulator @p i: @p d its 8 bytes at 8 i, @p e those at 8 (i ^ 1), @p key
+ * the secret's 8 bytes for them. */
+FTZ_FN uint64_t ftz_stripe(uint64_t acc, uint64_t d, uint64_t e, uint64_t key)
 {
-    uint64_t key = ftz_rd64(in + 8 * i) ^ ftz_sec64(sec + 8 * i);
-    return acc + ftz_rd64(in + 8 * (i ^ 1)) + (uint64_t)(uint32_t)key * (key >> 32);
+    key ^= d;
+    return acc + e + (uint64_t)(uint32_t)key * (key >> 32);
 }
 
-/* Accumulator @p i (0-7) of xxh3-64 over the @p len > 240 bytes at @p in, after every stripe
- * (the eight are independent until ftz_xxh3_merge). */
-FTZ_FN uint64_t ftz_xxh3_lane(uint64_t in, uint64_t len, unsigned i)
+/* Accumulator @p i's start, and its keys: the secret's words of its 16 stripes, then of its
+ * scramble (in registers on the GPU: the lanes read different words). */
+FTZ_FN uint64_t ftz_xxh3_init(unsigned i, uint64_t keys[17])
 {
     const uint64_t init[8] = {FTZ_P32_3, FTZ_P64_1, FTZ_P64_2, FTZ_P64_3,
                               FTZ_P64_4, FTZ_P32_2, FTZ_P64_5, FTZ_P32_1};
-    uint64_t acc = init[i];
-    const uint64_t block = 64 * 16; /* 16 stripes between scrambles (192-byte secret) */
-    uint64_t nblocks = (len - 1) / block;
-    for (uint64_t b = 0; b < nblocks; b++) {
+    FTZ_UNROLL
+    for (unsigned s = 0; s < 16; s++)
+        keys[s] = ftz_sec64(8 * s + 8 * i);
+    keys[16] = ftz_sec64(128 + 8 * i);
+    return init[i];
+}
+
+/* Accumulator @p i over @p nb whole 1 KiB blocks of 16 stripes at @p in (8-byte aligned, any
+ * memory: shared memory on the GPU), each followed by its scramble. */
+FTZ_FN uint64_t ftz_xxh3_blocks(uint64_t acc, uint64_t in, uint64_t nb, unsigned i,
+                                const uint64_t keys[17])
+{
+    for (uint64_t b = 0; b < nb; b++) {
+        const uint64_t *x = (const uint64_t *)(uintptr_t)(in + 1024 * b);
+        FTZ_UNROLL
         for (unsigned s = 0; s < 16; s++)
-            acc = ftz_stripe(acc, in + b * block + 64 * s, 8 * s, i);
+            acc = ftz_stripe(acc, x[8 * s + i], x[8 * s + (i ^ 1)], keys[s]);
         acc ^= acc >> 47;
-        acc ^= ftz_sec64(128 + 8 * i);
+        acc ^= keys[16];
         acc *= FTZ_P32_1;
     }
-    unsigned stripes = (unsigned)(((len - 1) - block * nblocks) / 64);
-    for (unsigned s = 0; s < stripes; s++)
-        acc = ftz_stripe(acc, in + nblocks * block + 64 * s, 8 * s, i);
-    return ftz_stripe(acc, in + len - 64, 192 - 64 - 7, i);
+    return acc;
+}
+
+/* Accumulator @p i finished over the @p len > 240 bytes at @p in (any alignment) once its
+ * whole blocks (the first (len - 1) / 1024) went through ftz_xxh3_blocks: the stripes left,
+ * then the last 64 bytes. */
+FTZ_FN uint64_t ftz_xxh3_tail(uint64_t acc, uint64_t in, uint64_t len, unsigned i)
+{
+    uint64_t done = (len - 1) / 1024 * 1024;
+    unsigned stripes = (unsigned)((len - 1 - done) / 64);
+    for (unsigned s = 0; s < stripes; s++) {
+        uint64_t at = in + done + 64 * s;
+        acc = ftz_stripe(acc, ftz_rd64(at + 8 * i), ftz_rd64(at + 8 * (i ^ 1)),
+                         ftz_sec64(8 * s + 8 * i));
+    }
+    uint64_t at = in + len - 64;
+    return ftz_stripe(acc, ftz_rd64(at + 8 * i), ftz_rd64(at + 8 * (i ^ 1)),
+                      ftz_sec64(192 - 64 - 7 + 8 * i));
 }
 
 FTZ_FN uint64_t ftz_xxh3_merge(const uint64_t acc[8], uint64_t len)
@@ -507,47 +702,6 @@ FTZ_FN uint64_t ftz_xxh3_merge(const uint64_t acc[8], uint64_t len)
         h += ftz_mul_fold(acc[2 * i] ^ ftz_sec64(11 + 16 * i), acc[2 * i + 1] ^
                           ftz_sec64(11 + 16 * i + 8));
     return ftz_avalanche(h);
-}
-
-/* ---- step 5: the table, the blocks in place ---- */
-
-FTZ_FN void ftz_st_le(uint64_t out, uint64_t v, unsigned bytes)
-{
-    for (unsigned b = 0; b < bytes; b++)
-        ftz_st8(out + b, (uint32_t)(v >> (8 * b)));
-}
-
-/* The stream's header and table at @p out (one thread): each block's place after the table
- * in its at, its end and checksum in the table. @return the stream's bytes. */
-FTZ_FN uint64_t ftz_enc_table(ftz_eblock *blocks, uint32_t nblocks, unsigned E, uint64_t nbytes,
-                              uint32_t block_bytes, uint64_t out)
-{
-    ftz_st8(out, 'F');
-    ftz_st8(out + 1, 'T');
-    ftz_st8(out + 2, 'Z');
-    ftz_st8(out + 3, '1');
-    ftz_st8(out + 4, E);
-    ftz_st8(out + 5, 2);
-    ftz_st8(out + 6, FTZ_LANES);
-    ftz_st8(out + 7, 0);
-    ftz_st_le(out + 8, nbytes, 8);
-    ftz_st_le(out + 16, block_bytes, 4);
-    ftz_st_le(out + 20, nblocks, 4);
-    uint64_t at = 0;
-    for (uint32_t b = 0; b < nblocks; b++) {
-        blocks[b].at = at;
-        at += blocks[b].size;
-        ftz_st_le(out + 24 + 16 * (uint64_t)b, at, 8);
-        ftz_st_le(out + 24 + 16 * (uint64_t)b + 8, blocks[b].csum, 8);
-    }
-    return 24 + 16 * (uint64_t)nblocks + at;
-}
-
-/* Bytes [i, size) of @p from to @p to, @p step apart (one thread of many). */
-FTZ_FN void ftz_copy_bytes(uint64_t from, uint64_t to, uint32_t size, uint32_t i, uint32_t step)
-{
-    for (; i < size; i += step)
-        ftz_st8(to + i, *(const uint8_t *)(uintptr_t)(from + i));
 }
 
 #endif

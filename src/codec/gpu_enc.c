@@ -9,48 +9,71 @@
 #include "../gpu/cuda.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* Steps 1-4 for block @p b on the CPU, as the kernels run them (enc_dev.h). */
-static void encode_block_lanes(ftz_eblock *b, ftz_eplane *planes, unsigned E)
+/* Step 1 on the CPU for block @p b (its bytes copied to @p tile, 8-byte aligned, as the
+ * kernel stages them): its histograms into @p hist and its checksum. */
+static void count_block_lanes(ftz_eblock *b, unsigned E, uint8_t *tile, uint32_t *hist)
 {
-    uint32_t hist[8 * 256];
-    memset(hist, 0, sizeof hist);
-    for (uint32_t i = 0; i < b->n; i++)
-        ftz_count_elem(b->src, i, E, hist);
-    uint64_t bits[8][FTZ_LANES], last[8][FTZ_LANES];
-    uint32_t start[8][FTZ_LANES], at = 0;
-    for (unsigned k = 0; k < E; k++) {
-        ftz_eplane *p = &planes[k];
-        memcpy(p->count, hist + 256 * k, sizeof p->count);
-        p->n = b->n;
-        ftz_plane_code(p);
-        for (unsigned lane = 0; lane < FTZ_LANES; lane++) {
-            uint32_t from, to;
-            ftz_lane_range(b->n, lane, &from, &to);
-            bits[k][lane] = p->mode == FTZ_HUFF
-                                ? ftz_stream_bits(b->src, E, k, from, to, p->cl, &last[k][lane])
-                                : 0;
-        }
-        ftz_plane_finish(p, bits[k], last[k], start[k]);
-    }
-    for (unsigned k = 0; k < E; k++) {
-        for (unsigned lane = 0; lane < FTZ_LANES; lane++)
-            ftz_plane_write(&planes[k], b->src, E, k, b->slot + at, lane, bits[k][lane],
-                            start[k][lane]);
-        at += planes[k].size;
-    }
-    b->size = at;
     uint64_t len = (uint64_t)b->n * E;
+    memcpy(tile, (const void *)(uintptr_t)b->src, len);
+    memset(tile + len, 0, 8);
+    for (uint64_t at = 0; at < len; at += 8) {
+        uint64_t v;
+        memcpy(&v, tile + at, 8);
+        ftz_count_word(v, (unsigned)FT__MIN(8, len - at), E, hist);
+    }
     if (len <= 240) {
         b->csum = ftz_xxh3_short(b->src, (uint32_t)len);
-    } else {
-        uint64_t acc[8];
-        for (unsigned i = 0; i < 8; i++)
-            acc[i] = ftz_xxh3_lane(b->src, len, i);
-        b->csum = ftz_xxh3_merge(acc, len);
+        return;
     }
+    uint64_t acc[8], keys[17];
+    for (unsigned i = 0; i < 8; i++) {
+        acc[i] = ftz_xxh3_init(i, keys);
+        acc[i] = ftz_xxh3_blocks(acc[i], (uint64_t)(uintptr_t)tile, (len - 1) / 1024, i, keys);
+        acc[i] = ftz_xxh3_tail(acc[i], b->src, len, i);
+    }
+    b->csum = ftz_xxh3_merge(acc, len);
+}
+
+/* Steps 1-5 for block @p b on the CPU, as the kernels run them (enc_dev.h), its place at
+ * b->out (zeroed). The chunks go last to first: their writes do not depend on the order. */
+static int encode_block_lanes(ftz_eblock *b, ftz_eplane *planes, unsigned E, uint8_t *tile,
+                              uint64_t out)
+{
+    uint32_t hist[8 * 256], tab[8 * 256], lastin[8 * FTZ_LANES] = {0};
+    memset(hist, 0, sizeof hist);
+    count_block_lanes(b, E, tile, hist);
+    for (unsigned k = 0; k < E; k++) {
+        memcpy(planes[k].count, hist + 256 * k, sizeof planes[k].count);
+        planes[k].n = b->n;
+        ftz_plane_code(&planes[k]);
+        for (unsigned v = 0; v < 256; v++)
+            tab[256 * k + v] = planes[k].mode == FTZ_HUFF ? planes[k].cl[v] : 0;
+    }
+    uint32_t C = ftz_chunks(b->n);
+    uint32_t *cbits = calloc((size_t)FTZ_LANES * C * E, sizeof *cbits);
+    if (!cbits)
+        return -ENOMEM;
+    for (uint32_t t = 0; t < FTZ_LANES * C; t++)
+        ftz_chunk_bits(b, tab, E, t / C, t % C, cbits + (size_t)t * E, lastin);
+    uint64_t bits[8][FTZ_LANES], last[8][FTZ_LANES];
+    for (unsigned k = 0; k < E; k++) {
+        for (unsigned lane = 0; lane < FTZ_LANES; lane++)
+            ftz_stream_sum(cbits, b->n, E, k, lane, lastin, &bits[k][lane], &last[k][lane]);
+        ftz_plane_finish(&planes[k], bits[k], last[k]);
+    }
+    ftz_block_finish(b, planes, E);
+    b->out = out;
+    for (unsigned k = 0; k < E; k++)
+        for (unsigned v = 0; v < 256; v++)
+            tab[256 * k + v] = ftz_write_code(&planes[k], v);
+    for (uint32_t t = FTZ_LANES * C; t-- > 0;)
+        ftz_chunk_write(b, planes, tab, cbits + (size_t)t * E, E, t / C, t % C);
+    free(cbits);
+    return 0;
 }
 
 int64_t ft__codec_encode_lanes(const void *src, uint64_t nbytes, unsigned esize,
@@ -60,38 +83,35 @@ int64_t ft__codec_encode_lanes(const void *src, uint64_t nbytes, unsigned esize,
     if (rc < 0)
         return rc;
     uint32_t nblocks = (uint32_t)((nbytes + block_bytes - 1) / block_bytes);
-    size_t room = (size_t)block_bytes + esize;
-    /* as the kernels find them: the elements in memory allocated in whole aligned words */
+    uint64_t table = HEAD + ENTRY * (uint64_t)nblocks, at = 0;
+    /* as the kernels find them: the elements in memory allocated in whole aligned words; the
+     * output with room for the words its last byte shares */
     uint8_t *copy = aligned_alloc(256, (nbytes + 256) & ~(uint64_t)255);
-    uint8_t *slots = malloc(room * (nblocks ? nblocks : 1));
-    uint8_t *out = malloc(HEAD + ENTRY * (size_t)nblocks + room * (nblocks ? nblocks : 1));
-    ftz_eblock *blocks = calloc(nblocks ? nblocks : 1, sizeof *blocks);
+    uint8_t *tile = aligned_alloc(256, ((uint64_t)block_bytes + 264) & ~(uint64_t)255);
+    uint8_t *out = calloc(1, table + ((uint64_t)block_bytes + esize) * nblocks + 8);
     ftz_eplane *planes = calloc(esize, sizeof *planes);
     int64_t r = -ENOMEM;
-    if (!copy || !slots || !out || !blocks || !planes)
+    if (!copy || !tile || !out || !planes)
         goto done;
     memcpy(copy, src, nbytes);
-    for (uint32_t b = 0; b < nblocks; b++) {
-        uint64_t off = (uint64_t)b * block_bytes;
-        blocks[b] = (ftz_eblock){.src = (uint64_t)(uintptr_t)(copy + off),
-                                 .slot = (uint64_t)(uintptr_t)(slots + room * b),
-                                 .n = (uint32_t)(FT__MIN(block_bytes, nbytes - off) / esize)};
-        encode_block_lanes(&blocks[b], planes, esize);
+    for (uint32_t i = 0; i < nblocks; i++) {
+        uint64_t off = (uint64_t)i * block_bytes;
+        ftz_eblock b = {.src = (uint64_t)(uintptr_t)(copy + off),
+                        .n = (uint32_t)(FT__MIN(block_bytes, nbytes - off) / esize)};
+        if (encode_block_lanes(&b, planes, esize, tile, (uint64_t)(uintptr_t)(out + table + at)) < 0)
+            goto done;
+        at += b.size;
+        put64(out + HEAD + ENTRY * (size_t)i, at);
+        put64(out + HEAD + ENTRY * (size_t)i + 8, b.csum);
     }
-    uint64_t total = ftz_enc_table(blocks, nblocks, esize, nbytes, block_bytes,
-                                   (uint64_t)(uintptr_t)out);
-    uint64_t table = HEAD + ENTRY * (uint64_t)nblocks;
-    for (uint32_t b = 0; b < nblocks; b++)
-        ftz_copy_bytes(blocks[b].slot, (uint64_t)(uintptr_t)out + table + blocks[b].at,
-                       blocks[b].size, 0, 1);
-    r = total > cap ? -ENOSPC : (int64_t)total;
+    ft__codec_head(out, esize, nbytes, block_bytes, nblocks);
+    r = table + at > cap ? -ENOSPC : (int64_t)(table + at);
     if (r > 0)
-        memcpy(dst, out, total);
+        memcpy(dst, out, table + at);
 done:
     free(copy);
-    free(slots);
+    free(tile);
     free(out);
-    free(blocks);
     free(planes);
     return r;
 }
@@ -100,28 +120,30 @@ done:
 
 extern const unsigned char ft__codec_fatbin[], ft__codec_fatbin_end[];
 
-/* Codec blocks encoded per wave: the device memory an encode takes is two waves' worth of
- * blocks (their worst-case slots, then the compacted bytes), whatever the input's size. */
-#define WAVE_BYTES (64ull << 20)
+/* A wave: the blocks encoded together, of one element size, up to WAVE_BYTES of input (the
+ * device memory an encode takes is about that, for the coded bytes of host destinations)
+ * and WAVE_PLANES planes (their descriptions, 2.7 KiB each). */
+#define WAVE_BYTES (128ull << 20)
+#define WAVE_PLANES 4096u
 #define COUNT_THREADS 256 /* kernel.cu's FTZ_COUNT_THREADS */
+#define CHUNK_THREADS 256 /* kernel.cu's FTZ_CHUNK_THREADS */
 
 typedef struct enc_kernels {
-    CUfunction count, code, streams, csum, head, place;
+    CUfunction count, code, bits, layout, clear, write;
 } enc_kernels;
 
 static int encode_kernels(int device, unsigned esize, enc_kernels *k)
 {
-    static const char *const count[4] = {"ftz_enc_count_1", "ftz_enc_count_2",
-                                         "ftz_enc_count_4", "ftz_enc_count_8"};
-    static const char *const streams[4] = {"ftz_enc_streams_1", "ftz_enc_streams_2",
-                                           "ftz_enc_streams_4", "ftz_enc_streams_8"};
     if (&ft__codec_fatbin_end[0] == &ft__codec_fatbin[0])
         return ft__err(-ENOSYS, "codec: this library was built without nvcc, so it has no GPU "
                        "encoder (encode on the host: ft_codec_encode)");
-    unsigned w = esize == 1 ? 0 : esize == 2 ? 1 : esize == 4 ? 2 : 3;
+    char names[4][24];
+    const char *steps[4] = {"count", "bits", "layout", "write"};
+    for (unsigned i = 0; i < 4; i++)
+        snprintf(names[i], sizeof names[i], "ftz_enc_%s_%u", steps[i], esize);
     struct { const char *name; CUfunction *fn; } want[] = {
-        {count[w], &k->count}, {"ftz_enc_code", &k->code}, {streams[w], &k->streams},
-        {"ftz_enc_csum", &k->csum}, {"ftz_enc_head", &k->head}, {"ftz_enc_place", &k->place}};
+        {names[0], &k->count}, {"ftz_enc_code", &k->code}, {names[1], &k->bits},
+        {names[2], &k->layout}, {"ftz_enc_clear", &k->clear}, {names[3], &k->write}};
     for (size_t i = 0; i < sizeof want / sizeof *want; i++) {
         int rc = ft__cuda_function(device, ft__codec_fatbin, want[i].name, want[i].fn);
         if (rc < 0)
@@ -130,183 +152,305 @@ static int encode_kernels(int device, unsigned esize, enc_kernels *k)
     return 0;
 }
 
-static int launch(CUfunction fn, unsigned grid, unsigned threads, CUstream s, void **params,
-                  const char *what)
+static int launch(CUfunction fn, unsigned grid, unsigned grid_y, unsigned threads, CUstream s,
+                  void **params, const char *what)
 {
-    CUresult r = ft__cu.LaunchKernel(fn, grid, 1, 1, threads, 1, 1, 0, s, params, NULL);
+    CUresult r = ft__cu.LaunchKernel(fn, grid, grid_y, 1, threads, 1, 1, 0, s, params, NULL);
     return r ? ft__cuda_err(r, what) : 0;
 }
 
-/* A wave's device memory, from @p mem: its block descriptions, their planes, the blocks'
- * worst-case slots, the compacted blocks (where the destination is host memory), the layout
- * kernel's total and scratch (a wave's own header and table, which the host does not use: it
- * writes the stream's). */
-typedef struct wave_mem {
-    CUdeviceptr desc, planes, slots, out, total, scratch;
-} wave_mem;
+/* A job as the encoder goes through it. */
+typedef struct ejob {
+    ft_codec_enc_job *job;
+    uint32_t block, nblocks, next; /* block bytes; blocks; the next block to encode */
+    uint64_t table, at;            /* its header and table's bytes; its coded bytes so far */
+    int device_dst;                /* dst is device memory */
+    uint8_t *head;                 /* header and table: dst (host), or built here */
+} ejob;
+
+/* The device memory of a call: block descriptions, planes, chunk bits, the bits before each
+ * stream's last group, the coded bytes of host destinations (stage), element-aligned copies
+ * of sources that are not (copy). */
+typedef struct enc_mem {
+    CUdeviceptr base, desc, planes, cbits, lastin, stage, copy;
+} enc_mem;
 
 static uint64_t align256(uint64_t x)
 {
     return (x + 255) & ~255ull;
 }
 
-/* The layout of a wave of @p n blocks at @p mem; @return its bytes. */
-static uint64_t wave_layout(CUdeviceptr mem, uint32_t n, unsigned esize, uint64_t room,
-                            wave_mem *w)
+/* Chunk bits entries of a block of @p n elements. */
+static uint64_t block_chunks(uint32_t n, unsigned esize)
 {
-    w->desc = mem;
-    w->planes = w->desc + align256(n * sizeof(ftz_eblock));
-    w->slots = w->planes + align256((uint64_t)n * esize * sizeof(ftz_eplane));
-    w->out = w->slots + room * n;
-    w->total = align256(w->out + room * n);
-    w->scratch = w->total + 256;
-    return w->scratch + HEAD + ENTRY * (uint64_t)n - mem;
+    return (uint64_t)FTZ_LANES * ftz_chunks(n) * esize;
 }
 
-/* One wave: blocks [first, first + n) of the input at @p src (device), encoded in their
- * slots, their descriptions back in @p desc (host), each with its place from the wave's
- * start; the wave's bytes in *bytes. */
-static int encode_wave(const enc_kernels *k, CUstream s, CUdeviceptr src, uint64_t nbytes,
-                       unsigned esize, uint32_t block, uint32_t first, uint32_t n,
-                       const wave_mem *w, ftz_eblock *desc, uint64_t *bytes)
+/* The layout of the call's device memory from @p base; @return its bytes. */
+static uint64_t mem_layout(CUdeviceptr base, bool stage, bool copy, uint64_t room, enc_mem *m)
 {
-    uint64_t room = (uint64_t)block + esize;
-    for (uint32_t i = 0; i < n; i++) {
-        uint64_t off = (uint64_t)(first + i) * block;
-        desc[i] = (ftz_eblock){.src = src + off, .slot = w->slots + room * i,
-                               .n = (uint32_t)(FT__MIN((uint64_t)block, nbytes - off) / esize)};
+    uint64_t chunks = WAVE_BYTES / FTZ_CHUNK + (uint64_t)WAVE_PLANES * (FTZ_LANES + 1) * 8;
+    uint64_t wave = FT__MAX(WAVE_BYTES, room) + 64;
+    m->base = base;
+    m->desc = base;
+    m->planes = m->desc + align256(WAVE_PLANES * sizeof(ftz_eblock));
+    m->cbits = m->planes + align256(WAVE_PLANES * sizeof(ftz_eplane));
+    m->lastin = m->cbits + align256(chunks * 4);
+    m->stage = m->lastin + align256((uint64_t)WAVE_PLANES * FTZ_LANES * 4);
+    m->copy = m->stage + (stage ? align256(wave) : 0);
+    return m->copy + (copy ? align256(wave + 16ull * WAVE_PLANES) : 0) - base;
+}
+
+/* A wave's blocks: their descriptions (host), the job and block number of each. */
+typedef struct wave {
+    ftz_eblock *desc;
+    uint32_t *job, *num;
+    uint32_t n, parts;
+    uint64_t chunks, room, copied;
+} wave;
+
+/* Block @p i of job @p j into wave @p w if it has room; its source copied to element
+ * alignment where it is not. @return 1 added, 0 full, or -errno. */
+static int wave_add(wave *w, ejob *jobs, uint32_t j, const enc_mem *m, CUstream s)
+{
+    ejob *J = &jobs[j];
+    unsigned e = J->job->elem_size;
+    uint64_t off = (uint64_t)J->next * J->block;
+    uint64_t bytes = FT__MIN((uint64_t)J->block, J->job->nbytes - off);
+    uint32_t n = (uint32_t)(bytes / e);
+    uint64_t room = (uint64_t)J->block + e, chunks = block_chunks(n, e);
+    if (w->n && (w->room + room > WAVE_BYTES || (w->n + 1) * e > WAVE_PLANES ||
+                 w->chunks + chunks > WAVE_BYTES / FTZ_CHUNK +
+                                          (uint64_t)WAVE_PLANES * (FTZ_LANES + 1) * 8))
+        return 0;
+    CUdeviceptr src = (CUdeviceptr)(uintptr_t)J->job->src + off;
+    if (src % e) { /* (torch's tensors never are) */
+        CUresult r = ft__cu.MemcpyDtoDAsync(m->copy + w->copied, src, bytes, s);
+        if (r)
+            return ft__cuda_err(r, "codec: an element-aligned copy of the source");
+        src = m->copy + w->copied;
+        w->copied += (bytes + 15) & ~15ull;
     }
-    CUresult r = ft__cu.MemcpyHtoDAsync(w->desc, desc, n * sizeof *desc, s);
+    w->desc[w->n] = (ftz_eblock){.src = src, .n = n, .chunk0 = (uint32_t)w->chunks};
+    w->job[w->n] = j;
+    w->num[w->n] = J->next++;
+    uint32_t parts = (uint32_t)((FTZ_LANES * ftz_chunks(n) + CHUNK_THREADS - 1) / CHUNK_THREADS);
+    w->parts = FT__MAX(w->parts, parts);
+    w->chunks += chunks;
+    w->room += room;
+    w->n++;
+    return 1;
+}
+
+/* Steps 1-4 of wave @p w: its blocks' sizes and checksums back in w->desc. */
+static int wave_measure(const enc_kernels *k, CUstream s, const enc_mem *m, wave *w,
+                        unsigned esize)
+{
+    CUresult r = ft__cu.MemcpyHtoDAsync(m->desc, w->desc, w->n * sizeof *w->desc, s);
     if (r)
         return ft__cuda_err(r, "codec: the blocks to the GPU");
-    unsigned nplanes = n * esize;
-    CUdeviceptr d_desc = w->desc, d_planes = w->planes, scratch = w->scratch, total = w->total;
-    void *blocks_planes[] = {&d_desc, &d_planes};
-    void *planes[] = {&d_planes, &nplanes};
-    void *csum[] = {&d_desc, &esize};
-    void *head[] = {&d_desc, &n, &esize, &nbytes, &block, &scratch, &total};
+    unsigned nplanes = w->n * esize;
+    CUdeviceptr desc = m->desc, planes = m->planes, cbits = m->cbits, lastin = m->lastin;
+    void *dp[] = {&desc, &planes}, *pn[] = {&planes, &nplanes};
+    void *bits[] = {&desc, &planes, &cbits, &lastin};
     int rc;
-    if ((rc = launch(k->count, n, COUNT_THREADS, s, blocks_planes, "codec: GPU encode (count)")) < 0 ||
-        (rc = launch(k->code, (nplanes + 63) / 64, 64, s, planes, "codec: GPU encode (code)")) < 0 ||
-        (rc = launch(k->streams, n, FTZ_LANES * esize, s, blocks_planes,
-                     "codec: GPU encode (streams)")) < 0 ||
-        (rc = launch(k->csum, n, FTZ_LANES, s, csum, "codec: GPU encode (checksums)")) < 0 ||
-        (rc = launch(k->head, 1, 1, s, head, "codec: GPU encode (layout)")) < 0)
+    if ((rc = launch(k->count, w->n, 1, COUNT_THREADS, s, dp, "codec: GPU encode (count)")) < 0 ||
+        (rc = launch(k->code, (nplanes + 63) / 64, 1, 64, s, pn, "codec: GPU encode (code)")) < 0 ||
+        (rc = launch(k->bits, w->n, w->parts, CHUNK_THREADS, s, bits, "codec: GPU encode (bits)")) < 0 ||
+        (rc = launch(k->layout, w->n, 1, FTZ_LANES * esize, s, bits, "codec: GPU encode (layout)")) < 0)
         return rc;
-    if ((r = ft__cu.MemcpyDtoHAsync(desc, w->desc, n * sizeof *desc, s)) ||
+    if ((r = ft__cu.MemcpyDtoHAsync(w->desc, m->desc, w->n * sizeof *w->desc, s)) ||
         (r = ft__cu.StreamSynchronize(s)))
         return ft__cuda_err(r, "codec: the GPU encoder");
-    *bytes = n ? desc[n - 1].at + desc[n - 1].size : 0;
     return 0;
 }
 
-/* The wave's blocks (described at w->desc) compacted at @p out (device memory). */
-static int place_wave(const enc_kernels *k, CUstream s, const wave_mem *w, uint32_t n,
-                      CUdeviceptr out)
+/* Step 5 of wave @p w: each block placed (at its job's device destination, or in the stage
+ * and from there copied to its job's host destination), its table entry written. */
+static int wave_write(const enc_kernels *k, CUstream s, const enc_mem *m, wave *w,
+                      ejob *jobs)
 {
-    CUdeviceptr d_desc = w->desc;
-    void *place[] = {&d_desc, &out};
-    return launch(k->place, n, 256, s, place, "codec: GPU encode (place)");
+    uint64_t staged = 0;
+    for (uint32_t i = 0; i < w->n; i++) {
+        ejob *J = &jobs[w->job[i]];
+        ftz_eblock *b = &w->desc[i];
+        if (J->table + J->at + b->size > J->job->cap)
+            return ft__err(-ENOSPC, "codec: %zu bytes of room are too few for job %u",
+                           J->job->cap, w->job[i]);
+        b->out = J->device_dst ? (uint64_t)(uintptr_t)J->job->dst + J->table + J->at
+                               : m->stage + staged;
+        staged += J->device_dst ? 0 : b->size;
+        J->at += b->size;
+        put64(J->head + HEAD + ENTRY * (size_t)w->num[i], J->at);
+        put64(J->head + HEAD + ENTRY * (size_t)w->num[i] + 8, b->csum);
+    }
+    CUresult r = ft__cu.MemcpyHtoDAsync(m->desc, w->desc, w->n * sizeof *w->desc, s);
+    if (r)
+        return ft__cuda_err(r, "codec: the blocks to the GPU");
+    CUdeviceptr desc = m->desc, planes = m->planes, cbits = m->cbits;
+    void *d[] = {&desc}, *write[] = {&desc, &planes, &cbits};
+    int rc;
+    if ((rc = launch(k->clear, w->n, 1, 256, s, d, "codec: GPU encode (clear)")) < 0 ||
+        (rc = launch(k->write, w->n, w->parts, CHUNK_THREADS, s, write, "codec: GPU encode (write)")) < 0)
+        return rc;
+    /* the staged blocks to their host destinations, a run of one job's blocks a copy */
+    for (uint32_t i = 0; i < w->n;) {
+        ejob *J = &jobs[w->job[i]];
+        uint32_t e = i;
+        uint64_t bytes = 0;
+        for (; e < w->n && w->job[e] == w->job[i]; e++)
+            bytes += w->desc[e].size;
+        if (!J->device_dst && bytes) {
+            uint8_t *to = (uint8_t *)J->job->dst + J->table + J->at - bytes;
+            if ((r = ft__cu.MemcpyDtoHAsync(to, w->desc[i].out, bytes, s)))
+                return ft__cuda_err(r, "codec: the coded bytes to the host");
+        }
+        i = e;
+    }
+    return 0;
 }
 
-/* The arguments of ft__codec_encode_cuda checked (*block set where 0), CUDA loaded; *kind: 1
- * where @p dst is device memory, 0 host memory. */
-static int encode_args(const void *src, uint64_t nbytes, unsigned esize, uint32_t *block,
-                       const void *dst, int device, int *kind)
+/* Job @p i's arguments checked (its block size set where 0). */
+static int job_args(ejob *J, ft_codec_enc_job *job, size_t i)
 {
-    if ((!src && nbytes) || !dst)
-        return ft__err(-EINVAL, "codec: NULL argument");
-    int rc = ft__codec_check_args(nbytes, esize, block);
+    uint32_t block = job->block_bytes;
+    if ((!job->src && job->nbytes) || !job->dst)
+        return ft__err(-EINVAL, "codec: NULL argument (job %zu)", i);
+    int rc = ft__codec_check_args(job->nbytes, job->elem_size, &block);
     if (rc < 0)
         return rc;
-    const char *why;
-    if (ft__cuda_load(&why) < 0)
-        return ft__err(-ENODEV, "codec: no GPU encode: %s", why);
+    *J = (ejob){.job = job, .block = block,
+                .nblocks = (uint32_t)((job->nbytes + block - 1) / block)};
+    J->table = HEAD + ENTRY * (uint64_t)J->nblocks;
+    if (job->cap < J->table)
+        return ft__err(-ENOSPC, "codec: %zu bytes of room for job %zu, its header alone needs "
+                       "%llu", job->cap, i, (unsigned long long)J->table);
+    return 0;
+}
+
+/* Job @p i's memory: its source of @p device, its destination host memory or of it. */
+static int job_memory(ejob *J, size_t i, int device)
+{
+    const ft_codec_enc_job *job = J->job;
     int dev = -1;
     bool pinned;
-    if (nbytes && (ft__cuda_pointer(src, &dev, &pinned) != 1 || dev != device))
-        return ft__err(-EINVAL, "codec: the source is not memory of CUDA device %d", device);
-    *kind = ft__cuda_pointer(dst, &dev, &pinned);
-    if (*kind < 0 || (*kind == 1 && dev != device))
-        return ft__err(-EINVAL, "codec: the destination is neither host memory nor memory of "
-                       "CUDA device %d", device);
-    return 0;
+    if (job->nbytes && (ft__cuda_pointer(job->src, &dev, &pinned) != 1 || dev != device))
+        return ft__err(-EINVAL, "codec: the source of job %zu is not memory of CUDA device %d",
+                       i, device);
+    int kind = ft__cuda_pointer(job->dst, &dev, &pinned);
+    if (kind < 0 || (kind == 1 && dev != device))
+        return ft__err(-EINVAL, "codec: the destination of job %zu is neither host memory nor "
+                       "memory of CUDA device %d", i, device);
+    J->device_dst = kind == 1;
+    J->head = J->device_dst ? malloc(J->table) : job->dst;
+    return J->head ? 0 : ft__err(-ENOMEM, "codec: a table of %u blocks", J->nblocks);
+}
+
+/* Every job of element size @p esize through waves. */
+static int encode_size(ejob *jobs, size_t n, unsigned esize, const enc_mem *m, wave *w,
+                       int device, CUstream s)
+{
+    enc_kernels k;
+    bool any = false;
+    for (size_t j = 0; j < n; j++)
+        any = any || (jobs[j].job->elem_size == esize && jobs[j].nblocks);
+    if (!any)
+        return 0;
+    int rc = encode_kernels(device, esize, &k);
+    size_t j = 0;
+    while (rc >= 0) {
+        w->n = w->parts = 0;
+        w->chunks = w->room = w->copied = 0;
+        for (; j < n; j++) {
+            ejob *J = &jobs[j];
+            if (J->job->elem_size != esize)
+                continue;
+            while (J->next < J->nblocks && (rc = wave_add(w, jobs, (uint32_t)j, m, s)) == 1)
+                ;
+            if (rc < 0 || J->next < J->nblocks)
+                break;
+        }
+        if (rc < 0 || !w->n)
+            break;
+        if ((rc = wave_measure(&k, s, m, w, esize)) < 0 || (rc = wave_write(&k, s, m, w, jobs)) < 0)
+            break;
+    }
+    return rc < 0 ? rc : 0;
+}
+
+int64_t ft__codec_encode_cuda_batch(ft_codec_enc_job *jobs, size_t n, int device, void *stream)
+{
+    if (!jobs && n)
+        return ft__err(-EINVAL, "codec: NULL argument");
+    ejob *ej = calloc(n ? n : 1, sizeof *ej);
+    if (!ej)
+        return ft__err(-ENOMEM, "codec: %zu jobs", n);
+    int rc = 0;
+    for (size_t i = 0; i < n && rc >= 0; i++)
+        rc = job_args(&ej[i], &jobs[i], i);
+    const char *why;
+    if (rc >= 0 && ft__cuda_load(&why) < 0)
+        rc = ft__err(-ENODEV, "codec: no GPU encode: %s", why);
+    bool stage = false, copy = false;
+    uint64_t room = 0, blocks = 0;
+    for (size_t i = 0; i < n && rc >= 0; i++) {
+        if ((rc = job_memory(&ej[i], i, device)) < 0)
+            break;
+        stage = stage || (!ej[i].device_dst && ej[i].nblocks);
+        copy = copy || (ej[i].nblocks && (uintptr_t)jobs[i].src % jobs[i].elem_size);
+        room = FT__MAX(room, (uint64_t)ej[i].block + jobs[i].elem_size);
+        blocks += ej[i].nblocks;
+    }
+    wave w = {.desc = calloc(WAVE_PLANES, sizeof *w.desc),
+              .job = calloc(WAVE_PLANES, sizeof *w.job), .num = calloc(WAVE_PLANES, 4)};
+    if (rc >= 0 && (!w.desc || !w.job || !w.num))
+        rc = ft__err(-ENOMEM, "codec: %zu jobs", n);
+    CUstream s = (CUstream)stream;
+    enc_mem m = {0};
+    bool entered = false;
+    if (rc >= 0 && (rc = ft__cuda_enter(device)) >= 0)
+        entered = true;
+    if (rc >= 0 && blocks)
+        rc = ft__cuda_alloc(&m.base, mem_layout(0, stage, copy, room, &m), s);
+    if (rc >= 0 && blocks) {
+        mem_layout(m.base, stage, copy, room, &m);
+        for (unsigned e = 1; e <= 8 && rc >= 0; e *= 2)
+            rc = encode_size(ej, n, e, &m, &w, device, s);
+    }
+    int64_t total = 0;
+    for (size_t i = 0; i < n && rc >= 0; i++) {
+        ejob *J = &ej[i];
+        ft__codec_head(J->head, jobs[i].elem_size, jobs[i].nbytes, J->block, J->nblocks);
+        CUresult r = J->device_dst ? ft__cu.MemcpyHtoDAsync((CUdeviceptr)(uintptr_t)jobs[i].dst,
+                                                             J->head, J->table, s) : 0;
+        if (r)
+            rc = ft__cuda_err(r, "codec: the coded stream's table");
+        jobs[i].size = (int64_t)(J->table + J->at);
+        total += jobs[i].size;
+    }
+    if (entered) {
+        if (m.base)
+            ft__cuda_free(m.base, s);
+        CUresult r = ft__cu.StreamSynchronize(s);
+        if (r && rc >= 0)
+            rc = ft__cuda_err(r, "codec: the GPU encoder");
+        ft__cuda_leave();
+    }
+    for (size_t i = 0; i < n; i++)
+        if (ej[i].device_dst)
+            free(ej[i].head); /* (NULL where its check did not get there) */
+    free(ej);
+    free(w.desc);
+    free(w.job);
+    free(w.num);
+    return rc < 0 ? rc : total;
 }
 
 int64_t ft__codec_encode_cuda(const void *src, uint64_t nbytes, unsigned esize,
                               uint32_t block_bytes, void *dst, size_t cap, int device,
                               void *stream)
 {
-    int kind = 0;
-    int rc = encode_args(src, nbytes, esize, &block_bytes, dst, device, &kind);
-    if (rc < 0)
-        return rc;
-    uint32_t nblocks = (uint32_t)((nbytes + block_bytes - 1) / block_bytes);
-    uint64_t table = HEAD + ENTRY * (uint64_t)nblocks;
-    if (cap < table)
-        return ft__err(-ENOSPC, "codec: %zu bytes of room, the header alone needs %llu", cap,
-                       (unsigned long long)table);
-    if ((rc = ft__cuda_enter(device)) < 0)
-        return rc;
-    enc_kernels k;
-    CUstream s = (CUstream)stream;
-    CUdeviceptr mem = 0, ddst = (CUdeviceptr)(uintptr_t)dst;
-    uint64_t room = (uint64_t)block_bytes + esize;
-    uint32_t wave = (uint32_t)FT__MAX(1ull, FT__MIN((uint64_t)nblocks, WAVE_BYTES / room));
-    ftz_eblock *desc = calloc(wave, sizeof *desc);
-    /* the header and table: at the destination, or built here for a device destination */
-    uint8_t *d = kind == 1 ? malloc(table) : dst;
-    uint64_t at = 0;
-    if (!desc || !d) {
-        rc = ft__err(-ENOMEM, "codec: %u blocks", nblocks);
-        goto out;
-    }
-    wave_mem w;
-    uint64_t scratch = wave_layout(0, wave, esize, room, &w);
-    if ((rc = encode_kernels(device, esize, &k)) < 0 ||
-        (nblocks && (rc = ft__cuda_alloc(&mem, scratch, s)) < 0))
-        goto out;
-    ft__codec_head(d, esize, nbytes, block_bytes, nblocks);
-    for (uint32_t first = 0; first < nblocks; first += wave) {
-        uint32_t n = FT__MIN(wave, nblocks - first);
-        uint64_t bytes = 0;
-        wave_layout(mem, n, esize, room, &w);
-        if ((rc = encode_wave(&k, s, (CUdeviceptr)(uintptr_t)src, nbytes, esize, block_bytes,
-                              first, n, &w, desc, &bytes)) < 0)
-            goto out;
-        if (table + at + bytes > cap) {
-            rc = ft__err(-ENOSPC, "codec: %zu bytes of room are too few", cap);
-            goto out;
-        }
-        for (uint32_t i = 0; i < n; i++) {
-            put64(d + HEAD + ENTRY * (size_t)(first + i), at + desc[i].at + desc[i].size);
-            put64(d + HEAD + ENTRY * (size_t)(first + i) + 8, desc[i].csum);
-        }
-        /* placed at the device destination, or compacted and copied to the host */
-        if ((rc = place_wave(&k, s, &w, n, kind == 1 ? ddst + table + at : w.out)) < 0)
-            goto out;
-        CUresult r = kind == 1 ? 0 : ft__cu.MemcpyDtoHAsync(d + table + at, w.out, bytes, s);
-        if (r) {
-            rc = ft__cuda_err(r, "codec: the coded bytes to the host");
-            goto out;
-        }
-        at += bytes;
-    }
-    CUresult r = kind == 1 ? ft__cu.MemcpyHtoDAsync(ddst, d, table, s) : 0;
-    if (!r)
-        r = ft__cu.StreamSynchronize(s);
-    if (r)
-        rc = ft__cuda_err(r, "codec: the coded stream");
-out:
-    if (mem) {
-        ft__cuda_free(mem, s);
-        CUresult fr = ft__cu.StreamSynchronize(s);
-        if (fr && rc >= 0)
-            rc = ft__cuda_err(fr, "codec: the GPU encoder");
-    }
-    if (kind == 1)
-        free(d);
-    free(desc);
-    ft__cuda_leave();
-    return rc < 0 ? rc : (int64_t)(table + at);
+    ft_codec_enc_job job = {src, nbytes, esize, block_bytes, dst, cap, 0};
+    int64_t r = ft__codec_encode_cuda_batch(&job, 1, device, stream);
+    return r < 0 ? r : job.size;
 }

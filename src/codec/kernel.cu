@@ -43,78 +43,189 @@ KERNEL(4)
 KERNEL(8)
 
 /*
- * The encoder (enc_dev.h's steps): count (a CUDA block per codec block, its warps into four
- * shared histograms per plane), code (a thread per plane), streams (a warp per plane, a lane
- * per stream), checksum (eight lanes per block), table (one thread), place (a CUDA block per
- * codec block).
+ * The encoder (enc_dev.h's steps): count (a CUDA block per codec block: the block through
+ * shared memory in tiles, its warps into shared histograms, eight lanes hashing), code (a
+ * thread per plane), bits (a thread per chunk of a stream, every plane of it), layout (a warp
+ * per plane, a lane per stream), clear (the blocks' places zeroed), write (a thread per
+ * chunk again). The code tables sit in shared memory.
  */
 #define FTZ_COUNT_THREADS 256
-#define FTZ_SUBHIST 4
+#define FTZ_CHUNK_THREADS 256
+
+/* Thread threadIdx.x's 64 bytes of tile @p t of the block at @p src (@p len bytes) in
+ * @p r (zero past the end), through aligned words that hold them. @return how many are the
+ * block's. */
+__device__ __forceinline__ unsigned tile_piece(uint64_t src, uint64_t len, uint64_t t,
+                                               uint64_t r[8])
+{
+    uint64_t o = t * FTZ_TILE + 64ull * threadIdx.x;
+    unsigned valid = o < len ? (unsigned)min(64ull, len - o) : 0;
+    uint64_t at = src + o;
+    if (valid == 64 && !(at & 15)) {
+        const ulonglong2 *v = (const ulonglong2 *)(uintptr_t)at;
+#pragma unroll
+        for (unsigned i = 0; i < 4; i++) {
+            ulonglong2 x = __ldg(v + i);
+            r[2 * i] = x.x;
+            r[2 * i + 1] = x.y;
+        }
+        return valid;
+    }
+#pragma unroll
+    for (unsigned i = 0; i < 8; i++) {
+        unsigned pv = valid > 8 * i ? min(8u, valid - 8 * i) : 0;
+        if (pv == 8) {
+            r[i] = ftz_ld64u(at + 8 * i);
+        } else {
+            r[i] = 0;
+            for (unsigned j = 0; j < pv; j++)
+                r[i] |= (uint64_t)ftz_ld8(at + 8 * i + j) << (8 * j);
+        }
+    }
+    return valid;
+}
 
 template <unsigned E>
-__device__ __forceinline__ void enc_count(const ftz_eblock *__restrict__ blocks,
+__device__ __forceinline__ void enc_count(ftz_eblock *__restrict__ blocks,
                                           ftz_eplane *__restrict__ planes)
 {
-    __shared__ uint32_t hist[FTZ_SUBHIST][E * 256];
-    for (unsigned v = threadIdx.x; v < FTZ_SUBHIST * E * 256; v += blockDim.x)
+    constexpr unsigned COPIES = E >= 8 ? 2 : E == 4 ? 4 : 8;
+    __shared__ uint32_t hist[COPIES][E * 256];
+    __shared__ __align__(16) uint64_t tile[FTZ_TILE / 8];
+    __shared__ uint64_t acc8[8];
+    for (unsigned v = threadIdx.x; v < COPIES * E * 256; v += blockDim.x)
         (&hist[0][0])[v] = 0;
-    __syncthreads();
-    const ftz_eblock *b = &blocks[blockIdx.x];
-    uint32_t *h = hist[(threadIdx.x / 32) % FTZ_SUBHIST];
-    for (uint32_t i = threadIdx.x; i < b->n; i += blockDim.x)
-        ftz_count_elem(b->src, i, E, h);
+    ftz_eblock *b = &blocks[blockIdx.x];
+    const uint64_t len = (uint64_t)b->n * E;
+    uint32_t *h = hist[(threadIdx.x / 32) % COPIES];
+    const bool hash = threadIdx.x < 8 && len > 240;
+    uint64_t keys[17], acc = 0;
+    if (hash)
+        acc = ftz_xxh3_init(threadIdx.x, keys);
+    const uint64_t nx = len > 240 ? (len - 1) / 1024 : 0, ntiles = (len + FTZ_TILE - 1) / FTZ_TILE;
+    uint64_t r[8];
+    unsigned valid = tile_piece(b->src, len, 0, r);
+    for (uint64_t t = 0; t < ntiles; t++) {
+        __syncthreads(); /* the last tile hashed (the histograms cleared) */
+#pragma unroll
+        for (unsigned i = 0; i < 8; i++) {
+            tile[8 * threadIdx.x + i] = r[i];
+            ftz_count_word(r[i], valid > 8 * i ? valid - 8 * i : 0, E, h);
+        }
+        __syncthreads();
+        if (t + 1 < ntiles)
+            valid = tile_piece(b->src, len, t + 1, r);
+        if (hash && 16 * t < nx)
+            acc = ftz_xxh3_blocks(acc, (uint64_t)(uintptr_t)tile, min(16ull, nx - 16 * t),
+                                  threadIdx.x, keys);
+    }
     __syncthreads();
     ftz_eplane *p = &planes[(size_t)blockIdx.x * E];
     for (unsigned v = threadIdx.x; v < E * 256; v += blockDim.x) {
         uint32_t c = 0;
-        for (unsigned s = 0; s < FTZ_SUBHIST; s++)
+#pragma unroll
+        for (unsigned s = 0; s < COPIES; s++)
             c += hist[s][v];
         p[v / 256].count[v % 256] = c;
     }
     if (threadIdx.x < E)
         p[threadIdx.x].n = b->n;
+    if (hash)
+        acc8[threadIdx.x] = ftz_xxh3_tail(acc, b->src, len, threadIdx.x);
+    __syncthreads();
+    if (threadIdx.x == 0)
+        b->csum = len > 240 ? ftz_xxh3_merge(acc8, len) : ftz_xxh3_short(b->src, (uint32_t)len);
+}
+
+/* The code tables of block blockIdx.x in shared memory: as counted (Huffman planes only)
+ * for the bits, as written for the write. @return its chunk (thread) index, or -1. */
+template <unsigned E>
+__device__ __forceinline__ int chunk_setup(const ftz_eblock *b, const ftz_eplane *p,
+                                           uint32_t *tab, bool write)
+{
+    for (unsigned v = threadIdx.x; v < E * 256; v += blockDim.x) {
+        const ftz_eplane *q = &p[v / 256];
+        tab[v] = write ? ftz_write_code(q, v % 256) : q->mode == FTZ_HUFF ? q->cl[v % 256] : 0;
+    }
+    __syncthreads();
+    uint32_t t = blockIdx.y * blockDim.x + threadIdx.x;
+    return t < FTZ_LANES * ftz_chunks(b->n) ? (int)t : -1;
 }
 
 template <unsigned E>
-__device__ __forceinline__ void enc_streams(ftz_eblock *__restrict__ blocks,
-                                            ftz_eplane *__restrict__ planes)
+__device__ __forceinline__ void enc_bits(const ftz_eblock *__restrict__ blocks,
+                                         const ftz_eplane *__restrict__ planes,
+                                         uint32_t *__restrict__ cbits,
+                                         uint32_t *__restrict__ lastin)
+{
+    __shared__ uint32_t tab[E * 256];
+    const ftz_eblock *b = &blocks[blockIdx.x];
+    int t = chunk_setup<E>(b, &planes[(size_t)blockIdx.x * E], tab, false);
+    uint32_t C = ftz_chunks(b->n);
+    if (t >= 0)
+        ftz_chunk_bits(b, tab, E, t / C, t % C, &cbits[b->chunk0 + (uint64_t)t * E],
+                       &lastin[(size_t)blockIdx.x * E * FTZ_LANES]);
+}
+
+template <unsigned E>
+__device__ __forceinline__ void enc_layout(ftz_eblock *__restrict__ blocks,
+                                           ftz_eplane *__restrict__ planes,
+                                           uint32_t *__restrict__ cbits,
+                                           const uint32_t *__restrict__ lastin)
 {
     __shared__ uint64_t bits[E][FTZ_LANES], last[E][FTZ_LANES];
-    __shared__ uint32_t start[E][FTZ_LANES], off[E];
     unsigned k = threadIdx.x / FTZ_LANES, lane = threadIdx.x % FTZ_LANES;
     ftz_eblock *b = &blocks[blockIdx.x];
-    ftz_eplane *p = &planes[(size_t)blockIdx.x * E + k];
-    uint32_t from, to;
-    ftz_lane_range(b->n, lane, &from, &to);
-    uint64_t l = 0;
-    bits[k][lane] = p->mode == FTZ_HUFF ? ftz_stream_bits(b->src, E, k, from, to, p->cl, &l) : 0;
-    last[k][lane] = l;
+    ftz_eplane *p = &planes[(size_t)blockIdx.x * E];
+    ftz_stream_sum(&cbits[b->chunk0], b->n, E, k, lane,
+                   &lastin[(size_t)blockIdx.x * E * FTZ_LANES], &bits[k][lane], &last[k][lane]);
     __syncthreads();
     if (lane == 0)
-        ftz_plane_finish(p, bits[k], last[k], start[k]);
+        ftz_plane_finish(&p[k], bits[k], last[k]);
     __syncthreads();
-    if (threadIdx.x == 0) {
-        uint32_t at = 0;
-        for (unsigned j = 0; j < E; j++) {
-            off[j] = at;
-            at += planes[(size_t)blockIdx.x * E + j].size;
-        }
-        b->size = at;
-    }
-    __syncthreads();
-    ftz_plane_write(p, b->src, E, k, b->slot + off[k], lane, bits[k][lane], start[k][lane]);
+    if (threadIdx.x == 0)
+        ftz_block_finish(b, p, E);
+}
+
+template <unsigned E>
+__device__ __forceinline__ void enc_write(const ftz_eblock *__restrict__ blocks,
+                                          const ftz_eplane *__restrict__ planes,
+                                          const uint32_t *__restrict__ cbits)
+{
+    __shared__ uint32_t tab[E * 256];
+    const ftz_eblock *b = &blocks[blockIdx.x];
+    const ftz_eplane *p = &planes[(size_t)blockIdx.x * E];
+    int t = chunk_setup<E>(b, p, tab, true);
+    uint32_t C = ftz_chunks(b->n);
+    if (t >= 0)
+        ftz_chunk_write(b, p, tab, &cbits[b->chunk0 + (uint64_t)t * E], E, t / C, t % C);
 }
 
 #define ENC_KERNELS(E)                                                                        \
     extern "C" __global__ void __launch_bounds__(FTZ_COUNT_THREADS)                           \
-    ftz_enc_count_##E(const ftz_eblock *__restrict__ blocks, ftz_eplane *__restrict__ planes) \
+    ftz_enc_count_##E(ftz_eblock *__restrict__ blocks, ftz_eplane *__restrict__ planes)       \
     {                                                                                         \
         enc_count<E>(blocks, planes);                                                         \
     }                                                                                         \
-    extern "C" __global__ void __launch_bounds__(FTZ_LANES * E)                               \
-    ftz_enc_streams_##E(ftz_eblock *__restrict__ blocks, ftz_eplane *__restrict__ planes)     \
+    extern "C" __global__ void __launch_bounds__(FTZ_CHUNK_THREADS)                           \
+    ftz_enc_bits_##E(const ftz_eblock *__restrict__ blocks,                                   \
+                     const ftz_eplane *__restrict__ planes, uint32_t *__restrict__ cbits,     \
+                     uint32_t *__restrict__ lastin)                                           \
     {                                                                                         \
-        enc_streams<E>(blocks, planes);                                                       \
+        enc_bits<E>(blocks, planes, cbits, lastin);                                           \
+    }                                                                                         \
+    extern "C" __global__ void __launch_bounds__(FTZ_LANES * E)                               \
+    ftz_enc_layout_##E(ftz_eblock *__restrict__ blocks, ftz_eplane *__restrict__ planes,      \
+                       uint32_t *__restrict__ cbits, const uint32_t *__restrict__ lastin)     \
+    {                                                                                         \
+        enc_layout<E>(blocks, planes, cbits, lastin);                                         \
+    }                                                                                         \
+    extern "C" __global__ void __launch_bounds__(FTZ_CHUNK_THREADS)                           \
+    ftz_enc_write_##E(const ftz_eblock *__restrict__ blocks,                                  \
+                      const ftz_eplane *__restrict__ planes,                                  \
+                      const uint32_t *__restrict__ cbits)                                     \
+    {                                                                                         \
+        enc_write<E>(blocks, planes, cbits);                                                  \
     }
 ENC_KERNELS(1)
 ENC_KERNELS(2)
@@ -128,35 +239,18 @@ extern "C" __global__ void ftz_enc_code(ftz_eplane *__restrict__ planes, unsigne
         ftz_plane_code(&planes[i]);
 }
 
-extern "C" __global__ void __launch_bounds__(FTZ_LANES)
-ftz_enc_csum(ftz_eblock *__restrict__ blocks, unsigned E)
-{
-    __shared__ uint64_t acc[8];
-    ftz_eblock *b = &blocks[blockIdx.x];
-    uint64_t len = (uint64_t)b->n * E;
-    if (len <= 240) {
-        if (threadIdx.x == 0)
-            b->csum = ftz_xxh3_short(b->src, (uint32_t)len);
-        return;
-    }
-    if (threadIdx.x < 8)
-        acc[threadIdx.x] = ftz_xxh3_lane(b->src, len, threadIdx.x);
-    __syncthreads();
-    if (threadIdx.x == 0)
-        b->csum = ftz_xxh3_merge(acc, len);
-}
-
-/* The header and table at @p out, the stream's bytes at @p total. */
-extern "C" __global__ void ftz_enc_head(ftz_eblock *__restrict__ blocks, unsigned nblocks,
-                                         unsigned E, uint64_t nbytes, unsigned block_bytes,
-                                         uint64_t out, uint64_t *total)
-{
-    if (blockIdx.x == 0 && threadIdx.x == 0)
-        *total = ftz_enc_table(blocks, nblocks, E, nbytes, block_bytes, out);
-}
-
-extern "C" __global__ void ftz_enc_place(const ftz_eblock *__restrict__ blocks, uint64_t out)
+/* Each block's place [out, out + size) zeroed (the write ORs the words it shares). */
+extern "C" __global__ void ftz_enc_clear(const ftz_eblock *__restrict__ blocks)
 {
     const ftz_eblock *b = &blocks[blockIdx.x];
-    ftz_copy_bytes(b->slot, out + b->at, b->size, threadIdx.x, blockDim.x);
+    uint64_t lo = b->out, hi = b->out + b->size;
+    uint64_t a = (lo + 15) & ~15ull, z = hi & ~15ull;
+    if (z <= a)
+        a = z = hi;
+    for (uint64_t i = lo + threadIdx.x; i < a; i += blockDim.x)
+        *(uint8_t *)(uintptr_t)i = 0;
+    for (uint64_t i = a + 16ull * threadIdx.x; i < z; i += 16ull * blockDim.x)
+        *(ulonglong2 *)(uintptr_t)i = make_ulonglong2(0, 0);
+    for (uint64_t i = (z > lo ? z : lo) + threadIdx.x; i < hi; i += blockDim.x)
+        *(uint8_t *)(uintptr_t)i = 0;
 }

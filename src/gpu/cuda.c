@@ -56,6 +56,7 @@ static void load(void)
     LOAD(MemHostUnregister, NULL, "cuMemHostUnregister");
     LOAD(MemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2", "cuMemcpyHtoDAsync");
     LOAD(MemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2", "cuMemcpyDtoHAsync");
+    LOAD(MemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2", "cuMemcpyDtoDAsync");
     LOAD(MemcpyHtoD, "cuMemcpyHtoD_v2", "cuMemcpyHtoD");
     LOAD(MemcpyDtoH, "cuMemcpyDtoH_v2", "cuMemcpyDtoH");
     LOAD(MemsetD8Async, NULL, "cuMemsetD8Async");
