@@ -43,12 +43,16 @@ static uint64_t page_up(uint64_t n)
 
 /* ---- the writer ---- */
 
+/* What a batch's GPU pass (code_on_gpus) left for a tensor. */
+enum { GPU_NOT, GPU_CODED, GPU_TOO_LITTLE, GPU_FAILED };
+
 typedef struct coded {
     const ft_tensor *t;
     uint8_t *buf;     /* page-aligned, a whole number of pages */
     size_t cap;
     uint64_t size;    /* the stream's bytes */
     bool compressed;
+    int gpu;          /* GPU_* */
     uint64_t at;      /* where it goes in the data section */
 } coded;
 
@@ -78,48 +82,104 @@ static bool saves_enough(int64_t m, uint64_t n)
     return (double)m <= (1 - MIN_SAVING) * (double)n + 64;
 }
 
+/* Tensor @p x's codec parameters: its element size as coded (1: stored), its block, and the
+ * room its stream takes (a whole number of pages). @return whether it is coded. */
+static bool coding(const writer *w, const coded *x, unsigned *e, uint32_t *block, size_t *cap)
+{
+    const ft_tensor *t = x->t;
+    unsigned el = ft__dtype_coded(t->dtype);
+    bool compress = el && (t->data.kind == FT_MEM_CUDA ? w->code_dev[el] : w->code[el]);
+    *e = compress ? el : 1;
+    *block = ft__fst_block(*e);
+    *cap = page_up(FT__MAX(ft_codec_bound(t->data.len, *e, *block),
+                           ft_codec_bound(t->data.len, 1, ft__fst_block(1))));
+    return compress;
+}
+
+/* The batch's tensors that their GPU codes, coded there in one call per GPU (the coded bytes
+ * copied into their buffers); where a call fails (its memory is full: the encoder takes
+ * about 140 MiB), encode_one codes them on the host. */
+static void code_on_gpus(writer *w, batch *b)
+{
+    ft_codec_enc_job *jobs = calloc(b->n + 1, sizeof *jobs);
+    size_t *which = calloc(b->n + 1, sizeof *which);
+    for (size_t first = 0; jobs && which && first < b->n; first++) {
+        coded *x = &b->items[first];
+        int dev = x->t->data.device;
+        size_t n = 0;
+        unsigned e;
+        uint32_t block;
+        size_t cap;
+        /* the tensors of the first device not yet seen, from here on */
+        for (size_t i = first; i < b->n; i++) {
+            coded *y = &b->items[i];
+            if (y->gpu != GPU_NOT || y->t->data.kind != FT_MEM_CUDA || y->t->data.device != dev ||
+                !coding(w, y, &e, &block, &cap) || !ft__fst_gpu_codes(w->ctx, dev, e, NULL))
+                continue;
+            if (posix_memalign((void **)&y->buf, PAGE, cap)) {
+                y->buf = NULL;
+                continue; /* (encode_one reports it) */
+            }
+            y->cap = cap;
+            jobs[n] = (ft_codec_enc_job){y->t->data.ptr, y->t->data.len, e, block, y->buf, cap, 0};
+            which[n++] = i;
+            y->gpu = GPU_FAILED; /* until coded */
+        }
+        if (!n)
+            continue;
+        pthread_mutex_t *one = ft__fst_gpu_lock(w->ctx, dev);
+        pthread_mutex_lock(one);
+        int64_t r = ft_codec_encode_cuda_batch(w->ctx, jobs, n, dev, NULL);
+        pthread_mutex_unlock(one);
+        for (size_t j = 0; r >= 0 && j < n; j++) {
+            coded *y = &b->items[which[j]];
+            y->size = (uint64_t)jobs[j].size;
+            y->gpu = saves_enough(jobs[j].size, y->t->data.len) ? GPU_CODED : GPU_TOO_LITTLE;
+        }
+    }
+    free(jobs);
+    free(which);
+}
+
 static int64_t encode_one(void *arg, unsigned i)
 {
     void **a = arg;
     writer *w = a[0];
     coded *x = &((batch *)a[1])->items[i];
     const ft_tensor *t = x->t;
-    bool on_dev = t->data.kind == FT_MEM_CUDA;
-    unsigned e = ft__dtype_coded(t->dtype);
-    bool compress = e && (on_dev ? w->code_dev[e] : w->code[e]);
+    unsigned e;
+    uint32_t block;
+    size_t cap;
+    bool compress = coding(w, x, &e, &block, &cap) && x->gpu != GPU_TOO_LITTLE;
     uint64_t n = t->data.len;
-    uint32_t block = ft__fst_block(compress ? e : 1);
-    size_t cap = page_up(FT__MAX(ft_codec_bound(n, compress ? e : 1, block),
-                                 ft_codec_bound(n, 1, ft__fst_block(1))));
     const void *src = t->data.ptr;
     void *host = NULL;
-    int64_t m = posix_memalign((void **)&x->buf, PAGE, cap)
-                    ? ft__err(-ENOMEM, "tensor '%s': %zu bytes", t->name, cap) : 0;
-    bool done = false; /* x->buf holds the tensor's stream, m bytes */
-    if (m == 0 && on_dev && compress && ft__fst_gpu_codes(w->ctx, t->data.device, e, NULL)) {
-        /* coded on its GPU, the coded bytes copied here; where that fails (its memory is
-         * full: the encoder takes about 130 MiB), coded on the host */
-        pthread_mutex_t *one = ft__fst_gpu_lock(w->ctx, t->data.device);
-        pthread_mutex_lock(one);
-        int64_t r = ft_codec_encode_cuda(w->ctx, src, n, e, block, x->buf, cap,
-                                         t->data.device, NULL);
-        pthread_mutex_unlock(one);
-        done = r >= 0 && saves_enough(r, n);
-        compress = r < 0 || done; /* (a stream that saves too little: stored) */
-        m = done ? r : 0;
-    }
-    if (m == 0 && !done && on_dev) { /* coded or stored from a host copy */
-        if (!(host = malloc(n ? (size_t)n : 1)))
-            m = ft__err(-ENOMEM, "tensor '%s': %llu bytes", t->name, (unsigned long long)n);
-        else if ((m = ft_cuda_copy(host, src, (size_t)n)) == 0)
-            src = host;
-    }
-    if (m == 0 && !done) {
-        m = ft_codec_encode(w->ctx, src, n, compress ? e : 1, block,
-                            compress ? 0 : FT_CODEC_STORE, x->buf, cap);
-        if (m >= 0 && compress && !saves_enough(m, n)) {
-            m = ft_codec_encode(w->ctx, src, n, 1, ft__fst_block(1), FT_CODEC_STORE, x->buf, cap);
-            compress = false;
+    int64_t m = 0;
+    if (x->gpu == GPU_CODED) {
+        m = (int64_t)x->size;
+    } else {
+        if (x->gpu == GPU_TOO_LITTLE) { /* (a stream that saves too little: stored) */
+            e = 1;
+            block = ft__fst_block(1);
+        }
+        if (!x->buf && posix_memalign((void **)&x->buf, PAGE, cap)) {
+            x->buf = NULL;
+            m = ft__err(-ENOMEM, "tensor '%s': %zu bytes", t->name, cap);
+        }
+        if (m == 0 && t->data.kind == FT_MEM_CUDA) { /* coded or stored from a host copy */
+            if (!(host = malloc(n ? (size_t)n : 1)))
+                m = ft__err(-ENOMEM, "tensor '%s': %llu bytes", t->name, (unsigned long long)n);
+            else if ((m = ft_cuda_copy(host, src, (size_t)n)) == 0)
+                src = host;
+        }
+        if (m == 0) {
+            m = ft_codec_encode(w->ctx, src, n, e, block, compress ? 0 : FT_CODEC_STORE, x->buf,
+                                cap);
+            if (m >= 0 && compress && !saves_enough(m, n)) {
+                m = ft_codec_encode(w->ctx, src, n, 1, ft__fst_block(1), FT_CODEC_STORE, x->buf,
+                                    cap);
+                compress = false;
+            }
         }
     }
     free(host);
@@ -310,6 +370,7 @@ int ft__fst_write(ft_ctx *ctx, ft_file *f, const char *path, const char *dir,
         ft__first_err coding; /* (the writer thread's tasks note theirs in w.failed) */
         void *arg[3] = {&w, cur, &coding};
         ft__first_err_init(&coding);
+        code_on_gpus(&w, cur);
         rc = results ? ft__pool_run(ctx->pool, (unsigned)cur->n, encode_one, arg, results)
                      : ft__err(-ENOMEM, "%s: batch", path);
         int failed = ft__first_err_take(&coding);
