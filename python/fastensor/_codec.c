@@ -85,50 +85,94 @@ static PyObject *py_codec_decode(PyObject *self, PyObject *args)
     return n < 0 ? raise_ft((int)n, "codec") : PyLong_FromLongLong(n);
 }
 
-/* codec_decode_cuda(ctx, [(src_address, length, dst_address, capacity[, src_dev]), ...],
- * device, stream) -> decoded bytes: the streams (host memory; src_dev: the same bytes already
- * in device memory) decoded into device memory on the GPU */
-static PyObject *py_codec_decode_cuda(PyObject *self, PyObject *args)
+/* The items of @p list, each parsed by @p parse into a job of @p size bytes: an array to
+ * PyMem_Free, their number in *n; or NULL with an exception. */
+static void *parse_jobs(PyObject *list, const char *what, size_t size,
+                        int (*parse)(PyObject *item, void *job), Py_ssize_t *n)
 {
-    (void)self;
-    PyObject *cap, *list;
-    int device;
-    unsigned long long stream;
-    if (!PyArg_ParseTuple(args, "OOiK", &cap, &list, &device, &stream))
-        return NULL;
-    ft_ctx *ctx = cap_get(cap, CAP_CTX);
-    if (!ctx)
-        return NULL;
-    PyObject *seq = PySequence_Fast(list, "codec_decode_cuda: a list of jobs");
+    PyObject *seq = PySequence_Fast(list, what);
     if (!seq)
         return NULL;
-    Py_ssize_t n = PySequence_Size(seq);
-    ft_codec_job *jobs = PyMem_Malloc(sizeof *jobs * (size_t)(n ? n : 1));
+    *n = PySequence_Size(seq);
+    char *jobs = PyMem_Malloc(size * (size_t)(*n ? *n : 1));
     if (!jobs) {
         Py_DECREF(seq);
         return PyErr_NoMemory();
     }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        unsigned long long src, len, dst, room, dev = 0;
+    for (Py_ssize_t i = 0; i < *n; i++) {
         PyObject *item = PySequence_GetItem(seq, i);
-        int ok = item && PyArg_ParseTuple(item, "KKKK|K", &src, &len, &dst, &room, &dev);
+        int ok = item && parse(item, jobs + size * (size_t)i);
         Py_XDECREF(item);
         if (!ok) {
             PyMem_Free(jobs);
             Py_DECREF(seq);
             return NULL;
         }
-        jobs[i] = (ft_codec_job){(const void *)(uintptr_t)src, (size_t)len,
-                                 (const void *)(uintptr_t)dev, (void *)(uintptr_t)dst,
-                                 (size_t)room};
     }
     Py_DECREF(seq);
+    return jobs;
+}
+
+/* The arguments (ctx, jobs, device, stream) of a GPU codec call: the context (NULL with an
+ * exception), its jobs parsed as parse_jobs does. */
+static ft_ctx *gpu_call_args(PyObject *args, const char *what, size_t size,
+                             int (*parse)(PyObject *item, void *job), void **jobs,
+                             Py_ssize_t *n, int *device, void **stream)
+{
+    PyObject *cap, *list;
+    unsigned long long s;
+    if (!PyArg_ParseTuple(args, "OOiK", &cap, &list, device, &s))
+        return NULL;
+    *stream = (void *)(uintptr_t)s;
+    ft_ctx *ctx = cap_get(cap, CAP_CTX);
+    return ctx && (*jobs = parse_jobs(list, what, size, parse, n)) ? ctx : NULL;
+}
+
+/* (src_address, length, dst_address, capacity[, src_dev]) */
+static int parse_decode_job(PyObject *item, void *job)
+{
+    unsigned long long src, len, dst, room, dev = 0;
+    if (!PyArg_ParseTuple(item, "KKKK|K", &src, &len, &dst, &room, &dev))
+        return 0;
+    *(ft_codec_job *)job = (ft_codec_job){(const void *)(uintptr_t)src, (size_t)len,
+                                          (const void *)(uintptr_t)dev, (void *)(uintptr_t)dst,
+                                          (size_t)room};
+    return 1;
+}
+
+/* codec_decode_cuda(ctx, [(src_address, length, dst_address, capacity[, src_dev]), ...],
+ * device, stream) -> decoded bytes: the streams (host memory; src_dev: the same bytes already
+ * in device memory) decoded into device memory on the GPU */
+static PyObject *py_codec_decode_cuda(PyObject *self, PyObject *args)
+{
+    (void)self;
+    ft_codec_job *jobs;
+    Py_ssize_t n;
+    int device;
+    void *stream;
+    ft_ctx *ctx = gpu_call_args(args, "codec_decode_cuda: a list of jobs", sizeof *jobs,
+                                parse_decode_job, (void **)&jobs, &n, &device, &stream);
+    if (!ctx)
+        return NULL;
     int64_t r;
     Py_BEGIN_ALLOW_THREADS
-    r = ft_codec_decode_cuda(ctx, jobs, (size_t)n, device, (void *)(uintptr_t)stream);
+    r = ft_codec_decode_cuda(ctx, jobs, (size_t)n, device, stream);
     Py_END_ALLOW_THREADS
     PyMem_Free(jobs);
     return r < 0 ? raise_ft((int)r, "codec") : PyLong_FromLongLong(r);
+}
+
+/* (src_address, nbytes, elem_size, block_bytes, dst_address, capacity) */
+static int parse_encode_job(PyObject *item, void *job)
+{
+    unsigned long long src, nbytes, dst, room;
+    unsigned esize, block;
+    if (!PyArg_ParseTuple(item, "KKIIKK", &src, &nbytes, &esize, &block, &dst, &room))
+        return 0;
+    *(ft_codec_enc_job *)job = (ft_codec_enc_job){(const void *)(uintptr_t)src, nbytes, esize,
+                                                  block, (void *)(uintptr_t)dst, (size_t)room,
+                                                  0};
+    return 1;
 }
 
 /* codec_encode_cuda(ctx, [(src_address, nbytes, elem_size, block_bytes, dst_address,
@@ -137,51 +181,23 @@ static PyObject *py_codec_decode_cuda(PyObject *self, PyObject *args)
 static PyObject *py_codec_encode_cuda(PyObject *self, PyObject *args)
 {
     (void)self;
-    PyObject *cap, *list;
+    ft_codec_enc_job *jobs;
+    Py_ssize_t n;
     int device;
-    unsigned long long stream;
-    if (!PyArg_ParseTuple(args, "OOiK", &cap, &list, &device, &stream))
-        return NULL;
-    ft_ctx *ctx = cap_get(cap, CAP_CTX);
+    void *stream;
+    ft_ctx *ctx = gpu_call_args(args, "codec_encode_cuda: a list of jobs", sizeof *jobs,
+                                parse_encode_job, (void **)&jobs, &n, &device, &stream);
     if (!ctx)
         return NULL;
-    PyObject *seq = PySequence_Fast(list, "codec_encode_cuda: a list of jobs");
-    if (!seq)
-        return NULL;
-    Py_ssize_t n = PySequence_Size(seq);
-    ft_codec_enc_job *jobs = PyMem_Malloc(sizeof *jobs * (size_t)(n ? n : 1));
-    if (!jobs) {
-        Py_DECREF(seq);
-        return PyErr_NoMemory();
-    }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        unsigned long long src, nbytes, dst, room;
-        unsigned esize, block;
-        PyObject *item = PySequence_GetItem(seq, i);
-        int ok = item && PyArg_ParseTuple(item, "KKIIKK", &src, &nbytes, &esize, &block, &dst,
-                                          &room);
-        Py_XDECREF(item);
-        if (!ok) {
-            PyMem_Free(jobs);
-            Py_DECREF(seq);
-            return NULL;
-        }
-        jobs[i] = (ft_codec_enc_job){(const void *)(uintptr_t)src, nbytes, esize, block,
-                                     (void *)(uintptr_t)dst, (size_t)room, 0};
-    }
-    Py_DECREF(seq);
     int64_t r;
     Py_BEGIN_ALLOW_THREADS
-    r = ft_codec_encode_cuda_batch(ctx, jobs, (size_t)n, device, (void *)(uintptr_t)stream);
+    r = ft_codec_encode_cuda_batch(ctx, jobs, (size_t)n, device, stream);
     Py_END_ALLOW_THREADS
     PyObject *sizes = r < 0 ? NULL : PyList_New(n);
     for (Py_ssize_t i = 0; sizes && i < n; i++) {
         PyObject *v = PyLong_FromLongLong(jobs[i].size);
-        if (!v) {
+        if (!v || PyList_SetItem(sizes, i, v) < 0) /* (steals v) */
             Py_CLEAR(sizes);
-            break;
-        }
-        PyList_SetItem(sizes, i, v); /* (steals v) */
     }
     PyMem_Free(jobs);
     return r < 0 ? raise_ft((int)r, "codec") : sizes;
