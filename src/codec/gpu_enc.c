@@ -173,6 +173,10 @@ typedef struct ejob {
  * of sources that are not (copy). */
 typedef struct enc_mem {
     CUdeviceptr base, desc, planes, cbits, lastin, stage, copy;
+    /* where the stage is used: the stream its copies to the host go on, so that they overlap
+     * the next wave's steps 1-4; events: a wave written, its copies done */
+    CUstream out;
+    CUevent written, copied;
 } enc_mem;
 
 static uint64_t align256(uint64_t x)
@@ -290,9 +294,14 @@ static int wave_write(const enc_kernels *k, CUstream s, const enc_mem *m, wave *
     CUdeviceptr desc = m->desc, planes = m->planes, cbits = m->cbits;
     void *d[] = {&desc}, *write[] = {&desc, &planes, &cbits};
     int rc;
+    if (m->out && (r = ft__cu.StreamWaitEvent(s, m->copied, 0))) /* the stage copied out */
+        return ft__cuda_err(r, "codec: the GPU encoder");
     if ((rc = launch(k->clear, w->n, 1, 256, s, d, "codec: GPU encode (clear)")) < 0 ||
         (rc = launch(k->write, w->n, w->parts, CHUNK_THREADS, s, write, "codec: GPU encode (write)")) < 0)
         return rc;
+    if (m->out && ((r = ft__cu.EventRecord(m->written, s)) ||
+                   (r = ft__cu.StreamWaitEvent(m->out, m->written, 0))))
+        return ft__cuda_err(r, "codec: the GPU encoder");
     /* the staged blocks to their host destinations, a run of one job's blocks a copy */
     for (uint32_t i = 0; i < w->n;) {
         ejob *J = &jobs[w->job[i]];
@@ -302,12 +311,43 @@ static int wave_write(const enc_kernels *k, CUstream s, const enc_mem *m, wave *
             bytes += w->desc[e].size;
         if (!J->device_dst && bytes) {
             uint8_t *to = (uint8_t *)J->job->dst + J->table + J->at - bytes;
-            if ((r = ft__cu.MemcpyDtoHAsync(to, w->desc[i].out, bytes, s)))
+            if ((r = ft__cu.MemcpyDtoHAsync(to, w->desc[i].out, bytes, m->out)))
                 return ft__cuda_err(r, "codec: the coded bytes to the host");
         }
         i = e;
     }
-    return 0;
+    r = m->out ? ft__cu.EventRecord(m->copied, m->out) : 0;
+    return r ? ft__cuda_err(r, "codec: the GPU encoder") : 0;
+}
+
+/* The copy stream and its events, where the stage is used (@p stage). */
+static int copy_stream(enc_mem *m, bool stage)
+{
+    if (!stage)
+        return 0;
+    CUresult r = ft__cu.StreamCreate(&m->out, FT_CU_STREAM_NON_BLOCKING);
+    if (!r && !(r = ft__cu.EventCreate(&m->written, FT_CU_EVENT_DISABLE_TIMING)))
+        r = ft__cu.EventCreate(&m->copied, FT_CU_EVENT_DISABLE_TIMING);
+    if (!r)
+        r = ft__cu.EventRecord(m->copied, m->out); /* (nothing to wait for yet) */
+    return r ? ft__cuda_err(r, "codec: a stream for the GPU encoder's copies") : 0;
+}
+
+/* The copies done (into @p s's order), the copy stream and events gone. */
+static int copy_stream_end(enc_mem *m, CUstream s)
+{
+    CUresult r = m->out ? ft__cu.StreamWaitEvent(s, m->copied, 0) : 0;
+    if (m->out) {
+        CUresult q = ft__cu.StreamSynchronize(m->out);
+        r = r ? r : q;
+        ft__cu.StreamDestroy(m->out);
+    }
+    if (m->written)
+        ft__cu.EventDestroy(m->written);
+    if (m->copied)
+        ft__cu.EventDestroy(m->copied);
+    m->out = NULL;
+    return r ? ft__cuda_err(r, "codec: the coded bytes to the host") : 0;
 }
 
 /* Job @p i's arguments checked (its block size set where 0). */
@@ -414,8 +454,13 @@ int64_t ft__codec_encode_cuda_batch(ft_codec_enc_job *jobs, size_t n, int device
         rc = ft__cuda_alloc(&m.base, mem_layout(0, stage, copy, room, &m), s);
     if (rc >= 0 && blocks) {
         mem_layout(m.base, stage, copy, room, &m);
+        rc = copy_stream(&m, stage);
         for (unsigned e = 1; e <= 8 && rc >= 0; e *= 2)
             rc = encode_size(ej, n, e, &m, &w, device, s);
+    }
+    if (entered) {
+        int cr = copy_stream_end(&m, s);
+        rc = rc < 0 ? rc : cr;
     }
     int64_t total = 0;
     for (size_t i = 0; i < n && rc >= 0; i++) {
