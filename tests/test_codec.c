@@ -394,7 +394,7 @@ static void case_corrupt_streams(void)
 }
 
 /* xxh3-64 of @p len bytes at @p p as the GPU encoder's count step computes it: its whole
- * 1 KiB blocks from aligned copies of 16 KiB tiles (shared memory there), the rest from
+ * 1 KiB blocks from aligned copies of 14 KiB tiles (shared memory there), the rest from
  * @p p */
 static uint64_t xxh3_dev(const uint8_t *p, size_t len)
 {
@@ -405,8 +405,8 @@ static uint64_t xxh3_dev(const uint8_t *p, size_t len)
     uint64_t nx = (len - 1) / 1024;
     for (unsigned l = 0; l < 8; l++) {
         acc[l] = ftz_xxh3_init(l, keys);
-        for (uint64_t t = 0; 16 * t < nx; t++) {
-            uint64_t nb = FT__MIN(16, nx - 16 * t);
+        for (uint64_t t = 0; FTZ_TILE / 1024 * t < nx; t++) {
+            uint64_t nb = FT__MIN(FTZ_TILE / 1024, nx - FTZ_TILE / 1024 * t);
             memcpy(tile, p + t * FTZ_TILE, nb * 1024);
             acc[l] = ftz_xxh3_blocks(acc[l], (uint64_t)(uintptr_t)tile, nb, l, keys);
         }

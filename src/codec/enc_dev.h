@@ -7,10 +7,12 @@
  *
  * A block's encoding, in steps (one kernel each on the GPU):
  * 1. count: the histogram of each byte plane and the block's checksum, xxh3-64 of its bytes
- *    (a CUDA block per codec block: the block goes through shared memory in tiles, every
- *    thread counts its share, eight lanes hash each tile, one accumulator each);
- * 2. code: per plane, one thread: raw, constant or Huffman, the code lengths (the
- *    length-limited Huffman encode.c calls too: the same code), the canonical codes;
+ *    (a CUDA block per codec block: the block goes through shared memory in tiles; seven
+ *    warps load and count a tile while eight lanes of the eighth hash the one before, one
+ *    accumulator each);
+ * 2. code: per plane: raw, constant or Huffman, the code lengths (the length-limited
+ *    Huffman encode.c calls too: the same code; on the GPU the symbols are sorted by rank, a
+ *    thread each, and one thread builds the code), the canonical codes;
  * 3. bits: each stream is cut into chunks of FTZ_CHUNK elements, a thread per chunk (every
  *    plane of it): its bits per plane, and in the chunk holding a stream's last group of four
  *    symbols the bits before it (where encode.c checks its room last);
@@ -37,8 +39,11 @@
 
 #define FTZ_HUFF_HEAD (128 + 4 * FTZ_LANES) /* code lengths, stream sizes */
 
-#define FTZ_CHUNK 256 /* elements of a stream a thread codes (steps 3 and 5) */
-#define FTZ_TILE 16384 /* bytes of a block in shared memory at a time (step 1) */
+/* elements of a stream a thread codes (steps 3 and 5): few, so that a warp's stores of
+ * neighbouring chunks fall on few cache lines */
+#define FTZ_CHUNK 32
+/* bytes of a block in shared memory at a time (step 1): 64 for each thread of 7 warps */
+#define FTZ_TILE 14336
 
 /* One block for the encoder's kernels (the host fills src, n and chunk0, later out). */
 typedef struct ftz_eblock {
@@ -89,27 +94,22 @@ FTZ_FN void ftz_count_word(uint64_t v, unsigned valid, unsigned E, uint32_t *his
 
 /* ---- step 2: the code ---- */
 
-/*
- * Huffman code lengths (at most FTZ_MAXLEN) of the symbols counted in @p count (two or
- * more), for both encoders (encode.c's code_lengths calls this): leaves sorted by (count,
- * symbol), counts clamped to 2^23 - 1, two queues merged with leaves first on ties, depths
- * clamped, then the rarest symbols lengthened until the code fits.
- */
-FTZ_FN void ftz_code_lengths(const uint32_t count[256], uint8_t len[256])
+/* Symbol @p s's sort key: its count (clamped to 2^23 - 1) above the symbol (keys are
+ * distinct: any sort orders them alike). */
+FTZ_FN uint64_t ftz_key(uint32_t count, unsigned s)
 {
-    uint64_t key[256]; /* count << 8 | symbol, sorted */
-    uint64_t weight[511];
-    uint16_t parent[511];
-    uint8_t depth[511];
+    uint64_t c = count < (0xffffffffu >> 9) ? count : (0xffffffffu >> 9);
+    return c << 8 | s;
+}
+
+/* The keys of the symbols counted in @p count, sorted (Shell sort); @return how many. */
+FTZ_FN unsigned ftz_sorted_keys(const uint32_t count[256], uint64_t key[256])
+{
     unsigned n = 0;
-    for (unsigned s = 0; s < 256; s++) {
-        len[s] = 0;
-        if (count[s]) {
-            uint64_t c = count[s] < (0xffffffffu >> 9) ? count[s] : (0xffffffffu >> 9);
-            key[n++] = c << 8 | s;
-        }
-    }
-    const unsigned gaps[] = {57, 23, 10, 4, 1}; /* Shell sort (the keys are distinct) */
+    for (unsigned s = 0; s < 256; s++)
+        if (count[s])
+            key[n++] = ftz_key(count[s], s);
+    const unsigned gaps[] = {57, 23, 10, 4, 1};
     for (unsigned g = 0; g < 5; g++)
         for (unsigned i = gaps[g]; i < n; i++) {
             uint64_t v = key[i];
@@ -118,8 +118,18 @@ FTZ_FN void ftz_code_lengths(const uint32_t count[256], uint8_t len[256])
                 key[j] = key[j - gaps[g]];
             key[j] = v;
         }
-    if (n < 2)
-        return; /* (not called so: one symbol is a constant plane) */
+    return n;
+}
+
+/*
+ * Huffman code lengths (at most FTZ_MAXLEN) into @p len (zeroed by the caller) of the
+ * @p n >= 2 symbols whose keys @p key holds sorted, for both encoders: two queues merged with
+ * leaves first on ties, depths clamped, then the rarest symbols lengthened until the code
+ * fits. @p weight, @p parent, @p depth: room for 511 (shared memory on the GPU).
+ */
+FTZ_FN void ftz_lengths(const uint64_t *key, unsigned n, uint8_t len[256], uint64_t *weight,
+                        uint16_t *parent, uint8_t *depth)
+{
     for (unsigned i = 0; i < n; i++)
         weight[i] = key[i] >> 8;
     unsigned next_leaf = 0, next_node = n, made = n;
@@ -156,10 +166,24 @@ FTZ_FN void ftz_code_lengths(const uint32_t count[256], uint8_t len[256])
         }
 }
 
-/* Plane @p p's mode and code from its counts (encode.c's encode_plane, up to its streams):
- * constant where one byte value is used, raw where the plane is too short or the code's
- * estimate gains nothing, else Huffman with canonical codes. */
-FTZ_FN void ftz_plane_code(ftz_eplane *p)
+/* Huffman code lengths (at most FTZ_MAXLEN) of the symbols counted in @p count (two or
+ * more), for both encoders (encode.c's code_lengths calls this). */
+FTZ_FN void ftz_code_lengths(const uint32_t count[256], uint8_t len[256])
+{
+    uint64_t key[256], weight[511];
+    uint16_t parent[511];
+    uint8_t depth[511];
+    for (unsigned s = 0; s < 256; s++)
+        len[s] = 0;
+    unsigned n = ftz_sorted_keys(count, key);
+    if (n >= 2) /* (one symbol is a constant plane) */
+        ftz_lengths(key, n, len, weight, parent, depth);
+}
+
+/* Plane @p p's mode from its counts, up to its code (encode.c's encode_plane): constant
+ * where one byte value is used, raw where the plane is too short. @return whether a code
+ * is to be made (then ftz_plane_huff decides). */
+FTZ_FN int ftz_plane_start(ftz_eplane *p)
 {
     unsigned used = 0, last = 0;
     for (unsigned v = 0; v < 256; v++)
@@ -173,12 +197,15 @@ FTZ_FN void ftz_plane_code(ftz_eplane *p)
         p->mode = FTZ_CONST;
         p->value = (uint8_t)last;
         p->size = 2;
-        return;
+        return 0;
     }
-    if (used == 0 || p->n <= 1 + FTZ_HUFF_HEAD)
-        return;
-    uint8_t len[256];
-    ftz_code_lengths(p->count, len);
+    return used != 0 && p->n > 1 + FTZ_HUFF_HEAD;
+}
+
+/* Plane @p p with code lengths @p len: raw where the code's estimate gains nothing, else
+ * Huffman with canonical codes. */
+FTZ_FN void ftz_plane_huff(ftz_eplane *p, const uint8_t len[256])
+{
     uint64_t bits = 0;
     for (unsigned v = 0; v < 256; v++)
         bits += (uint64_t)p->count[v] * len[v];
@@ -202,6 +229,16 @@ FTZ_FN void ftz_plane_code(ftz_eplane *p)
     for (unsigned i = 0; i < 128; i++)
         p->lens[i] = (uint8_t)(len[2 * i] | len[2 * i + 1] << 4);
     p->mode = FTZ_HUFF;
+}
+
+/* Plane @p p's mode and code from its counts, on one thread (the CPU runner's step 2). */
+FTZ_FN void ftz_plane_code(ftz_eplane *p)
+{
+    if (!ftz_plane_start(p))
+        return;
+    uint8_t len[256];
+    ftz_code_lengths(p->count, len);
+    ftz_plane_huff(p, len);
 }
 
 /* ---- steps 3-5: streams ---- */
@@ -408,15 +445,22 @@ FTZ_FN void ftz_stream_sum(uint32_t *cbits, uint32_t n, unsigned E, unsigned k, 
     uint32_t C = ftz_chunks(n), from, to;
     ftz_lane_range(n, lane, &from, &to);
     uint32_t cl = (ftz_last_group(from, to) - from) / FTZ_CHUNK;
+    uint32_t *x = &cbits[(uint64_t)lane * C * E + k];
     uint64_t at = 0;
     *last = 0;
-    for (uint32_t c = 0; c < C; c++) {
-        uint32_t *x = &cbits[((uint64_t)lane * C + c) * E + k];
-        if (c == cl && from < to)
-            *last = at + lastin[32 * k + lane];
-        uint32_t t = *x;
-        *x = (uint32_t)at;
-        at += t;
+    for (uint32_t c0 = 0; c0 < C; c0 += 8) { /* eight loads at a time, then their sums */
+        uint32_t t[8];
+        FTZ_UNROLL
+        for (unsigned i = 0; i < 8; i++)
+            t[i] = c0 + i < C ? x[(uint64_t)(c0 + i) * E] : 0;
+        FTZ_UNROLL
+        for (unsigned i = 0; i < 8; i++) {
+            if (c0 + i == cl && from < to)
+                *last = at + lastin[32 * k + lane];
+            if (c0 + i < C)
+                x[(uint64_t)(c0 + i) * E] = (uint32_t)at;
+            at += t[i];
+        }
     }
     *bits = at;
 }

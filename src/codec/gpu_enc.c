@@ -9,7 +9,6 @@
 #include "../gpu/cuda.h"
 
 #include <errno.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -98,7 +97,8 @@ int64_t ft__codec_encode_lanes(const void *src, uint64_t nbytes, unsigned esize,
         uint64_t off = (uint64_t)i * block_bytes;
         ftz_eblock b = {.src = (uint64_t)(uintptr_t)(copy + off),
                         .n = (uint32_t)(FT__MIN(block_bytes, nbytes - off) / esize)};
-        if (encode_block_lanes(&b, planes, esize, tile, (uint64_t)(uintptr_t)(out + table + at)) < 0)
+        uint64_t place = (uint64_t)(uintptr_t)(out + table + at);
+        if (encode_block_lanes(&b, planes, esize, tile, place) < 0)
             goto done;
         at += b.size;
         put64(out + HEAD + ENTRY * (size_t)i, at);
@@ -137,13 +137,16 @@ static int encode_kernels(int device, unsigned esize, enc_kernels *k)
     if (&ft__codec_fatbin_end[0] == &ft__codec_fatbin[0])
         return ft__err(-ENOSYS, "codec: this library was built without nvcc, so it has no GPU "
                        "encoder (encode on the host: ft_codec_encode)");
-    char names[4][24];
-    const char *steps[4] = {"count", "bits", "layout", "write"};
-    for (unsigned i = 0; i < 4; i++)
-        snprintf(names[i], sizeof names[i], "ftz_enc_%s_%u", steps[i], esize);
+    /* (names that last: the kernel cache keeps them) */
+    static const char *const names[4][4] = {
+        {"ftz_enc_count_1", "ftz_enc_bits_1", "ftz_enc_layout_1", "ftz_enc_write_1"},
+        {"ftz_enc_count_2", "ftz_enc_bits_2", "ftz_enc_layout_2", "ftz_enc_write_2"},
+        {"ftz_enc_count_4", "ftz_enc_bits_4", "ftz_enc_layout_4", "ftz_enc_write_4"},
+        {"ftz_enc_count_8", "ftz_enc_bits_8", "ftz_enc_layout_8", "ftz_enc_write_8"}};
+    const char *const *n = names[esize == 1 ? 0 : esize == 2 ? 1 : esize == 4 ? 2 : 3];
     struct { const char *name; CUfunction *fn; } want[] = {
-        {names[0], &k->count}, {"ftz_enc_code", &k->code}, {names[1], &k->bits},
-        {names[2], &k->layout}, {"ftz_enc_clear", &k->clear}, {names[3], &k->write}};
+        {n[0], &k->count}, {"ftz_enc_code", &k->code}, {n[1], &k->bits},
+        {n[2], &k->layout}, {"ftz_enc_clear", &k->clear}, {n[3], &k->write}};
     for (size_t i = 0; i < sizeof want / sizeof *want; i++) {
         int rc = ft__cuda_function(device, ft__codec_fatbin, want[i].name, want[i].fn);
         if (rc < 0)
@@ -255,13 +258,15 @@ static int wave_measure(const enc_kernels *k, CUstream s, const enc_mem *m, wave
         return ft__cuda_err(r, "codec: the blocks to the GPU");
     unsigned nplanes = w->n * esize;
     CUdeviceptr desc = m->desc, planes = m->planes, cbits = m->cbits, lastin = m->lastin;
-    void *dp[] = {&desc, &planes}, *pn[] = {&planes, &nplanes};
+    void *dp[] = {&desc, &planes}, *pn[] = {&planes};
     void *bits[] = {&desc, &planes, &cbits, &lastin};
     int rc;
     if ((rc = launch(k->count, w->n, 1, COUNT_THREADS, s, dp, "codec: GPU encode (count)")) < 0 ||
-        (rc = launch(k->code, (nplanes + 63) / 64, 1, 64, s, pn, "codec: GPU encode (code)")) < 0 ||
-        (rc = launch(k->bits, w->n, w->parts, CHUNK_THREADS, s, bits, "codec: GPU encode (bits)")) < 0 ||
-        (rc = launch(k->layout, w->n, 1, FTZ_LANES * esize, s, bits, "codec: GPU encode (layout)")) < 0)
+        (rc = launch(k->code, nplanes, 1, 256, s, pn, "codec: GPU encode (code)")) < 0 ||
+        (rc = launch(k->bits, w->n, w->parts, CHUNK_THREADS, s, bits,
+                     "codec: GPU encode (bits)")) < 0 ||
+        (rc = launch(k->layout, w->n, 1, FTZ_LANES * esize, s, bits,
+                     "codec: GPU encode (layout)")) < 0)
         return rc;
     if ((r = ft__cu.MemcpyDtoHAsync(w->desc, m->desc, w->n * sizeof *w->desc, s)) ||
         (r = ft__cu.StreamSynchronize(s)))
@@ -297,7 +302,8 @@ static int wave_write(const enc_kernels *k, CUstream s, const enc_mem *m, wave *
     if (m->out && (r = ft__cu.StreamWaitEvent(s, m->copied, 0))) /* the stage copied out */
         return ft__cuda_err(r, "codec: the GPU encoder");
     if ((rc = launch(k->clear, w->n, 1, 256, s, d, "codec: GPU encode (clear)")) < 0 ||
-        (rc = launch(k->write, w->n, w->parts, CHUNK_THREADS, s, write, "codec: GPU encode (write)")) < 0)
+        (rc = launch(k->write, w->n, w->parts, CHUNK_THREADS, s, write,
+                     "codec: GPU encode (write)")) < 0)
         return rc;
     if (m->out && ((r = ft__cu.EventRecord(m->written, s)) ||
                    (r = ft__cu.StreamWaitEvent(m->out, m->written, 0))))

@@ -45,81 +45,93 @@ KERNEL(8)
 /*
  * The encoder (enc_dev.h's steps): count (a CUDA block per codec block: the block through
  * shared memory in tiles, its warps into shared histograms, eight lanes hashing), code (a
- * thread per plane), bits (a thread per chunk of a stream, every plane of it), layout (a warp
- * per plane, a lane per stream), clear (the blocks' places zeroed), write (a thread per
- * chunk again). The code tables sit in shared memory.
+ * CUDA block per plane), bits (a thread per chunk of a stream, every plane of it), layout
+ * (a warp per plane, a lane per stream), clear (the blocks' places zeroed), write (a thread
+ * per chunk again). The code tables sit in shared memory.
  */
 #define FTZ_COUNT_THREADS 256
 #define FTZ_CHUNK_THREADS 256
 
-/* Thread threadIdx.x's 64 bytes of tile @p t of the block at @p src (@p len bytes) in
- * @p r (zero past the end), through aligned words that hold them. @return how many are the
- * block's. */
+/* Loader @p i's 64 bytes of tile @p t of the block at @p src (@p len bytes) in @p r (zero
+ * past the end), through aligned words that hold them. @return how many are the block's. */
 __device__ __forceinline__ unsigned tile_piece(uint64_t src, uint64_t len, uint64_t t,
-                                               uint64_t r[8])
+                                               unsigned i, uint64_t r[8])
 {
-    uint64_t o = t * FTZ_TILE + 64ull * threadIdx.x;
+    uint64_t o = t * FTZ_TILE + 64ull * i;
     unsigned valid = o < len ? (unsigned)min(64ull, len - o) : 0;
     uint64_t at = src + o;
     if (valid == 64 && !(at & 15)) {
         const ulonglong2 *v = (const ulonglong2 *)(uintptr_t)at;
 #pragma unroll
-        for (unsigned i = 0; i < 4; i++) {
-            ulonglong2 x = __ldg(v + i);
-            r[2 * i] = x.x;
-            r[2 * i + 1] = x.y;
+        for (unsigned j = 0; j < 4; j++) {
+            ulonglong2 x = __ldg(v + j);
+            r[2 * j] = x.x;
+            r[2 * j + 1] = x.y;
         }
         return valid;
     }
 #pragma unroll
-    for (unsigned i = 0; i < 8; i++) {
-        unsigned pv = valid > 8 * i ? min(8u, valid - 8 * i) : 0;
+    for (unsigned j = 0; j < 8; j++) {
+        unsigned pv = valid > 8 * j ? min(8u, valid - 8 * j) : 0;
         if (pv == 8) {
-            r[i] = ftz_ld64u(at + 8 * i);
+            r[j] = ftz_ld64u(at + 8 * j);
         } else {
-            r[i] = 0;
-            for (unsigned j = 0; j < pv; j++)
-                r[i] |= (uint64_t)ftz_ld8(at + 8 * i + j) << (8 * j);
+            r[j] = 0;
+            for (unsigned b = 0; b < pv; b++)
+                r[j] |= (uint64_t)ftz_ld8(at + 8 * j + b) << (8 * b);
         }
     }
     return valid;
 }
 
+/*
+ * Step 1 for block blockIdx.x: warp 0 hashes (eight lanes, one xxh3 accumulator each) while
+ * the other warps load the next tile into the other half of a double buffer and count it
+ * (each its 64 bytes, into per-warp histograms), the tile after it already on its way into
+ * their registers.
+ */
 template <unsigned E>
 __device__ __forceinline__ void enc_count(ftz_eblock *__restrict__ blocks,
                                           ftz_eplane *__restrict__ planes)
 {
-    constexpr unsigned COPIES = E >= 8 ? 2 : E == 4 ? 4 : 8;
+    constexpr unsigned COPIES = E >= 8 ? 2 : E == 4 ? 4 : 7;
     __shared__ uint32_t hist[COPIES][E * 256];
-    __shared__ __align__(16) uint64_t tile[FTZ_TILE / 8];
+    __shared__ __align__(16) uint64_t tile[2][FTZ_TILE / 8];
     __shared__ uint64_t acc8[8];
     for (unsigned v = threadIdx.x; v < COPIES * E * 256; v += blockDim.x)
         (&hist[0][0])[v] = 0;
     ftz_eblock *b = &blocks[blockIdx.x];
     const uint64_t len = (uint64_t)b->n * E;
-    uint32_t *h = hist[(threadIdx.x / 32) % COPIES];
+    const uint64_t nx = len > 240 ? (len - 1) / 1024 : 0, ntiles = (len + FTZ_TILE - 1) / FTZ_TILE;
+    const unsigned warp = threadIdx.x / 32, loader = threadIdx.x - 32;
     const bool hash = threadIdx.x < 8 && len > 240;
-    uint64_t keys[17], acc = 0;
+    uint32_t *h = hist[(warp + COPIES - 1) % COPIES];
+    uint64_t keys[17], acc = 0, r[8];
+    unsigned valid = 0;
     if (hash)
         acc = ftz_xxh3_init(threadIdx.x, keys);
-    const uint64_t nx = len > 240 ? (len - 1) / 1024 : 0, ntiles = (len + FTZ_TILE - 1) / FTZ_TILE;
-    uint64_t r[8];
-    unsigned valid = tile_piece(b->src, len, 0, r);
-    for (uint64_t t = 0; t < ntiles; t++) {
-        __syncthreads(); /* the last tile hashed (the histograms cleared) */
+    if (warp)
+        valid = tile_piece(b->src, len, 0, loader, r);
+    __syncthreads(); /* (the histograms cleared) */
+    for (uint64_t t = 0; t <= ntiles; t++) {
+        /* tile t - 1 hashed by warp 0 while tile t is stored and counted */
+        if (warp == 0) {
+            if (hash && t && (FTZ_TILE / 1024) * (t - 1) < nx) {
+                uint64_t nb = min((uint64_t)FTZ_TILE / 1024, nx - (FTZ_TILE / 1024) * (t - 1));
+                acc = ftz_xxh3_blocks(acc, (uint64_t)(uintptr_t)tile[(t - 1) & 1], nb,
+                                      threadIdx.x, keys);
+            }
+        } else if (t < ntiles) {
 #pragma unroll
-        for (unsigned i = 0; i < 8; i++) {
-            tile[8 * threadIdx.x + i] = r[i];
-            ftz_count_word(r[i], valid > 8 * i ? valid - 8 * i : 0, E, h);
+            for (unsigned i = 0; i < 8; i++) {
+                tile[t & 1][8 * loader + i] = r[i];
+                ftz_count_word(r[i], valid > 8 * i ? valid - 8 * i : 0, E, h);
+            }
+            if (t + 1 < ntiles)
+                valid = tile_piece(b->src, len, t + 1, loader, r);
         }
         __syncthreads();
-        if (t + 1 < ntiles)
-            valid = tile_piece(b->src, len, t + 1, r);
-        if (hash && 16 * t < nx)
-            acc = ftz_xxh3_blocks(acc, (uint64_t)(uintptr_t)tile, min(16ull, nx - 16 * t),
-                                  threadIdx.x, keys);
     }
-    __syncthreads();
     ftz_eplane *p = &planes[(size_t)blockIdx.x * E];
     for (unsigned v = threadIdx.x; v < E * 256; v += blockDim.x) {
         uint32_t c = 0;
@@ -232,11 +244,35 @@ ENC_KERNELS(2)
 ENC_KERNELS(4)
 ENC_KERNELS(8)
 
-extern "C" __global__ void ftz_enc_code(ftz_eplane *__restrict__ planes, unsigned nplanes)
+/* A plane's code, a CUDA block per plane: its used symbols' keys sorted by rank (a thread
+ * each), then one thread builds the code in shared memory. */
+extern "C" __global__ void __launch_bounds__(256) ftz_enc_code(ftz_eplane *__restrict__ planes)
 {
-    unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < nplanes)
-        ftz_plane_code(&planes[i]);
+    __shared__ uint64_t keys[256], key[256], weight[511];
+    __shared__ uint16_t parent[511];
+    __shared__ uint8_t depth[511], len[256];
+    __shared__ int go;
+    ftz_eplane *p = &planes[blockIdx.x];
+    unsigned s = threadIdx.x;
+    if (s == 0)
+        go = ftz_plane_start(p);
+    uint32_t c = p->count[s];
+    uint64_t k = c ? ftz_key(c, s) : ~0ull;
+    keys[s] = k;
+    len[s] = 0;
+    __syncthreads();
+    if (!go)
+        return;
+    unsigned rank = 0;
+    for (unsigned j = 0; j < 256; j++)
+        rank += keys[j] < k;
+    if (c)
+        key[rank] = k;
+    unsigned n = __syncthreads_count(c != 0);
+    if (s == 0) {
+        ftz_lengths(key, n, len, weight, parent, depth);
+        ftz_plane_huff(p, len);
+    }
 }
 
 /* Each block's place [out, out + size) zeroed (the write ORs the words it shares). */

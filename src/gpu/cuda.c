@@ -236,7 +236,9 @@ typedef struct kernel {
     CUfunction fn;
 } kernel;
 
-#define MAX_KERNELS 128 /* the codec's 10 (4 decoders, 6 encoder steps) on each of 8 GPUs, and more */
+/* the codec's 22 kernels (4 decoders; the encoder's 4 steps by 4 element sizes, and 2) on
+ * each of 8 GPUs, and more */
+#define MAX_KERNELS 256
 static kernel kernels[MAX_KERNELS];
 static unsigned nkernels;
 static CUmodule modules[MAX_KERNELS];

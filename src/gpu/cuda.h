@@ -117,7 +117,8 @@ int ft__cuda_pointer(const void *ptr, int *device, bool *pinned);
 int ft__buf_device(const ft_buf *buf, int *device);
 
 /**
- * Function @p name of the module image @p image (fatbin, cubin or PTX, kept by the caller
+ * Function @p name (a string kept for the process's life, as the image: the cache keeps the
+ * pointer) of the module image @p image (fatbin, cubin or PTX, kept by the caller
  * for the process's life) in @p device's primary context, which the caller has entered
  * (ft__cuda_enter): loaded on first use, then kept. @return 0 and *fn, or -ENOSYS where the
  * driver cannot load modules, -errno.
