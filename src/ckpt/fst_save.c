@@ -130,9 +130,15 @@ static void code_on_gpus(writer *w, batch *b)
         pthread_mutex_t *one = ft__fst_gpu_lock(w->ctx, dev);
         pthread_mutex_lock(one);
         int64_t r = ft_codec_encode_cuda_batch(w->ctx, jobs, n, dev, NULL);
+        /* where the batch fails, each alone: one tensor's failure leaves the others coded */
+        for (size_t j = 0; r < 0 && n > 1 && j < n; j++)
+            jobs[j].size = ft_codec_encode_cuda_batch(w->ctx, &jobs[j], 1, dev, NULL) < 0
+                               ? -1 : jobs[j].size;
         pthread_mutex_unlock(one);
-        for (size_t j = 0; r >= 0 && j < n; j++) {
+        for (size_t j = 0; (r >= 0 || n > 1) && j < n; j++) {
             coded *y = &b->items[which[j]];
+            if (jobs[j].size < 0)
+                continue; /* (GPU_FAILED: coded on the host) */
             y->size = (uint64_t)jobs[j].size;
             y->gpu = saves_enough(jobs[j].size, y->t->data.len) ? GPU_CODED : GPU_TOO_LITTLE;
         }
@@ -166,7 +172,8 @@ static int64_t encode_one(void *arg, unsigned i)
             x->buf = NULL;
             m = ft__err(-ENOMEM, "tensor '%s': %zu bytes", t->name, cap);
         }
-        if (m == 0 && t->data.kind == FT_MEM_CUDA) { /* coded or stored from a host copy */
+        /* coded or stored from a host copy (an empty tensor has none, nor an address) */
+        if (m == 0 && t->data.kind == FT_MEM_CUDA && n) {
             if (!(host = malloc(n ? (size_t)n : 1)))
                 m = ft__err(-ENOMEM, "tensor '%s': %llu bytes", t->name, (unsigned long long)n);
             else if ((m = ft_cuda_copy(host, src, (size_t)n)) == 0)
