@@ -60,7 +60,8 @@ $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	@echo "  CC $<"; $(CC) $(ALL_CFLAGS) -MMD -MP -c $< -o $@
 
-$(BUILD)/src/codec/kernel.fatbin: src/codec/kernel.cu src/codec/dev.h src/codec/enc_dev.h
+$(BUILD)/src/codec/kernel.fatbin: src/codec/kernel.cu src/codec/dev.h src/codec/enc_dev.h \
+    src/codec/enc_xxh3.h
 	@mkdir -p $(dir $@)
 	@if [ -n "$(NVCC)" ]; then echo "  NVCC $<"; $(NVCC) -fatbin $(NVCC_ARCH) -O3 -o $@ $<; \
 	else echo "  (no nvcc: no GPU decoder)"; : > $@; fi
