@@ -16,9 +16,10 @@
  * 3. bits: each stream is cut into chunks of FTZ_CHUNK elements, a thread per chunk (every
  *    plane of it): its bits per plane, and in the chunk holding a stream's last group of four
  *    symbols the bits before it (where encode.c checks its room last);
- * 4. layout: per plane a warp, a lane per stream: its chunks' offsets (a prefix sum), its
- *    bits, the streams' starts with put_stream's exact room bounds (a plane that would not
- *    fit is stored raw, as encode.c does), the planes' places and the block's size;
+ * 4. layout: per stream, its chunks' offsets (a prefix sum: on the GPU a warp's scan) and
+ *    its bits; per plane, the streams' starts with put_stream's exact room bounds (a plane
+ *    that would not fit is stored raw, as encode.c does); the planes' places and the block's
+ *    size;
  * 5. write (once the host placed every block): a thread per chunk writes its codes at its
  *    bit offset, whole 32-bit words it alone fills stored, the words it shares with its
  *    neighbours (and the headers' bytes) OR-ed into memory cleared before; raw planes go the

@@ -127,6 +127,7 @@ extern const unsigned char ft__codec_fatbin[], ft__codec_fatbin_end[];
 #define WAVE_PLANES 4096u
 #define COUNT_THREADS 256 /* kernel.cu's FTZ_COUNT_THREADS */
 #define CHUNK_THREADS 256 /* kernel.cu's FTZ_CHUNK_THREADS */
+#define LAYOUT_THREADS 1024 /* kernel.cu's FTZ_LAYOUT_THREADS */
 
 typedef struct enc_kernels {
     CUfunction count, code, bits, layout, clear, write;
@@ -265,7 +266,7 @@ static int wave_measure(const enc_kernels *k, CUstream s, const enc_mem *m, wave
         (rc = launch(k->code, nplanes, 1, 256, s, pn, "codec: GPU encode (code)")) < 0 ||
         (rc = launch(k->bits, w->n, w->parts, CHUNK_THREADS, s, bits,
                      "codec: GPU encode (bits)")) < 0 ||
-        (rc = launch(k->layout, w->n, 1, FTZ_LANES * esize, s, bits,
+        (rc = launch(k->layout, w->n, 1, LAYOUT_THREADS, s, bits,
                      "codec: GPU encode (layout)")) < 0)
         return rc;
     if ((r = ft__cu.MemcpyDtoHAsync(w->desc, m->desc, w->n * sizeof *w->desc, s)) ||

@@ -46,11 +46,12 @@ KERNEL(8)
  * The encoder (enc_dev.h's steps): count (a CUDA block per codec block: the block through
  * shared memory in tiles, its warps into shared histograms, eight lanes hashing), code (a
  * CUDA block per plane), bits (a thread per chunk of a stream, every plane of it), layout
- * (a warp per plane, a lane per stream), clear (the blocks' places zeroed), write (a thread
- * per chunk again). The code tables sit in shared memory.
+ * (a CUDA block per codec block, a warp per stream in turns), clear (the blocks' places
+ * zeroed), write (a thread per chunk again). The code tables sit in shared memory.
  */
 #define FTZ_COUNT_THREADS 256
 #define FTZ_CHUNK_THREADS 256
+#define FTZ_LAYOUT_THREADS 1024
 
 /* Loader @p i's 64 bytes of tile @p t of the block at @p src (@p len bytes) in @p r (zero
  * past the end), through aligned words that hold them. @return how many are the block's. */
@@ -179,6 +180,9 @@ __device__ __forceinline__ void enc_bits(const ftz_eblock *__restrict__ blocks,
                        &lastin[(size_t)blockIdx.x * E * FTZ_LANES]);
 }
 
+/* Step 4 for block blockIdx.x: a warp per stream (in turns), its chunks' bits turned into
+ * their offsets 32 at a time (a warp scan; ftz_stream_sum's result), then each plane's
+ * layout and the block's. */
 template <unsigned E>
 __device__ __forceinline__ void enc_layout(ftz_eblock *__restrict__ blocks,
                                            ftz_eplane *__restrict__ planes,
@@ -186,14 +190,40 @@ __device__ __forceinline__ void enc_layout(ftz_eblock *__restrict__ blocks,
                                            const uint32_t *__restrict__ lastin)
 {
     __shared__ uint64_t bits[E][FTZ_LANES], last[E][FTZ_LANES];
-    unsigned k = threadIdx.x / FTZ_LANES, lane = threadIdx.x % FTZ_LANES;
     ftz_eblock *b = &blocks[blockIdx.x];
     ftz_eplane *p = &planes[(size_t)blockIdx.x * E];
-    ftz_stream_sum(&cbits[b->chunk0], b->n, E, k, lane,
-                   &lastin[(size_t)blockIdx.x * E * FTZ_LANES], &bits[k][lane], &last[k][lane]);
+    const uint32_t C = ftz_chunks(b->n);
+    const unsigned warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
+    for (unsigned st = warp; st < E * FTZ_LANES; st += warps) {
+        unsigned k = st / FTZ_LANES, j = st % FTZ_LANES;
+        uint32_t from, to;
+        ftz_lane_range(b->n, j, &from, &to);
+        uint32_t cl = (ftz_last_group(from, to) - from) / FTZ_CHUNK;
+        uint32_t *x = &cbits[b->chunk0 + (uint64_t)j * C * E + k];
+        uint64_t base = 0;
+        for (uint32_t c0 = 0; c0 < C; c0 += 32) {
+            uint32_t c = c0 + lane, t = c < C ? x[(uint64_t)c * E] : 0, sum = t;
+#pragma unroll
+            for (unsigned d = 1; d < 32; d *= 2) {
+                uint32_t v = __shfl_up_sync(0xffffffffu, sum, d);
+                sum += lane >= d ? v : 0;
+            }
+            uint64_t at = base + sum - t; /* (exclusive) */
+            if (c < C)
+                x[(uint64_t)c * E] = (uint32_t)at;
+            if (c == cl && from < to)
+                last[k][j] = at + lastin[((size_t)blockIdx.x * E + k) * FTZ_LANES + j];
+            base += __shfl_sync(0xffffffffu, sum, 31);
+        }
+        if (lane == 0) {
+            bits[k][j] = base;
+            if (from >= to)
+                last[k][j] = 0;
+        }
+    }
     __syncthreads();
-    if (lane == 0)
-        ftz_plane_finish(&p[k], bits[k], last[k]);
+    if (threadIdx.x < E)
+        ftz_plane_finish(&p[threadIdx.x], bits[threadIdx.x], last[threadIdx.x]);
     __syncthreads();
     if (threadIdx.x == 0)
         ftz_block_finish(b, p, E);
@@ -226,7 +256,7 @@ __device__ __forceinline__ void enc_write(const ftz_eblock *__restrict__ blocks,
     {                                                                                         \
         enc_bits<E>(blocks, planes, cbits, lastin);                                           \
     }                                                                                         \
-    extern "C" __global__ void __launch_bounds__(FTZ_LANES * E)                               \
+    extern "C" __global__ void __launch_bounds__(FTZ_LAYOUT_THREADS)                          \
     ftz_enc_layout_##E(ftz_eblock *__restrict__ blocks, ftz_eplane *__restrict__ planes,      \
                        uint32_t *__restrict__ cbits, const uint32_t *__restrict__ lastin)     \
     {                                                                                         \
