@@ -122,7 +122,8 @@ extern const unsigned char ft__codec_fatbin[], ft__codec_fatbin_end[];
 
 /* A wave: the blocks encoded together, of one element size, up to WAVE_BYTES of input (the
  * device memory an encode takes is about that, for the coded bytes of host destinations)
- * and WAVE_PLANES planes (their descriptions, 2.7 KiB each). */
+ * and WAVE_PLANES planes (their descriptions, 2.7 KiB each); a call whose jobs are smaller
+ * takes memory for them alone (enc_mem). */
 #define WAVE_BYTES (128ull << 20)
 #define WAVE_PLANES 4096u
 #define COUNT_THREADS 256 /* kernel.cu's FTZ_COUNT_THREADS */
@@ -177,6 +178,10 @@ typedef struct ejob {
  * of sources that are not (copy). */
 typedef struct enc_mem {
     CUdeviceptr base, desc, planes, cbits, lastin, stage, copy;
+    /* a wave's most: input bytes (each block's room, its bytes and an element), planes and
+     * chunk bits entries */
+    uint64_t wave_bytes, wave_chunks;
+    uint32_t wave_planes;
     /* where the stage is used: the stream its copies to the host go on, so that they overlap
      * the next wave's steps 1-4; events: a wave written, its copies done */
     CUstream out;
@@ -194,19 +199,30 @@ static uint64_t block_chunks(uint32_t n, unsigned esize)
     return (uint64_t)FTZ_LANES * ftz_chunks(n) * esize;
 }
 
-/* The layout of the call's device memory from @p base; @return its bytes. */
-static uint64_t mem_layout(CUdeviceptr base, bool stage, bool copy, uint64_t room, enc_mem *m)
+/* The waves' limits for a call whose blocks take @p room, @p planes and @p chunks in all, the
+ * largest @p most of room: the WAVE_ ones, or less where the jobs need less (a 32 MiB call
+ * takes about 40 MiB of device memory, not 140; a wave always takes one block). */
+static void mem_limits(enc_mem *m, uint64_t room, uint64_t planes, uint64_t chunks,
+                       uint64_t most)
 {
-    uint64_t chunks = WAVE_BYTES / FTZ_CHUNK + (uint64_t)WAVE_PLANES * (FTZ_LANES + 1) * 8;
-    uint64_t wave = FT__MAX(WAVE_BYTES, room) + 64;
+    m->wave_bytes = FT__MAX(FT__MIN(WAVE_BYTES, room), most);
+    m->wave_planes = (uint32_t)FT__MIN((uint64_t)WAVE_PLANES, planes);
+    m->wave_chunks = FT__MIN(WAVE_BYTES / FTZ_CHUNK + (uint64_t)WAVE_PLANES * (FTZ_LANES + 1) * 8,
+                             chunks);
+}
+
+/* The layout of the call's device memory from @p base (its limits set); @return its bytes. */
+static uint64_t mem_layout(CUdeviceptr base, bool stage, bool copy, enc_mem *m)
+{
+    uint64_t wave = m->wave_bytes + 64;
     m->base = base;
     m->desc = base;
-    m->planes = m->desc + align256(WAVE_PLANES * sizeof(ftz_eblock));
-    m->cbits = m->planes + align256(WAVE_PLANES * sizeof(ftz_eplane));
-    m->lastin = m->cbits + align256(chunks * 4);
-    m->stage = m->lastin + align256((uint64_t)WAVE_PLANES * FTZ_LANES * 4);
+    m->planes = m->desc + align256(m->wave_planes * sizeof(ftz_eblock));
+    m->cbits = m->planes + align256(m->wave_planes * sizeof(ftz_eplane));
+    m->lastin = m->cbits + align256(m->wave_chunks * 4);
+    m->stage = m->lastin + align256((uint64_t)m->wave_planes * FTZ_LANES * 4);
     m->copy = m->stage + (stage ? align256(wave) : 0);
-    return m->copy + (copy ? align256(wave + 16ull * WAVE_PLANES) : 0) - base;
+    return m->copy + (copy ? align256(wave + 16ull * m->wave_planes) : 0) - base;
 }
 
 /* A wave's blocks: their descriptions (host), the job and block number of each. */
@@ -227,9 +243,8 @@ static int wave_add(wave *w, ejob *jobs, uint32_t j, const enc_mem *m, CUstream 
     uint64_t bytes = FT__MIN((uint64_t)J->block, J->job->nbytes - off);
     uint32_t n = (uint32_t)(bytes / e);
     uint64_t room = (uint64_t)J->block + e, chunks = block_chunks(n, e);
-    if (w->n && (w->room + room > WAVE_BYTES || (w->n + 1) * e > WAVE_PLANES ||
-                 w->chunks + chunks > WAVE_BYTES / FTZ_CHUNK +
-                                          (uint64_t)WAVE_PLANES * (FTZ_LANES + 1) * 8))
+    if (w->n && (w->room + room > m->wave_bytes || (w->n + 1) * e > m->wave_planes ||
+                 w->chunks + chunks > m->wave_chunks))
         return 0;
     CUdeviceptr src = (CUdeviceptr)(uintptr_t)J->job->src + off;
     if (src % e) { /* (torch's tensors never are) */
@@ -439,14 +454,23 @@ int64_t ft__codec_encode_cuda_batch(ft_codec_enc_job *jobs, size_t n, int device
     if (rc >= 0 && ft__cuda_load(&why) < 0)
         rc = ft__err(-ENODEV, "codec: no GPU encode: %s", why);
     bool stage = false, copy = false;
-    uint64_t room = 0, blocks = 0;
+    uint64_t most = 0, room = 0, planes = 0, chunks = 0, blocks = 0;
     for (size_t i = 0; i < n && rc >= 0; i++) {
         if ((rc = job_memory(&ej[i], i, device)) < 0)
             break;
-        stage = stage || (!ej[i].device_dst && ej[i].nblocks);
-        copy = copy || (ej[i].nblocks && (uintptr_t)jobs[i].src % jobs[i].elem_size);
-        room = FT__MAX(room, (uint64_t)ej[i].block + jobs[i].elem_size);
-        blocks += ej[i].nblocks;
+        ejob *J = &ej[i];
+        unsigned e = jobs[i].elem_size;
+        stage = stage || (!J->device_dst && J->nblocks);
+        copy = copy || (J->nblocks && (uintptr_t)jobs[i].src % e);
+        most = FT__MAX(most, (uint64_t)J->block + e);
+        room += ((uint64_t)J->block + e) * J->nblocks;
+        planes += (uint64_t)e * J->nblocks;
+        if (J->nblocks) { /* the full blocks and the last */
+            uint64_t last = jobs[i].nbytes - (uint64_t)(J->nblocks - 1) * J->block;
+            chunks += (J->nblocks - 1) * block_chunks(J->block / e, e) +
+                      block_chunks((uint32_t)(last / e), e);
+        }
+        blocks += J->nblocks;
     }
     wave w = {.desc = calloc(WAVE_PLANES, sizeof *w.desc),
               .job = calloc(WAVE_PLANES, sizeof *w.job), .num = calloc(WAVE_PLANES, 4)};
@@ -454,13 +478,14 @@ int64_t ft__codec_encode_cuda_batch(ft_codec_enc_job *jobs, size_t n, int device
         rc = ft__err(-ENOMEM, "codec: %zu jobs", n);
     CUstream s = (CUstream)stream;
     enc_mem m = {0};
+    mem_limits(&m, room, planes, chunks, most);
     bool entered = false;
     if (rc >= 0 && (rc = ft__cuda_enter(device)) >= 0)
         entered = true;
     if (rc >= 0 && blocks)
-        rc = ft__cuda_alloc(&m.base, mem_layout(0, stage, copy, room, &m), s);
+        rc = ft__cuda_alloc(&m.base, mem_layout(0, stage, copy, &m), s);
     if (rc >= 0 && blocks) {
-        mem_layout(m.base, stage, copy, room, &m);
+        mem_layout(m.base, stage, copy, &m);
         rc = copy_stream(&m, stage);
         for (unsigned e = 1; e <= 8 && rc >= 0; e *= 2)
             rc = encode_size(ej, n, e, &m, &w, device, s);
