@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """A .fst save against a plain one: durable saves of one state dict as .safetensors and as a
-.fst container (compression="always"), interleaved (their order alternating), in one process
-(as a training job saves again and again), from host memory or (--device cuda) GPU memory,
-where the GPU encoder codes it. Per round: GB/s of both saves and their ratio; the medians.
-Then what compression="auto" measures there (the library's ft_fst_measure) and decides. (The
-save is the library's, src/ckpt/fst_save.c: its calls are not timed from here.)
+.fst container (compression="always", or --compression), interleaved (their order
+alternating), in one process (as a training job saves again and again), from host memory or
+(--device cuda) GPU memory, where the GPU encoder codes it. Per round: GB/s of both saves and
+their ratio; the medians. Then what compression="auto" measures there (the library's
+ft_fst_measure) and decides, and with --device cuda whether the GPU codes (ft_fst_gpu_codes).
+(The save is the library's, src/ckpt/fst_save.c: its calls are not timed from here.)
 
     PYTHONPATH=python python3 bench/fst-save.py --size 2G --dir /nvme/dir --rounds 3 \
         [--device cuda]
@@ -30,6 +31,9 @@ def main():
     ap.add_argument("--dir", default="/var/tmp")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--device", default="cpu", help="where the state dict lives: cpu or cuda")
+    ap.add_argument("--compression", default="always",
+                    help='the .fst save\'s: "always" (default), "auto", or "none" (streams '
+                         "stored: the container's write path alone)")
     a = ap.parse_args()
     mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
     unit = a.size[-1].upper()
@@ -45,7 +49,7 @@ def main():
             secs = {}
             for k in ((0, 1) if r % 2 == 0 else (1, 0)):
                 s = time.perf_counter()
-                ft.save_file(sd, paths[k], **({"compression": "always"} if k else {}))
+                ft.save_file(sd, paths[k], **({"compression": a.compression} if k else {}))
                 secs[k] = time.perf_counter() - s
             ratios.append(secs[0] / secs[1])
             print(f"round {r + 1}: .safetensors {total / secs[0] / 1e9:.2f} GB/s, .fst "
@@ -62,6 +66,12 @@ def main():
           f"write {write:.2f}, read {read:.2f} GB/s (encode / write {enc / write:.2f}): bf16 "
           f"{'codes' if _fst.coding_pays(a.dir) else 'stores'}, fp32 "
           f"{'codes' if _fst.coding_pays(a.dir, 4) else 'stores'}")
+    if a.device.startswith("cuda"):
+        dev = sd[next(iter(sd))].device.index or 0
+        for elem, name in ((2, "bf16"), (4, "fp32")):
+            codes, rate = _fst.gpu_codes(dev, elem)
+            print(f"GPU {dev} encoder, {name}: {rate:.2f} GB/s on 32 MiB (to pinned memory); "
+                  f"{name} tensors in its memory are coded {'there' if codes else 'on the host'}")
 
 
 if __name__ == "__main__":

@@ -68,7 +68,8 @@
 #         load into GPU memory against the raw read and safetensors, FT_CODEC_ROUNDS (3),
 #         GPU decode of streams coded in blocks of FT_CODEC_BLOCKS (256K,512K));
 #         JSON in $OUT/codec.json; then bench/fst-save.py (the .fst save of a state dict in GPU
-#         memory against a plain one, in $OUT/fst-save.txt).
+#         memory against a plain one, FT_FST_ROUNDS (5), in $OUT/fst-save.txt; again with the
+#         streams stored, in $OUT/fst-save-stored.txt).
 # --peers: only the peer loaders (bench/peers.py: fastensor beside safetensors, fastsafetensors,
 #         InstantTensor and the Run:ai streamer, fresh processes, every load fingerprinted),
 #         the peers installed from .peers/wheels (scripts/fetch-peers.sh there; carry
@@ -355,8 +356,8 @@ if [ $CODEC = 1 ]; then
     echo "test_gpu (codec case) rc=$?" | tee -a "$OUT/summary.txt"
     grep -E "FAIL|ok |SKIP" "$OUT/test_gpu-codec.log" | head -20 | tee -a "$OUT/summary.txt"
     PYTHONPATH="$here/python" FT_TEST_DIR="$WORK/py" timeout 120 python3 -m pytest -q -rs -s \
-        -p no:logging tests/python/test_fst.py tests/python/test_codec.py 2>&1 | tail -8 |
-        tee -a "$OUT/summary.txt"
+        -p no:logging tests/python/test_fst.py tests/python/test_codec.py >"$OUT/test_fst.log" 2>&1
+    grep -E "^(FAILED|ERROR|E  )|passed|failed" "$OUT/test_fst.log" | head -30 | tee -a "$OUT/summary.txt"
     log "tensor codec: ratio, CPU and GPU decode and encode, save and cold load into GPU memory"
     PYTHONPATH="$here/python" timeout ${FT_CODEC_TIMEOUT:-420} python3 bench/codec.py \
         --size "${FT_CODEC_SIZE:-2G}" --models "llama-bf16,${FT_CODEC_MODELS:-gpt2-fp32}" \
@@ -364,8 +365,13 @@ if [ $CODEC = 1 ]; then
         --gpu-blocks "${FT_CODEC_BLOCKS:-256K,512K}" 2>&1 | tee -a "$OUT/summary.txt"
     log "tensor codec: a .fst save against a plain one (durable saves, interleaved)"
     PYTHONPATH="$here/python" timeout 150 python3 bench/fst-save.py --size "${FT_CODEC_SIZE:-2G}" \
-        --rounds 3 --device cuda --dir "$WORK" >"$OUT/fst-save.txt" 2>&1
+        --rounds "${FT_FST_ROUNDS:-5}" --device cuda --dir "$WORK" >"$OUT/fst-save.txt" 2>&1
     grep -v "^  " "$OUT/fst-save.txt" | tee -a "$OUT/summary.txt"
+    log "tensor codec: the same with the streams stored (the container's write path alone)"
+    PYTHONPATH="$here/python" timeout 150 python3 bench/fst-save.py --size "${FT_CODEC_SIZE:-2G}" \
+        --rounds "${FT_FST_ROUNDS:-5}" --device cuda --dir "$WORK" --compression none \
+        >"$OUT/fst-save-stored.txt" 2>&1
+    grep -v "^  " "$OUT/fst-save-stored.txt" | tee -a "$OUT/summary.txt"
 fi
 if [ $PACK = 1 ]; then # one archive, for callers that fetch only a few files
     tar -C "$OUT" -czf /tmp/gpu-check.tgz . && rm -rf "${OUT:?}"/* &&

@@ -1210,6 +1210,16 @@ static void case_fst(void)
     T_TRUE(cost.encode > 0 && cost.share > 0.3 && cost.share < 1 && cost.write > 0);
     T_EQ(ft_fst_coding_pays(&cost), cost.encode * (1 - cost.share) >= 0.76 * cost.write &&
                                         cost.decode >= cost.read);
+    /* which encoder codes GPU tensors: bad arguments, and the host's without a driver */
+    double rate = -1;
+    T_EQ(ft_fst_gpu_codes(ctx, 0, 3, &rate), -EINVAL);
+    T_EQ(ft_fst_gpu_codes(ctx, 0, 1, &rate), -EINVAL);
+    T_EQ(ft_fst_gpu_codes(ctx, -1, 2, &rate), -EINVAL);
+    T_EQ(ft_fst_gpu_codes(NULL, 0, 2, &rate), -EINVAL);
+    if (ft_cuda_available(NULL) != 1) {
+        T_EQ(ft_fst_gpu_codes(ctx, 0, 2, &rate), 0);
+        T_TRUE(rate == 0);
+    }
     free(w);
     free(list);
     free_tensors(o, 40);

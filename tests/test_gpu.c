@@ -904,6 +904,14 @@ static void case_codec_encode(void)
     T_EQ(ft_codec_encode_cuda(ctx, dev, 4096, 2, 0, out, 20, 0, NULL), -ENOSPC);
     T_EQ(ft_codec_encode_cuda(ctx, dev, 4096, 3, 0, out, sizeof out, 0, NULL), -EINVAL);
     ft_cuda_free(dev);
+    /* which encoder a save takes for GPU tensors (a measured choice: printed, not asserted) */
+    for (unsigned e = 2; e <= 8; e *= 2) {
+        double rate = 0;
+        int codes = ft_fst_gpu_codes(ctx, 0, e, &rate);
+        printf("  saves code %u-byte floats on the %s (GPU encoder %.1f GB/s on 32 MiB)\n", e,
+               codes == 1 ? "GPU" : "host", rate);
+        T_TRUE(codes >= 0 && rate > 0);
+    }
 }
 
 /* ft_codec_decode_cuda byte for byte against the source (and so against the host decoder):

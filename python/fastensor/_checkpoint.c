@@ -265,6 +265,26 @@ static PyObject *py_fst_cost_set(PyObject *self, PyObject *args)
     return rc < 0 ? raise_ft(rc, dir) : (Py_INCREF(Py_None), Py_None);
 }
 
+/* fst_gpu_codes(ctx, device, elem) -> (codes, encode GB/s) */
+static PyObject *py_fst_gpu_codes(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *cap;
+    int device;
+    unsigned elem;
+    if (!PyArg_ParseTuple(args, "OiI", &cap, &device, &elem))
+        return NULL;
+    ft_ctx *ctx = cap_get(cap, CAP_CTX);
+    if (!ctx)
+        return NULL;
+    double rate;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = ft_fst_gpu_codes(ctx, device, elem, &rate);
+    Py_END_ALLOW_THREADS
+    return rc < 0 ? raise_ft(rc, NULL) : Py_BuildValue("(Od)", rc ? Py_True : Py_False, rate);
+}
+
 /* fst_coding_pays((encode, share, decode, write, read)) -> bool */
 static PyObject *py_fst_coding_pays(PyObject *self, PyObject *args)
 {
@@ -546,6 +566,7 @@ static PyMethodDef checkpoint_methods[] = {
     {"file_remove", py_file_remove, METH_VARARGS, "file_remove(ctx, path)"},
     {"fst_measure", py_fst_measure, METH_VARARGS, "fst_measure(ctx, dir, elem) -> (...)"},
     {"fst_cost_set", py_fst_cost_set, METH_VARARGS, "fst_cost_set(ctx, dir, elem, cost)"},
+    {"fst_gpu_codes", py_fst_gpu_codes, METH_VARARGS, "fst_gpu_codes(ctx, dev, elem) -> (...)"},
     {"fst_coding_pays", py_fst_coding_pays, METH_VARARGS, "fst_coding_pays(cost) -> bool"},
     {"ckpt_load_shard", py_ckpt_load_shard, METH_VARARGS, "ckpt_load_shard(...) -> int"},
     {"ckpt_read", py_ckpt_read, METH_VARARGS, "ckpt_read(ckpt, index, offset, ...) -> int"},

@@ -120,6 +120,14 @@ def cost(directory, elem=2):
     return _C.fst_measure(context(), None if directory is None else os.fspath(directory), elem)
 
 
+def gpu_codes(device, elem=2):
+    """(codes, GB/s): whether a save codes floats of ``elem`` bytes held in memory of CUDA
+    device ``device`` on that GPU (its encoder wrote the CPU encoder's bytes for 32 MiB of
+    weights, faster; measured once per process: ``ft_fst_gpu_codes``) and its encode rate
+    (0.0 where not measured: no GPU encoder in this build, no driver)."""
+    return _C.fst_gpu_codes(context(), int(device), elem)
+
+
 def set_cost(directory, elem, figures):
     """Make ``figures`` (encode, share, decode, write, read) what the library knows of floats
     of ``elem`` bytes (and of ``directory``'s disk): a save's "auto" decides by them."""

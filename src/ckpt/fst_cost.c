@@ -163,8 +163,8 @@ static int sample(ft_ctx *ctx, unsigned elem, double *encode, double *share, uin
  * ft__fst_gpu_codes: the first time, 32 MiB of weights are coded by both encoders
  * (timed_encode); the GPU's stream must be the very stream of the CPU's (else a kernel that
  * misbehaves on some GPU or driver would cost a checkpoint) and its rate, the copy of the
- * coded bytes to the host included, above the CPU encoder's (on the H100 machine the two ran
- * at 2-6 GB/s, the GPU's lower on small tensors: docs/benchmarks/codec-h100-gpu-encode.json).
+ * coded bytes to pinned host memory included (as a save's buffers are), above the CPU
+ * encoder's.
  * Where the library has no GPU encoder (built without nvcc) or the driver cannot run it:
  * false.
  */
@@ -178,7 +178,10 @@ bool ft__fst_gpu_codes(ft_ctx *ctx, int dev, unsigned elem, double *encode)
     if (*state == 0) {
         size_t n = (32u << 20) >> ft__fst_probe_shift;
         size_t cap = ft_codec_bound(n, elem, ft__fst_block(elem));
-        uint8_t *w = malloc(n), *want = malloc(cap), *got = malloc(cap);
+        ft__bufpool *pinned = NULL;
+        uint8_t *w = malloc(n), *want = malloc(cap), *got = NULL;
+        if (ft__bufpool_create_pinned(&pinned, cap, 1) == 0)
+            got = ft__bufpool_get(pinned);
         void *d = NULL;
         int64_t a = -ENOMEM, b = -ENOMEM;
         double cpu = 0, gpu = 0;
@@ -190,12 +193,15 @@ bool ft__fst_gpu_codes(ft_ctx *ctx, int dev, unsigned elem, double *encode)
         }
         bool same = a >= 0 && a == b && memcmp(want, got, (size_t)a) == 0;
         *state = same && gpu < cpu ? 1 : -1;
-        c->gpu[dev].encode[elem] = (double)n / FT__MAX(gpu, 1e-9) / 1e9;
+        c->gpu[dev].encode[elem] = b >= 0 ? (double)n / FT__MAX(gpu, 1e-9) / 1e9 : 0;
         if (d)
             ft_cuda_free(d);
         free(w);
         free(want);
-        free(got);
+        if (pinned) {
+            ft__bufpool_put(pinned, got);
+            ft__bufpool_destroy(pinned);
+        }
     }
     bool ok = *state == 1;
     if (encode)
@@ -314,6 +320,20 @@ static unsigned disk_slot(costs *c, dev_t dev, bool add)
     if (add && d == c->ndisk && c->ndisk < COST_DISKS)
         c->disk[c->ndisk++].dev = dev;
     return d;
+}
+
+int ft_fst_gpu_codes(ft_ctx *ctx, int device, unsigned elem, double *encode)
+{
+    int rc = check_elem(elem);
+    if (rc == 0 && (!ctx || elem < 2))
+        rc = ft__err(-EINVAL, "ft_fst_gpu_codes: %s", ctx ? "floats are 2, 4 or 8 bytes"
+                                                         : "missing context");
+    if (rc == 0 && (device < 0 || device >= COST_GPUS))
+        rc = ft__err(-EINVAL, "ft_fst_gpu_codes: device %d is not one of 0-%d", device,
+                     COST_GPUS - 1);
+    if (encode)
+        *encode = 0;
+    return rc < 0 ? rc : ft__fst_gpu_codes(ctx, device, elem, encode);
 }
 
 int ft_fst_measure(ft_ctx *ctx, const char *dir, unsigned elem, ft_fst_cost *out)
