@@ -22,11 +22,14 @@ sys.path.insert(0, HERE)
 
 import fastensor.torch as ft  # noqa: E402
 from fastensor import _fst  # noqa: E402
-from codec import llama  # noqa: E402  (bench/codec.py: a Llama-style bf16 state dict)
+from codec import gpt2, llama  # noqa: E402  (bench/codec.py's state dicts)
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--model", default="llama-bf16",
+                    help="llama-bf16 (default: Llama-style, --size bytes) or gpt2-fp32 (GPT-2 "
+                         "from its config, 0.6 GiB; transformers)")
     ap.add_argument("--size", default="1G", help="bytes of the bf16 state dict (K, M, G)")
     ap.add_argument("--dir", default="/var/tmp")
     ap.add_argument("--rounds", type=int, default=3)
@@ -38,9 +41,10 @@ def main():
     mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
     unit = a.size[-1].upper()
     size = int(float(a.size[:-1]) * mult[unit]) if unit in mult else int(a.size)
-    sd = {k: v.to(a.device) for k, v in llama(size).items()}
+    sd = gpt2() if a.model == "gpt2-fp32" else llama(size)
+    sd = {k: v.to(a.device) for k, v in sd.items()}
     total = sum(t.numel() * t.element_size() for t in sd.values())
-    print(f"{total / 2**30:.2f} GiB bf16 in {a.device} memory, {len(sd)} tensors, "
+    print(f"{a.model}: {total / 2**30:.2f} GiB in {a.device} memory, {len(sd)} tensors, "
           f"{os.cpu_count()} CPUs, {a.dir}")
     paths = [os.path.join(a.dir, f"fst-save-{os.getpid()}{x}") for x in (".safetensors", ".fst")]
     ratios = []

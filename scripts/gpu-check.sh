@@ -68,8 +68,9 @@
 #         load into GPU memory against the raw read and safetensors, FT_CODEC_ROUNDS (3),
 #         GPU decode of streams coded in blocks of FT_CODEC_BLOCKS (256K,512K));
 #         JSON in $OUT/codec.json; then bench/fst-save.py (the .fst save of a state dict in GPU
-#         memory against a plain one, FT_FST_ROUNDS (5), in $OUT/fst-save.txt; again with the
-#         streams stored, in $OUT/fst-save-stored.txt).
+#         memory against a plain one, FT_FST_ROUNDS (5), in $OUT/fst-save.txt; GPT-2 fp32 in
+#         $OUT/fst-save-fp32.txt; the bf16 one with the streams stored, in
+#         $OUT/fst-save-stored.txt).
 # --peers: only the peer loaders (bench/peers.py: fastensor beside safetensors, fastsafetensors,
 #         InstantTensor and the Run:ai streamer, fresh processes, every load fingerprinted),
 #         the peers installed from .peers/wheels (scripts/fetch-peers.sh there; carry
@@ -367,6 +368,9 @@ if [ $CODEC = 1 ]; then
     PYTHONPATH="$here/python" timeout 150 python3 bench/fst-save.py --size "${FT_CODEC_SIZE:-2G}" \
         --rounds "${FT_FST_ROUNDS:-5}" --device cuda --dir "$WORK" >"$OUT/fst-save.txt" 2>&1
     grep -v "^  " "$OUT/fst-save.txt" | tee -a "$OUT/summary.txt"
+    PYTHONPATH="$here/python" timeout 150 python3 bench/fst-save.py --model gpt2-fp32 \
+        --rounds "${FT_FST_ROUNDS:-5}" --device cuda --dir "$WORK" >"$OUT/fst-save-fp32.txt" 2>&1
+    grep -v "^  " "$OUT/fst-save-fp32.txt" | tee -a "$OUT/summary.txt"
     log "tensor codec: the same with the streams stored (the container's write path alone)"
     PYTHONPATH="$here/python" timeout 150 python3 bench/fst-save.py --size "${FT_CODEC_SIZE:-2G}" \
         --rounds "${FT_FST_ROUNDS:-5}" --device cuda --dir "$WORK" --compression none \

@@ -21,16 +21,16 @@
 /* a kept stream saves at least this share of the tensor's bytes */
 #define MIN_SAVING 0.05
 /* tensors coded at once: up to this many, their streams' room up to this many bytes unless
- * one alone takes more (a batch is coded while the one before is written) */
-#define BATCH_TENSORS 16u
+ * one alone takes more (the first batches less: the disk starts sooner); a batch is coded
+ * while the BUFFERS - 1 before it are written */
+#define BATCH_TENSORS 64u
 #define BATCH_ROOM (64ull << 20)
-/* the two batches' buffers a context keeps for its next saves: up to this many bytes each */
-#define KEEP_ROOM (512ull << 20)
-/* streams go out in pieces of at most this many bytes, this many at once, made durable every
- * SYNC_STEP bytes while the next batch is coded */
+#define FIRST_ROOM (16ull << 20)
+#define BUFFERS 3u
+/* streams go out in pieces of at most this many bytes, each a task of the context's pool
+ * (as many at once as it has threads), the batches' writes one after another without a
+ * pause between them; the file is made durable once, by the save (save.c) */
 #define PIECE (16u << 20)
-#define WRITES 4u
-#define SYNC_STEP (64ull << 20)
 
 bool ft__fst_path(const char *path)
 {
@@ -57,26 +57,30 @@ typedef struct coded {
     uint64_t at;      /* where it goes in the data section */
 } coded;
 
+typedef struct piece piece;
+
 typedef struct batch {
     coded *items;
     size_t n;
-    uint8_t *room; /* the streams' buffer, from the save's pool */
+    uint8_t *room;     /* the streams' buffer: from the save's pool, or own's (a larger one) */
+    ft__bufpool *own;
+    /* its writes in flight: pieces, how many are not done, their first failure */
+    piece *pieces;
+    unsigned left;
+    ft__first_err failed;
+    bool writing;
 } batch;
 
 typedef struct writer {
     ft_ctx *ctx;
-    ft__first_err failed; /* the writes' first failure, with its detail */
     ft_file *f;
     const char *path;
     const ft_save_opts *opts;
     ft__bufpool *rooms; /* the batches' buffers */
     bool code[9];     /* by element size: code floats of that size */
     bool code_dev[9]; /* the same for tensors in GPU memory (their GPU may code them) */
-    uint64_t unsynced;
-    /* the writer thread's batch and result */
-    batch *writing;
-    int rc;
-    char detail[FT__DETAIL_MAX];
+    pthread_mutex_t lock; /* batches' left */
+    pthread_cond_t done;  /* a batch's writes done */
 } writer;
 
 /* Whether a stream of @p m bytes of a tensor of @p n is worth keeping coded. */
@@ -99,31 +103,31 @@ static bool coding(const writer *w, const ft_tensor *t, unsigned *e, uint32_t *b
     return compress;
 }
 
-/* The end of the batch of tensors from @p first; the room its streams take in *room. */
+/* The end of batch @p k, of the tensors from @p first; the room its streams take in *room. */
 static size_t batch_end(const writer *w, const ft_tensor *t, size_t n, size_t first,
-                        uint64_t *room)
+                        unsigned k, uint64_t *room)
 {
     size_t i = first;
+    uint64_t most = FT__MIN(BATCH_ROOM, FIRST_ROOM << FT__MIN(k, 8u));
     *room = 0;
     for (; i < n && i - first < BATCH_TENSORS; i++) {
         unsigned e;
         uint32_t block;
         size_t cap;
         coding(w, &t[i], &e, &block, &cap);
-        if (i > first && *room + cap > BATCH_ROOM)
+        if (i > first && *room + cap > most)
             break;
         *room += cap;
     }
     return i;
 }
 
-/* The save's pool of two batch buffers of @p room bytes (pinned where the process has
- * initialised CUDA: the GPU encoder copies coded bytes into them at DMA speed): the one the
- * context keeps where it is large enough, else a new one (kept after the save where no other
- * save took the context's meanwhile). Kept, they spare a training job's saves the first
- * touch of fresh memory: stored streams on the development VM ran at 0.76x of a plain save's
- * rate in fresh 4 KiB pages per tensor, 0.89x in kept buffers of huge pages (0.6x the first
- * time). */
+/* The save's pool of BUFFERS batch buffers of BATCH_ROOM bytes (pinned where the process
+ * has initialised CUDA: the GPU encoder copies coded bytes into them at DMA speed): the one
+ * the context keeps, else a new one (kept after the save where no other save took the
+ * context's meanwhile). Kept, they spare a training job's saves the first touch of fresh
+ * memory: stored streams on the development VM ran at 0.76x of a plain save's rate in fresh
+ * 4 KiB pages per tensor, 0.89x in kept buffers of huge pages (0.6x the first time). */
 typedef struct kept_rooms {
     pthread_mutex_t lock;
     ft__bufpool *pool;
@@ -148,7 +152,7 @@ static void destroy_rooms(void *obj)
     free(k);
 }
 
-static ft__bufpool *rooms_take(ft_ctx *ctx, uint64_t room)
+static ft__bufpool *rooms_take(ft_ctx *ctx)
 {
     kept_rooms *k = ft__ctx_ext(ctx, &rooms_key, make_rooms, destroy_rooms);
     ft__bufpool *p = NULL;
@@ -158,21 +162,18 @@ static ft__bufpool *rooms_take(ft_ctx *ctx, uint64_t room)
         k->pool = NULL;
         pthread_mutex_unlock(&k->lock);
     }
-    if (p && (ft__bufpool_size(p) < room || (!ft__bufpool_pinned(p) && ft__cuda_in_use()))) {
+    if (p && !ft__bufpool_pinned(p) && ft__cuda_in_use()) {
         ft__bufpool_destroy(p);
         p = NULL;
     }
-    room = (room + (2u << 20) - 1) & ~(uint64_t)((2u << 20) - 1); /* whole huge pages */
-    if (!p && ft__bufpool_create_pinned(&p, (size_t)room, 2) < 0)
+    if (!p && ft__bufpool_create_pinned(&p, BATCH_ROOM, BUFFERS) < 0)
         p = NULL;
     return p;
 }
 
 static void rooms_give(ft_ctx *ctx, ft__bufpool *p)
 {
-    kept_rooms *k = p && ft__bufpool_size(p) <= KEEP_ROOM
-                        ? ft__ctx_ext(ctx, &rooms_key, make_rooms, destroy_rooms)
-                        : NULL;
+    kept_rooms *k = p ? ft__ctx_ext(ctx, &rooms_key, make_rooms, destroy_rooms) : NULL;
     if (k) {
         pthread_mutex_lock(&k->lock);
         if (!k->pool) {
@@ -279,74 +280,105 @@ static int64_t encode_one(void *arg, unsigned i)
     return m;
 }
 
-typedef struct piece {
+struct piece {
     writer *w;
+    batch *b;
     const coded *x;
     uint64_t from;
-} piece;
+    unsigned index; /* in its batch */
+};
 
-static int64_t write_piece(void *arg, unsigned i)
+/* Write piece @p arg (a task of the context's pool, or run here); its batch told when done. */
+static void write_piece(void *arg)
 {
-    piece *p = &((piece *)arg)[i];
+    piece *p = arg;
     uint64_t room = page_up(p->x->size), len = FT__MIN((uint64_t)PIECE, room - p->from);
-    ft_buf b = ft_host_buf(p->x->buf + p->from, (size_t)len);
+    ft_buf buf = ft_host_buf(p->x->buf + p->from, (size_t)len);
     ft_io_opts o = ft__save_io(p->w->opts);
-    int64_t r = ft__transfer(p->w->f, &b, FT__FST_DATA + p->x->at + p->from, &o, true);
+    int64_t r = ft__transfer(p->w->f, &buf, FT__FST_DATA + p->x->at + p->from, &o, true);
     if (r >= 0 && (uint64_t)r != len)
         r = ft__err(-EIO, "%s: a short write", p->w->path);
     if (r < 0)
-        ft__first_err_note(&p->w->failed, i, (int)r);
-    return r;
+        ft__first_err_note(&p->b->failed, p->index, (int)r);
+    pthread_mutex_lock(&p->w->lock);
+    if (--p->b->left == 0)
+        pthread_cond_broadcast(&p->w->done);
+    pthread_mutex_unlock(&p->w->lock);
 }
 
-/* Write a batch's streams, WRITES pieces at a time, then make them durable every SYNC_STEP
- * bytes. */
-static int write_batch(writer *w, const batch *b)
+/* Start writing batch @p b's streams: a pool task per piece, so that the writes of the next
+ * batches queue behind them and the disk never waits for a batch's last piece. (The save
+ * waits for them on its caller's thread, never on a worker of that pool: a .fst container
+ * is one shard, which save.c writes there.) */
+static int write_start(writer *w, batch *b)
 {
     size_t n = 0;
     for (size_t i = 0; i < b->n; i++)
         n += (size_t)((page_up(b->items[i].size) + PIECE - 1) / PIECE);
-    piece *ps = calloc(n + 1, sizeof *ps);
-    int64_t *results = calloc(n + 1, sizeof *results);
-    int rc = ps && results ? 0 : ft__err(-ENOMEM, "%s: pieces", w->path);
+    if (!(b->pieces = calloc(n + 1, sizeof *b->pieces)))
+        return ft__err(-ENOMEM, "%s: pieces", w->path);
+    ft__first_err_init(&b->failed);
+    b->writing = true;
+    b->left = (unsigned)n;
     size_t k = 0;
-    for (size_t i = 0; rc == 0 && i < b->n; i++)
-        for (uint64_t from = 0; from < page_up(b->items[i].size); from += PIECE)
-            ps[k++] = (piece){.w = w, .x = &b->items[i], .from = from};
-    for (size_t at = 0; rc == 0 && at < n; at += WRITES) {
-        unsigned m = (unsigned)FT__MIN((size_t)WRITES, n - at);
-        ft__first_err_init(&w->failed);
-        rc = ft__pool_run(w->ctx->pool, m, write_piece, ps + at, results + at);
-        int first = ft__first_err_take(&w->failed);
-        rc = rc < 0 ? rc : first;
-        for (unsigned j = 0; rc == 0 && j < m; j++) {
-            rc = results[at + j] < 0 ? (int)results[at + j] : 0;
-            w->unsynced += (uint64_t)results[at + j];
-        }
+    for (size_t i = 0; i < b->n; i++)
+        for (uint64_t from = 0; from < page_up(b->items[i].size); from += PIECE, k++)
+            b->pieces[k] = (piece){.w = w, .b = b, .x = &b->items[i], .from = from,
+                                   .index = (unsigned)k};
+    bool pooled = ft__pool_workers(w->ctx->pool) > 0;
+    for (k = 0; k < n; k++)
+        if (!pooled || ft__pool_post(w->ctx->pool, write_piece, &b->pieces[k]) < 0)
+            write_piece(&b->pieces[k]); /* (no worker, or no memory for the task) */
+    return 0;
+}
+
+/* Wait for batch @p b's writes (where started) and free it. @return their first failure
+ * (its detail the thread's), or 0. */
+static int write_wait(writer *w, batch *b)
+{
+    int rc = 0;
+    if (b->writing) {
+        pthread_mutex_lock(&w->lock);
+        while (b->left)
+            pthread_cond_wait(&w->done, &w->lock);
+        pthread_mutex_unlock(&w->lock);
+        rc = ft__first_err_take(&b->failed);
     }
-    if (rc == 0 && w->unsynced >= SYNC_STEP && !(w->opts && (w->opts->flags & FT_SAVE_NO_SYNC))) {
-        w->unsynced = 0;
-        rc = ft_file_sync(w->f);
+    free(b->pieces);
+    if (b->own) {
+        ft__bufpool_put(b->own, b->room);
+        ft__bufpool_destroy(b->own);
+    } else {
+        ft__bufpool_put(w->rooms, b->room);
     }
-    free(ps);
-    free(results);
+    free(b->items);
+    *b = (batch){0};
     return rc;
 }
 
-static void *writer_thread(void *arg)
+/* Batch @p b: tensors @p t (@p n), their places in its buffer (BATCH_ROOM from the pool, or
+ * @p room of its own where a lone tensor takes more). */
+static int batch_make(writer *w, batch *b, const ft_tensor *t, size_t n, uint64_t room)
 {
-    writer *w = arg;
-    w->rc = write_batch(w, w->writing);
-    if (w->rc < 0)
-        ft__detail_save(w->detail);
-    return NULL;
-}
-
-static void free_batch(writer *w, batch *b)
-{
-    ft__bufpool_put(w->rooms, b->room);
-    free(b->items);
-    *b = (batch){0};
+    b->n = n;
+    b->items = calloc(n + 1, sizeof *b->items);
+    if (room > BATCH_ROOM) {
+        if (ft__bufpool_create(&b->own, (size_t)room, 1) == 0)
+            b->room = ft__bufpool_get(b->own);
+    } else {
+        b->room = ft__bufpool_get(w->rooms);
+    }
+    if (!b->items || !b->room)
+        return ft__err(-ENOMEM, "%s: a batch of %llu bytes", w->path, (unsigned long long)room);
+    for (size_t j = 0, off = 0; j < n; j++) {
+        unsigned e;
+        uint32_t block;
+        size_t cap;
+        coding(w, &t[j], &e, &block, &cap);
+        b->items[j] = (coded){.t = &t[j], .buf = b->room + off};
+        off += cap;
+    }
+    return 0;
 }
 
 static void member(ft__jw *j, const char *key)
@@ -428,36 +460,27 @@ int ft__fst_write(ft_ctx *ctx, ft_file *f, const char *path, const char *dir,
     decide(&w, t, n, opts ? opts->compression : FT_COMPRESS_AUTO, dir);
     coded *all = calloc(n + 1, sizeof *all);
     int rc = all ? 0 : ft__err(-ENOMEM, "%s: %zu tensors", path, n);
-    uint64_t most = PAGE, room;
-    for (size_t i = 0; i < n; most = FT__MAX(most, room))
-        i = batch_end(&w, t, n, i, &room);
-    if (rc == 0 && !(w.rooms = rooms_take(ctx, most)))
-        rc = ft__err(-ENOMEM, "%s: two buffers of %llu bytes", path, (unsigned long long)most);
-    batch b[2] = {{0}, {0}};
-    pthread_t thread;
-    bool running = false;
+    if (rc == 0 && !(w.rooms = rooms_take(ctx)))
+        rc = ft__err(-ENOMEM, "%s: %u buffers of %llu bytes", path, BUFFERS,
+                     (unsigned long long)BATCH_ROOM);
+    pthread_mutex_init(&w.lock, NULL);
+    pthread_cond_init(&w.done, NULL);
+    batch b[BUFFERS];
+    memset(b, 0, sizeof b);
     uint64_t at = 0;
-    for (size_t i = 0, k = 0; rc == 0 && i < n; k ^= 1) {
-        batch *cur = &b[k];
-        size_t first = i;
-        i = batch_end(&w, t, n, first, &room);
-        cur->n = i - first;
-        cur->items = calloc(cur->n, sizeof *cur->items);
-        cur->room = ft__bufpool_get(w.rooms);
-        if (!cur->items || !cur->room) {
-            rc = ft__err(-ENOMEM, "%s: batch", path);
+    unsigned k = 0;
+    /* batch k coded into the buffer of batch k - BUFFERS, once that is written */
+    for (size_t i = 0; rc == 0 && i < n; k++) {
+        batch *cur = &b[k % BUFFERS];
+        if ((rc = write_wait(&w, cur)) < 0)
             break;
-        }
-        for (size_t j = 0, off = 0; j < cur->n; j++) {
-            unsigned e;
-            uint32_t block;
-            size_t cap;
-            coding(&w, &t[first + j], &e, &block, &cap);
-            cur->items[j] = (coded){.t = &t[first + j], .buf = cur->room + off};
-            off += cap;
-        }
+        size_t first = i;
+        uint64_t room;
+        i = batch_end(&w, t, n, first, k, &room);
+        if ((rc = batch_make(&w, cur, &t[first], i - first, room)) < 0)
+            break;
         int64_t *results = calloc(cur->n, sizeof *results);
-        ft__first_err coding; /* (the writer thread's tasks note theirs in w.failed) */
+        ft__first_err coding;
         void *arg[3] = {&w, cur, &coding};
         ft__first_err_init(&coding);
         code_on_gpus(&w, cur);
@@ -466,15 +489,6 @@ int ft__fst_write(ft_ctx *ctx, ft_file *f, const char *path, const char *dir,
         int failed = ft__first_err_take(&coding);
         rc = rc < 0 ? rc : failed;
         free(results);
-        if (running) { /* the batch before has been written meanwhile */
-            pthread_join(thread, NULL);
-            running = false;
-            free_batch(&w, &b[k ^ 1]);
-            if (rc == 0 && w.rc < 0) {
-                rc = w.rc;
-                ft__detail_restore(w.detail);
-            }
-        }
         for (size_t j = 0; rc == 0 && j < cur->n; j++) {
             cur->items[j].at = at;
             at += page_up(cur->items[j].size);
@@ -489,25 +503,20 @@ int ft__fst_write(ft_ctx *ctx, ft_file *f, const char *path, const char *dir,
         uint64_t from = first ? FT__FST_DATA + cur->items[0].at : 0;
         if ((rc = ft_file_allocate(f, from, FT__FST_DATA + at - from)) == -EOPNOTSUPP)
             rc = 0;
+        if (rc == 0)
+            rc = write_start(&w, cur);
+    }
+    /* every batch's writes done (the oldest first: its failure is the one reported) */
+    for (unsigned j = 0; j < BUFFERS; j++) {
+        batch *x = &b[(k + j) % BUFFERS];
         if (rc < 0)
-            break;
-        w.writing = cur;
-        if (pthread_create(&thread, NULL, writer_thread, &w) == 0) {
-            running = true;
-        } else if ((rc = write_batch(&w, cur)) == 0) {
-            free_batch(&w, cur);
-        }
+            FT__KEEPING_DETAIL(write_wait(&w, x));
+        else
+            rc = write_wait(&w, x);
     }
-    if (running) {
-        pthread_join(thread, NULL);
-        if (rc == 0 && w.rc < 0) {
-            rc = w.rc;
-            ft__detail_restore(w.detail);
-        }
-    }
-    free_batch(&w, &b[0]);
-    free_batch(&w, &b[1]);
     rooms_give(ctx, w.rooms);
+    pthread_cond_destroy(&w.done);
+    pthread_mutex_destroy(&w.lock);
     size_t jlen = 0;
     char *json = rc == 0 ? header_json(t, n, all, opts ? opts->metadata : NULL, &jlen) : NULL;
     if (rc == 0 && !json)
@@ -518,9 +527,9 @@ int ft__fst_write(ft_ctx *ctx, ft_file *f, const char *path, const char *dir,
     if (rc == 0) { /* the header after the streams, then the head that points at it */
         uint64_t hoff = FT__FST_DATA + at;
         memcpy(head, FT__FST_MAGIC, 8);
-        for (int k = 0; k < 8; k++) {
-            head[8 + k] = (uint8_t)(hoff >> (8 * k));
-            head[16 + k] = (uint8_t)((uint64_t)jlen >> (8 * k));
+        for (int y = 0; y < 8; y++) {
+            head[8 + y] = (uint8_t)(hoff >> (8 * y));
+            head[16 + y] = (uint8_t)((uint64_t)jlen >> (8 * y));
         }
         ft_io_opts o = ft__save_io(opts);
         ft_buf hb = ft_host_buf(json, jlen);
