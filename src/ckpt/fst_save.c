@@ -186,8 +186,9 @@ static void rooms_give(ft_ctx *ctx, ft__bufpool *p)
 }
 
 /* The batch's tensors that their GPU codes, coded there in one call per GPU (the coded bytes
- * copied into their buffers); where a call fails (its memory is full: the encoder takes
- * about 140 MiB), encode_one codes them on the host. */
+ * copied into their buffers); where a call fails (its memory is full: the encoder takes about
+ * as much as the batch's bytes), each is tried alone, and encode_one codes the rest on the
+ * host. */
 static void code_on_gpus(writer *w, batch *b)
 {
     ft_codec_enc_job *jobs = calloc(b->n + 1, sizeof *jobs);
