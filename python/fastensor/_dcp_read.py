@@ -386,8 +386,9 @@ class _FstRead:
     ``compression``): each saved chunk's stream is read and decoded once, straight into the
     destination where the plan reads the whole chunk into dense memory of its dtype, else
     into temporary memory on the destination's device, from which each item's box is
-    copied. CUDA destinations decode on the GPU where the library can (unless ``verify``:
-    block checksums are checked on the host)."""
+    copied; up to 8 chunks at once (a chunk at a time left the disk idle while each was
+    decoded). CUDA destinations decode on the GPU where the library can (unless ``verify``:
+    block checksums are checked on the host), on the stream that is current for the load."""
 
     def __init__(self, reader, path, planner):
         self.r, self.path, self.planner = reader, path, planner
@@ -410,20 +411,37 @@ class _FstRead:
                 self.planner.commit_tensor(req, target)
                 continue
             chunks.setdefault(x.index, (x, sizes, dtype, []))[3].append((req, target))
-        for x, sizes, dtype, uses in chunks.values():
-            self._decode(c, x, sizes, dtype, uses)
+        streams = {}  # (the load's current streams: the workers' threads have their own)
+        for _x, _sizes, _dtype, uses in chunks.values():
+            dev = uses[0][1].device
+            if dev.type == "cuda" and dev not in streams:
+                streams[dev] = torch.cuda.current_stream(dev)
+        with ThreadPoolExecutor(max_workers=max(1, min(8, len(chunks)))) as ex:
+            for f in [ex.submit(self._decode, c, x, sizes, dtype, uses, streams)
+                      for x, sizes, dtype, uses in chunks.values()]:
+                f.result()
+        for _x, _sizes, _dtype, uses in chunks.values():
+            for req, target in uses:
+                self.planner.commit_tensor(req, target)
 
-    def _decode(self, c, x, sizes, dtype, uses):
+    def _decode(self, c, x, sizes, dtype, uses, streams):
         req, target = uses[0]
         whole = len(uses) == 1 and tuple(req.lengths) == tuple(sizes) and \
             not any(req.storage_offsets) and target.dtype == dtype and \
             target.is_contiguous() and target.device.type in ("cpu", "cuda")
         cuda = target.device.type == "cuda"
         dev = target.device if cuda else torch.device("cpu")
+        if not cuda:
+            return self._decode_on(c, x, sizes, dtype, uses, whole, dev, None)
+        with torch.cuda.stream(streams[target.device]):
+            self._decode_on(c, x, sizes, dtype, uses, whole, dev, streams[target.device])
+
+    def _decode_on(self, c, x, sizes, dtype, uses, whole, dev, stream):
+        target = uses[0][1]
         into = target if whole else torch.empty(x.nbytes, dtype=torch.uint8, device=dev)
-        stream = torch.cuda.current_stream(dev).cuda_stream if cuda else 0
-        c.decode_into({x.name: into.data_ptr()}, device=(dev.index or 0) if cuda else None,
-                      stream=stream, verify=self.r.verify)
+        c.decode_into({x.name: into.data_ptr()},
+                      device=None if stream is None else (dev.index or 0),
+                      stream=0 if stream is None else stream.cuda_stream, verify=self.r.verify)
         if not whole:
             src = into.view(dtype).view(sizes)
             for req, target in uses:
@@ -431,5 +449,3 @@ class _FstRead:
                 for d, (o, n) in enumerate(zip(req.storage_offsets, req.lengths)):
                     box = box.narrow(d, int(o), int(n))
                 target.copy_(box)
-        for req, target in uses:
-            self.planner.commit_tensor(req, target)
