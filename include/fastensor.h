@@ -893,7 +893,7 @@ int ft_fst_coding_pays(const ft_fst_cost *cost);
  * Whether saves code floats of @p elem_size bytes (2, 4, 8) that lie in memory of CUDA device
  * @p device on that GPU rather than on the host: its encoder wrote the CPU encoder's very
  * bytes for 32 MiB of weights, faster, the copy to pinned host memory included (measured once
- * per context, GPU and element size; cuInit is needed before). Its encode rate in GB/s in
+ * per context, GPU and element size). Its encode rate in GB/s in
  * *encode where not NULL (0: not measured). @return 1 (the GPU codes them), 0 (the host does:
  * no GPU encoder in this build, no driver, a slower or a different stream), or -errno.
  */

@@ -178,14 +178,15 @@ bool ft__fst_gpu_codes(ft_ctx *ctx, int dev, unsigned elem, double *encode)
     if (*state == 0) {
         size_t n = (32u << 20) >> ft__fst_probe_shift;
         size_t cap = ft_codec_bound(n, elem, ft__fst_block(elem));
-        ft__bufpool *pinned = NULL;
         uint8_t *w = malloc(n), *want = malloc(cap), *got = NULL;
-        if (ft__bufpool_create_pinned(&pinned, cap, 1) == 0)
-            got = ft__bufpool_get(pinned);
         void *d = NULL;
+        ft__bufpool *pinned = NULL; /* (made once the driver is up: pinned then) */
+        if (w && want && ft_cuda_alloc(dev, n, &d) == 0 &&
+            ft__bufpool_create_pinned(&pinned, cap, 1) == 0)
+            got = ft__bufpool_get(pinned);
         int64_t a = -ENOMEM, b = -ENOMEM;
         double cpu = 0, gpu = 0;
-        if (w && want && got && ft_cuda_alloc(dev, n, &d) == 0) {
+        if (got) {
             weights(elem, w, n);
             cpu = timed_encode(ctx, -1, w, n, elem, want, cap, &a);
             if (a >= 0 && ft_cuda_copy(d, w, n) == 0)
