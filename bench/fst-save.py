@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """A .fst save against a plain one: durable saves of one state dict as .safetensors and as a
-.fst container (compression="always", or --compression), interleaved (their order
-alternating), in one process (as a training job saves again and again), from host memory or
-(--device cuda) GPU memory, where the GPU encoder codes it. Per round: GB/s of both saves and
-their ratio; the medians. Then what compression="auto" measures there (the library's
-ft_fst_measure) and decides, and with --device cuda whether the GPU codes (ft_fst_gpu_codes).
+.fst container (compression="always", or --compression), and the plain save again (its twin,
+the noise floor), interleaved (each first in turn), in one process (as a training job saves
+again and again), from host memory or (--device cuda) GPU memory, where the GPU encoder codes
+it. Per round: GB/s of the saves, the .fst's and the twin's ratio to the plain save; medians.
+Then what compression="auto" measures there (the library's ft_fst_measure) and decides, and
+with --device cuda whether the GPU codes (ft_fst_gpu_codes).
 (The save is the library's, src/ckpt/fst_save.c: its calls are not timed from here.)
 
     PYTHONPATH=python python3 bench/fst-save.py --size 2G --dir /nvme/dir --rounds 3 \
@@ -46,20 +47,25 @@ def main():
     total = sum(t.numel() * t.element_size() for t in sd.values())
     print(f"{a.model}: {total / 2**30:.2f} GiB in {a.device} memory, {len(sd)} tensors, "
           f"{os.cpu_count()} CPUs, {a.dir}")
-    paths = [os.path.join(a.dir, f"fst-save-{os.getpid()}{x}") for x in (".safetensors", ".fst")]
-    ratios = []
+    # 0: the plain save; 1: the .fst save; 2: the plain save again (its twin: the noise floor)
+    paths = [os.path.join(a.dir, f"fst-save-{os.getpid()}{x}")
+             for x in (".safetensors", ".fst", "-twin.safetensors")]
+    ratios, twins = [], []
     try:
         for r in range(a.rounds):
             secs = {}
-            for k in ((0, 1) if r % 2 == 0 else (1, 0)):
+            for k in (0, 1, 2)[r % 3:] + (0, 1, 2)[:r % 3]:  # (each first in turn)
                 s = time.perf_counter()
-                ft.save_file(sd, paths[k], **({"compression": a.compression} if k else {}))
+                ft.save_file(sd, paths[k], **({"compression": a.compression} if k == 1 else {}))
                 secs[k] = time.perf_counter() - s
             ratios.append(secs[0] / secs[1])
+            twins.append(secs[0] / secs[2])
             print(f"round {r + 1}: .safetensors {total / secs[0] / 1e9:.2f} GB/s, .fst "
-                  f"{total / secs[1] / 1e9:.2f} GB/s ({ratios[-1]:.2f}x)")
+                  f"{total / secs[1] / 1e9:.2f} GB/s ({ratios[-1]:.2f}x), twin "
+                  f"{total / secs[2] / 1e9:.2f} GB/s ({twins[-1]:.2f}x)")
         print(f".fst / .safetensors save: median {statistics.median(ratios):.2f}x "
-              f"({min(ratios):.2f}-{max(ratios):.2f}), {a.rounds} rounds")
+              f"({min(ratios):.2f}-{max(ratios):.2f}), {a.rounds} rounds; the plain save's twin "
+              f"{statistics.median(twins):.2f}x ({min(twins):.2f}-{max(twins):.2f})")
     finally:
         for p in paths:
             if os.path.exists(p):
