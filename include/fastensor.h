@@ -470,6 +470,10 @@ typedef struct ft_save_opts {
     ft_cache_mode cache;        /**< engine AUTO: KEEP leaves the files in the page cache
                                      (buffered writes, then fdatasync) for a read-back soon */
     ft_compression compression; /**< a .fst path: which tensors are coded (else AUTO only) */
+    const struct ft_fst_coded *coded; /**< a .fst path: the streams ft_fst_code made of these
+                                           tensors, written as they are (NULL: coded here) */
+    const size_t *coded_index;  /**< with coded: tensor i's stream is coded_index[i] (a save
+                                     of some of the coded tensors); NULL: stream i */
 } ft_save_opts;
 
 /** ft_ckpt_save's result when the new checkpoint is installed but a step after its commit
@@ -898,6 +902,30 @@ int ft_fst_coding_pays(const ft_fst_cost *cost);
  * no GPU encoder in this build, no driver, a slower or a different stream), or -errno.
  */
 int ft_fst_gpu_codes(ft_ctx *ctx, int device, unsigned elem_size, double *encode);
+
+/** Tensors coded ahead of their .fst save (ft_fst_code), in host memory the object keeps. */
+typedef struct ft_fst_coded ft_fst_coded;
+
+/**
+ * Code @p tensors now, as ft_ckpt_save codes them for a .fst container in directory @p dir
+ * (opts->compression and the measured decisions; tensors in GPU memory coded by their GPU
+ * where it codes them), into host memory of *@p coded: the streams packed page after page, so
+ * it takes their coded size (pinned where the process uses CUDA). Made where *@p coded is
+ * NULL; else its memory is reused, grown or trimmed to fit (pass back the object of the last
+ * call: a training job's saves code into the same memory). When this returns, the tensors'
+ * memory is the caller's again; ft_ckpt_save with opts->coded = *@p coded then writes stream i
+ * (or opts->coded_index[i]) for its tensor i (of the same dtype and shape; any name; its data
+ * not read): an asynchronous save's staging copy is its coded bytes.
+ * @return the streams' bytes, or -errno (the object kept, holding no streams).
+ */
+int64_t ft_fst_code(ft_ctx *ctx, const char *dir, const ft_tensor *tensors, size_t count,
+                    const ft_save_opts *opts, ft_fst_coded **coded);
+
+/** The host memory @p coded holds, in bytes. */
+uint64_t ft_fst_coded_memory(const ft_fst_coded *coded);
+
+/** Free @p coded and its memory (NULL: nothing). */
+void ft_fst_coded_free(ft_fst_coded *coded);
 
 /* ------------------------------------------------------------------------------------------
  * Spill store: tensors parked on local storage and brought back (activation offload)

@@ -162,9 +162,68 @@ pthread_mutex_t *ft__fst_gpu_lock(ft_ctx *ctx, int dev);
 bool ft__fst_path(const char *path);
 /** Write a container of @p n checked tensors (in this order) into the empty file @p f
  * (named @p path in messages, in directory @p dir, whose disk "auto" weighs): streams,
- * header, head; not synced. @return 0 or -errno. */
+ * header, head; not synced. Where opts->coded, tensor i's stream is the coded one of the
+ * caller's tensor @p order[i]. @return 0 or -errno. */
 int ft__fst_write(ft_ctx *ctx, ft_file *f, const char *path, const char *dir,
-                  const ft_tensor *t, size_t n, const ft_save_opts *opts);
+                  const ft_tensor *t, size_t n, const ft_save_opts *opts, const size_t *order);
+
+/* ---- a .fst save's coding (fst_code.c): the writer's batches, and ft_fst_code ---- */
+
+/* the batch buffers a save keeps: one coded while the others are written */
+#define FT__FST_BUFFERS 3u
+
+/* What a batch's GPU pass left for a tensor. */
+enum { FT__GPU_NOT, FT__GPU_CODED, FT__GPU_TOO_LITTLE, FT__GPU_FAILED };
+
+/** A tensor's stream. */
+typedef struct ft__fst_stream {
+    const ft_tensor *t;
+    uint8_t *buf;     /* page-aligned; the stream, then zeros to its page's end */
+    uint64_t size;    /* the stream's bytes */
+    size_t cap;       /* the room it may take at buf (whole pages) */
+    unsigned elem;    /* the element size it is coded by (1: stored) */
+    bool want;        /* coding was asked for (else stored) */
+    bool compressed;  /* kept coded */
+    int gpu;          /* FT__GPU_* */
+    uint64_t at;      /* where it goes in the data section */
+} ft__fst_stream;
+
+/** How a save codes: which float sizes, the buffers its batches are coded into. */
+typedef struct ft__fst_coder {
+    ft_ctx *ctx;
+    const char *path;   /* for messages */
+    ft__bufpool *rooms; /* the batches' buffers, kept by the context between saves */
+    bool code[9];       /* by element size: code floats of that size */
+    bool code_dev[9];   /* the same for tensors in GPU memory (their GPU may code them) */
+} ft__fst_coder;
+
+/** A batch of tensors coded at once into its room. */
+typedef struct ft__fst_batch {
+    ft__fst_stream *items;
+    size_t n;
+    uint8_t *room;    /* from the coder's buffers, or own's (a larger one) */
+    ft__bufpool *own;
+} ft__fst_batch;
+
+/** The coder of a save of @p n tensors @p t in directory @p dir (its disk weighed by "auto"
+ * @p mode). @return 0 or -ENOMEM. */
+int ft__fst_coder_init(ft__fst_coder *c, ft_ctx *ctx, const char *path, const char *dir,
+                       const ft_tensor *t, size_t n, ft_compression mode);
+void ft__fst_coder_done(ft__fst_coder *c);
+/** The end of batch @p k (the first ones smaller: the disk starts sooner), of tensors @p t
+ * from @p first; the room its streams take in *room. */
+size_t ft__fst_batch_end(const ft__fst_coder *c, const ft_tensor *t, size_t n, size_t first,
+                         unsigned k, uint64_t *room);
+/** Code tensors @p t (@p n, taking @p room) as batch @p b: on their GPUs where they code
+ * them, the rest on the context's threads. @return 0 or -errno (b to be freed either way). */
+int ft__fst_batch_code(ft__fst_coder *c, ft__fst_batch *b, const ft_tensor *t, size_t n,
+                       uint64_t room);
+void ft__fst_batch_free(ft__fst_coder *c, ft__fst_batch *b);
+/** Streams @p out[i] of @p coded for the save's tensor @p t[i], the caller's @p order[i]
+ * (its stream that one, or @p index[order[i]]), checked against it (its dtype and shape).
+ * @return 0 or -EINVAL. */
+int ft__fst_coded_streams(const ft_fst_coded *coded, const size_t *index, const ft_tensor *t,
+                          size_t n, const size_t *order, ft__fst_stream *out);
 
 /* ---- reading small files and indexes (open.c) ---- */
 
@@ -259,6 +318,18 @@ static inline ft_io_opts ft__save_io(const ft_save_opts *so)
                         .flags = so && (so->flags & FT_SAVE_NO_SYNC) ? 0 : FT_IO_SYNC_LATER,
                         .cache = so ? so->cache : FT_CACHE_AUTO};
 }
+/** Check a save's tensors (@p fst: a .fst container's; @p coded: their streams coded ahead,
+ * their data not read) and metadata. @return 0 or -EINVAL, -ENODEV, -EFAULT with detail. */
+int ft__tensors_check(const ft_tensor *t, size_t n, const char *const *meta, bool fst,
+                      bool coded);
+/** A tensor and its index in the caller's array. */
+typedef struct ft__placed {
+    ft_tensor t;
+    size_t index;
+} ft__placed;
+/** qsort order of ft__placed: safetensors' layout (the highest dtype rank first, then by
+ * name). */
+int ft__tensor_layout_cmp(const void *a, const void *b);
 /** The element size a .fst save codes dtype @p d's bytes by (1, 2, 4, 8), 0 for a type it
  * stores as it is (dtype.c's table). */
 unsigned ft__dtype_coded(ft_dtype d);

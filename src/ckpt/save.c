@@ -43,57 +43,10 @@ typedef struct save_job {
     uint32_t gen;             /* the shards' generation (several shards) */
     bool fst;                 /* a .fst container (one file) */
     const char *dir;          /* the checkpoint's directory */
+    const size_t *order;      /* a .fst save of coded streams: laid-out tensor i is the
+                                 caller's order[i] */
     ft__first_err failed;     /* the first shard that failed */
 } save_job;
-
-static int check_tensors(const ft_tensor *t, size_t n, const char *const *meta, bool fst)
-{
-    const char **names = malloc((n ? n : 1) * sizeof *names);
-    if (!names)
-        return ft__err(-ENOMEM, "tensor names");
-    int rc = 0;
-    for (size_t i = 0; i < n && rc == 0; i++) {
-        const char *nm = t[i].name;
-        uint64_t bytes = 0;
-        int sized = 0;
-        if (!nm || !ft__utf8_valid(nm, strlen(nm)) || strcmp(nm, "__metadata__") == 0 ||
-            (fst && strcmp(nm, "fastensor.container") == 0))
-            rc = ft__err(-EINVAL, "tensor %zu: name missing, not UTF-8, or reserved", i);
-        else if (!ft_dtype_bits(t[i].dtype))
-            rc = ft__err(-EINVAL, "tensor '%s': unknown dtype %d", nm, (int)t[i].dtype);
-        else if (t[i].ndim > FT_MAX_DIMS || (t[i].ndim && !t[i].shape))
-            rc = ft__err(-EINVAL, "tensor '%s': bad shape (%u dimensions)", nm, t[i].ndim);
-        else if ((sized = ft__tensor_bytes(t[i].dtype, t[i].shape, t[i].ndim, &bytes)) < 0)
-            rc = ft__err(-EINVAL, "tensor '%s': %s", nm,
-                         sized == -EDOM ? "its packed elements do not fill whole bytes"
-                                        : "size overflows");
-        else if (t[i].data.kind != FT_MEM_HOST && t[i].data.kind != FT_MEM_CUDA)
-            rc = ft__err(-EINVAL, "tensor '%s': memory kind %d not supported", nm,
-                         (int)t[i].data.kind);
-        else if (t[i].data.kind == FT_MEM_CUDA && !ft_cuda_available(NULL))
-            rc = ft__err(-ENODEV, "tensor '%s': device memory, but CUDA is not available", nm);
-        if (rc == 0 && bytes != t[i].data.len)
-            rc = ft__err(-EINVAL, "tensor '%s': shape x dtype is %llu bytes, buffer has %zu",
-                         nm, (unsigned long long)bytes, t[i].data.len);
-        if (rc == 0 && bytes && !t[i].data.ptr)
-            rc = ft__err(-EFAULT, "tensor '%s': data pointer is NULL", nm);
-        names[i] = nm;
-    }
-    if (rc == 0) { /* unique names */
-        qsort(names, n, sizeof *names, (int (*)(const void *, const void *))strcmp);
-        for (size_t i = 1; i < n && rc == 0; i++)
-            if (strcmp(names[i - 1], names[i]) == 0)
-                rc = ft__err(-EINVAL, "tensor name '%s' appears twice", names[i]);
-    }
-    free(names);
-    for (size_t i = 0; rc == 0 && meta && meta[i]; i += 2)
-        if (!meta[i + 1] || !ft__utf8_valid(meta[i], strlen(meta[i])) ||
-            !ft__utf8_valid(meta[i + 1], strlen(meta[i + 1])) ||
-            strncmp(meta[i], "fastensor.", 10) == 0)
-            rc = ft__err(-EINVAL, "metadata entry %zu: needs a UTF-8 key (not fastensor.*) "
-                                  "and value", i / 2);
-    return rc;
-}
 
 /* One "key":"value" member of an object, after a comma unless @p first. */
 static void member_str(ft__jw *w, bool first, const char *key, const char *value, size_t n)
@@ -340,7 +293,7 @@ static int write_shard(save_job *job, save_shard *s)
     if ((rc = ft_file_open(job->ctx, &f, s->tmp, FT_OPEN_READ | FT_OPEN_WRITE, 0)) < 0)
         return rc;
     rc = job->fst ? ft__fst_write(job->ctx, f, s->path, job->dir, s->tensors, s->count,
-                                  job->opts)
+                                   job->opts, job->order)
                   : write_data(job, s, f);
     if (rc == 0 && !(job->opts && (job->opts->flags & FT_SAVE_NO_SYNC)))
         rc = ft_file_sync(f);
@@ -555,19 +508,9 @@ static void free_job(save_job *job)
     free(job->shards);
 }
 
-/* safetensors' layout order: the highest dtype rank first (larger elements first: each
- * tensor then sits aligned to its element size), then by name (a loop over the sorted names
- * reads the file front to back). */
-static int by_layout(const void *a, const void *b)
-{
-    const ft_tensor *x = a, *y = b;
-    unsigned rx = ft_dtype_rank(x->dtype), ry = ft_dtype_rank(y->dtype);
-    return rx != ry ? (rx < ry ? 1 : -1) : strcmp(x->name, y->name);
-}
-
 /* ft_ckpt_save of checked tensors in layout order. */
 static int save_laid_out(ft_ctx *ctx, const char *path, const ft_tensor *tensors, size_t count,
-                         const ft_save_opts *opts, uint64_t block)
+                         const ft_save_opts *opts, uint64_t block, const size_t *order)
 {
     int rc;
     bool sync = !(opts && (opts->flags & FT_SAVE_NO_SYNC));
@@ -579,7 +522,8 @@ static int save_laid_out(ft_ctx *ctx, const char *path, const ft_tensor *tensors
         return rc;
     }
     save_job job = {.ctx = ctx, .opts = opts, .block = block, .fst = ft__fst_path(path),
-                    .dir = nm.dir, .metadata = opts ? opts->metadata : NULL};
+                    .dir = nm.dir, .metadata = opts ? opts->metadata : NULL,
+                    .order = order};
     rc = plan_shards(&job, &nm, tensors, count, opts ? opts->shard_size : 0);
     if (rc == 0)
         rc = write_shards(&job);
@@ -628,16 +572,30 @@ int ft_ckpt_save(ft_ctx *ctx, const char *path, const ft_tensor *tensors, size_t
                                 "stores its tensors as they are)", path);
     if (fst)
         block = 0; /* the codec's blocks carry checksums */
-    int rc = check_tensors(tensors, count, opts ? opts->metadata : NULL, fst);
+    if (!fst && opts && opts->coded)
+        return ft__err(-EINVAL, "%s: coded streams are for .fst containers", path);
+    bool coded = fst && opts && opts->coded;
+    int rc = ft__tensors_check(tensors, count, opts ? opts->metadata : NULL, fst, coded);
     if (rc < 0)
         return rc;
+    /* laid out, each remembering its place in the caller's array (its coded stream's) */
+    ft__placed *placed = malloc((count ? count : 1) * sizeof *placed);
     ft_tensor *laid = malloc((count ? count : 1) * sizeof *laid);
-    if (!laid)
-        return ft__err(-ENOMEM, "%s: %zu tensors", path, count);
-    if (count)
-        memcpy(laid, tensors, count * sizeof *laid);
-    qsort(laid, count, sizeof *laid, by_layout);
-    rc = save_laid_out(ctx, path, laid, count, opts, block);
+    size_t *order = malloc((count ? count : 1) * sizeof *order);
+    if (!placed || !laid || !order)
+        rc = ft__err(-ENOMEM, "%s: %zu tensors", path, count);
+    for (size_t i = 0; rc == 0 && i < count; i++)
+        placed[i] = (ft__placed){tensors[i], i};
+    if (rc == 0)
+        qsort(placed, count, sizeof *placed, ft__tensor_layout_cmp);
+    for (size_t i = 0; rc == 0 && i < count; i++) {
+        laid[i] = placed[i].t;
+        order[i] = placed[i].index;
+    }
+    if (rc == 0)
+        rc = save_laid_out(ctx, path, laid, count, opts, block, coded ? order : NULL);
+    free(placed);
     free(laid);
+    free(order);
     return rc;
 }
