@@ -42,6 +42,13 @@ from fastensor import _C, context  # noqa: E402
 from scenarios import drop_caches, raw_io  # noqa: E402  (bench/scenarios.py)
 
 
+def nbytes_of(text):
+    """Bytes of a size such as 512K, 2G or 1000."""
+    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    unit = text[-1].upper()
+    return int(float(text[:-1]) * mult[unit]) if unit in mult else int(text)
+
+
 def llama(size):
     try:
         from transformers import LlamaConfig, LlamaForCausalLM
@@ -258,10 +265,6 @@ def main():
                     "of these sizes (e.g. 256K,512K): ratio and GPU decode GB/s per size")
     ap.add_argument("--json")
     a = ap.parse_args()
-    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-
-    def nbytes_of(v):
-        return int(float(v[:-1]) * mult[v[-1].upper()]) if v[-1].upper() in mult else int(v)
     size = nbytes_of(a.size)
     blocks = [nbytes_of(v) for v in a.gpu_blocks.split(",") if v]
     makers = {"llama-bf16": lambda: llama(size), "gpt2-fp32": gpt2, "vit-fp32": vit}

@@ -23,7 +23,7 @@ sys.path.insert(0, HERE)
 
 import fastensor.torch as ft  # noqa: E402
 from fastensor import _fst  # noqa: E402
-from codec import gpt2, llama  # noqa: E402  (bench/codec.py's state dicts)
+from codec import gpt2, llama, nbytes_of  # noqa: E402  (bench/codec.py's state dicts)
 
 
 def main():
@@ -39,10 +39,7 @@ def main():
                     help='the .fst save\'s: "always" (default), "auto", or "none" (streams '
                          "stored: the container's write path alone)")
     a = ap.parse_args()
-    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-    unit = a.size[-1].upper()
-    size = int(float(a.size[:-1]) * mult[unit]) if unit in mult else int(a.size)
-    sd = gpt2() if a.model == "gpt2-fp32" else llama(size)
+    sd = gpt2() if a.model == "gpt2-fp32" else llama(nbytes_of(a.size))
     sd = {k: v.to(a.device) for k, v in sd.items()}
     total = sum(t.numel() * t.element_size() for t in sd.values())
     print(f"{a.model}: {total / 2**30:.2f} GiB in {a.device} memory, {len(sd)} tensors, "

@@ -70,7 +70,9 @@
 #         JSON in $OUT/codec.json; then bench/fst-save.py (the .fst save of a state dict in GPU
 #         memory against a plain one, FT_FST_ROUNDS (5), in $OUT/fst-save.txt; GPT-2 fp32 in
 #         $OUT/fst-save-fp32.txt; the bf16 one with the streams stored, in
-#         $OUT/fst-save-stored.txt).
+#         $OUT/fst-save-stored.txt); then test_dcp.py's CUDA and coded-staging cases and
+#         bench/async-stage.py (DCP async saves staged as coded streams against plain ones,
+#         $OUT/async-stage.txt and .json).
 # --peers: only the peer loaders (bench/peers.py: fastensor beside safetensors, fastsafetensors,
 #         InstantTensor and the Run:ai streamer, fresh processes, every load fingerprinted),
 #         the peers installed from .peers/wheels (scripts/fetch-peers.sh there; carry
@@ -376,6 +378,15 @@ if [ $CODEC = 1 ]; then
         --rounds "${FT_FST_ROUNDS:-5}" --device cuda --dir "$WORK" --compression none \
         >"$OUT/fst-save-stored.txt" 2>&1
     grep -v "^  " "$OUT/fst-save-stored.txt" | tee -a "$OUT/summary.txt"
+    log "tensor codec: DCP async saves staged as coded streams (tests, then against plain ones)"
+    PYTHONPATH="$here/python" FT_TEST_DIR="$WORK/py" timeout 120 python3 -m pytest -q -rs \
+        -p no:logging tests/python/test_dcp.py -k "cuda or coded" >"$OUT/test_dcp-coded.log" 2>&1
+    grep -E "^(FAILED|ERROR|E  )|passed|failed" "$OUT/test_dcp-coded.log" | head -20 |
+        tee -a "$OUT/summary.txt"
+    PYTHONPATH="$here/python" timeout 200 python3 bench/async-stage.py \
+        --size "${FT_CODEC_SIZE:-2G}" --rounds "${FT_FST_ROUNDS:-5}" --dir "$WORK" \
+        --json "$OUT/async-stage.json" >"$OUT/async-stage.txt" 2>&1
+    grep -v "^  " "$OUT/async-stage.txt" | tee -a "$OUT/summary.txt"
 fi
 if [ $PACK = 1 ]; then # one archive, for callers that fetch only a few files
     tar -C "$OUT" -czf /tmp/gpu-check.tgz . && rm -rf "${OUT:?}"/* &&

@@ -20,31 +20,22 @@ static void ckpt_free(PyObject *cap)
     capsule_release_owner(cap);
 }
 
-/* (ctx, path, [(name, dtype, shape, address, nbytes)], {meta}, engine, shard_size, flags) */
-static PyObject *py_ckpt_save(PyObject *self, PyObject *args)
+/* The tensors of @p list, [(name, dtype, shape, address, nbytes[, kind, device])], into
+ * *t and *shapes (PyMem; freed by the caller, also on failure). @return its length, or -1. */
+static Py_ssize_t parse_tensors(PyObject *list, ft_tensor **t, uint64_t **shapes)
 {
-    (void)self;
-    PyObject *cap, *list, *meta;
-    const char *path;
-    int engine, cache = 0, compression = 0;
-    unsigned long long shard_size;
-    unsigned flags;
-    if (!PyArg_ParseTuple(args, "OsOOiKI|ii", &cap, &path, &list, &meta, &engine, &shard_size,
-                          &flags, &cache, &compression))
-        return NULL;
-    ft_ctx *ctx = cap_get(cap, CAP_CTX);
-    if (!ctx)
-        return NULL;
-    if (!PyList_Check(list) || !PyDict_Check(meta))
-        return PyErr_Format(PyExc_TypeError, "tensors must be a list, metadata a dict");
-    Py_ssize_t n = PyList_Size(list), nmeta = PyDict_Size(meta);
-    ft_tensor *t = PyMem_Calloc((size_t)n + 1, sizeof *t);
-    uint64_t *shapes = PyMem_Calloc((size_t)n * FT_MAX_DIMS + 1, sizeof *shapes);
-    const char **kv = PyMem_Calloc((size_t)nmeta * 2 + 1, sizeof *kv);
-    PyObject *result = NULL;
-    if (!t || !shapes || !kv) {
+    *t = NULL;
+    *shapes = NULL;
+    if (!PyList_Check(list)) {
+        PyErr_SetString(PyExc_TypeError, "tensors must be a list");
+        return -1;
+    }
+    Py_ssize_t n = PyList_Size(list);
+    *t = PyMem_Calloc((size_t)n + 1, sizeof **t);
+    *shapes = PyMem_Calloc((size_t)n * FT_MAX_DIMS + 1, sizeof **shapes);
+    if (!*t || !*shapes) {
         PyErr_NoMemory();
-        goto out;
+        return -1;
     }
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *item = PyList_GetItem(list, i), *shape;
@@ -53,21 +44,88 @@ static PyObject *py_ckpt_save(PyObject *self, PyObject *args)
         int kind = 0, device = 0;
         if (!PyArg_ParseTuple(item, "ssOKK|ii", &name, &dtype, &shape, &addr, &nbytes, &kind,
                               &device))
-            goto out;
+            return -1;
         int d = ft_dtype_from_name(dtype);
         Py_ssize_t ndim = PyTuple_Check(shape) ? PyTuple_Size(shape) : -1;
         if (d < 0 || ndim < 0 || ndim > FT_MAX_DIMS) {
             PyErr_Format(ft_py_value_error, "tensor '%s': bad dtype '%s' or shape", name, dtype);
+            return -1;
+        }
+        uint64_t *dims = &(*shapes)[i * FT_MAX_DIMS];
+        for (Py_ssize_t k = 0; k < ndim; k++) {
+            dims[k] = PyLong_AsUnsignedLongLong(PyTuple_GetItem(shape, k));
+            if (PyErr_Occurred())
+                return -1;
+        }
+        (*t)[i] = (ft_tensor){name, (ft_dtype)d, (unsigned)ndim, dims,
+                              {(void *)(uintptr_t)addr, (size_t)nbytes,
+                               kind ? FT_MEM_CUDA : FT_MEM_HOST, device}};
+    }
+    return n;
+}
+
+#define CAP_CODED "fastensor.fst_coded"
+
+static void coded_free(PyObject *cap)
+{
+    ft_fst_coded_free(PyCapsule_GetPointer(cap, CAP_CODED));
+}
+
+/* The ft_fst_coded of capsule @p cap (None: NULL, *ok still 1). */
+static ft_fst_coded *coded_of(PyObject *cap, int *ok)
+{
+    *ok = 1;
+    if (cap == Py_None)
+        return NULL;
+    ft_fst_coded *c = PyCapsule_GetPointer(cap, CAP_CODED);
+    *ok = c != NULL;
+    return c;
+}
+
+/* (ctx, path, [tensors], {meta}, engine, shard_size, flags[, cache, compression, coded,
+ * [coded index] or None]) -> the warning's text or None */
+static PyObject *py_ckpt_save(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *cap, *list, *meta, *coded_cap = Py_None, *index_list = Py_None;
+    const char *path;
+    int engine, cache = 0, compression = 0, ok;
+    unsigned long long shard_size;
+    unsigned flags;
+    if (!PyArg_ParseTuple(args, "OsOOiKI|iiOO", &cap, &path, &list, &meta, &engine, &shard_size,
+                          &flags, &cache, &compression, &coded_cap, &index_list))
+        return NULL;
+    ft_ctx *ctx = cap_get(cap, CAP_CTX);
+    ft_fst_coded *coded = coded_of(coded_cap, &ok);
+    if (!ctx || !ok)
+        return NULL;
+    if (!PyDict_Check(meta))
+        return PyErr_Format(PyExc_TypeError, "metadata must be a dict");
+    ft_tensor *t;
+    uint64_t *shapes;
+    Py_ssize_t nmeta = PyDict_Size(meta), n = parse_tensors(list, &t, &shapes);
+    const char **kv = PyMem_Calloc((size_t)nmeta * 2 + 1, sizeof *kv);
+    size_t *index = NULL;
+    PyObject *result = NULL;
+    if (n < 0)
+        goto out;
+    if (!kv) {
+        PyErr_NoMemory();
+        goto out;
+    }
+    if (index_list != Py_None) {
+        if (!PyList_Check(index_list) || PyList_Size(index_list) != n) {
+            PyErr_SetString(PyExc_TypeError, "the coded index must be a list, one per tensor");
             goto out;
         }
-        for (Py_ssize_t k = 0; k < ndim; k++) {
-            shapes[i * FT_MAX_DIMS + k] = PyLong_AsUnsignedLongLong(PyTuple_GetItem(shape, k));
-            if (PyErr_Occurred())
-                goto out;
+        if (!(index = PyMem_Calloc((size_t)n + 1, sizeof *index))) {
+            PyErr_NoMemory();
+            goto out;
         }
-        t[i] = (ft_tensor){name, (ft_dtype)d, (unsigned)ndim, &shapes[i * FT_MAX_DIMS],
-                           {(void *)(uintptr_t)addr, (size_t)nbytes,
-                            kind ? FT_MEM_CUDA : FT_MEM_HOST, device}};
+        for (Py_ssize_t i = 0; i < n; i++)
+            if ((index[i] = PyLong_AsSize_t(PyList_GetItem(index_list, i))) == (size_t)-1 &&
+                PyErr_Occurred())
+                goto out;
     }
     PyObject *key, *value;
     Py_ssize_t pos = 0, at = 0;
@@ -83,7 +141,8 @@ static PyObject *py_ckpt_save(PyObject *self, PyObject *args)
     }
     ft_save_opts so = {.engine = (ft_engine)engine, .flags = flags, .shard_size = shard_size,
                        .cache = (ft_cache_mode)cache,
-                       .compression = (ft_compression)compression, .metadata = kv};
+                       .compression = (ft_compression)compression, .metadata = kv,
+                       .coded = coded, .coded_index = index};
     int rc;
     Py_BEGIN_ALLOW_THREADS
     rc = ft_ckpt_save(ctx, path, t, (size_t)n, &so);
@@ -100,7 +159,60 @@ out:
     PyMem_Free(t);
     PyMem_Free(shapes);
     PyMem_Free(kv);
+    PyMem_Free(index);
     return result;
+}
+
+/* fst_code(ctx, dir, [tensors], compression, coded or None) -> (coded, stream bytes): the
+ * tensors coded for a .fst save into @p coded's memory (a new object where None) */
+static PyObject *py_fst_code(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *cap, *list, *coded_cap;
+    const char *dir;
+    int compression, ok;
+    if (!PyArg_ParseTuple(args, "OsOiO", &cap, &dir, &list, &compression, &coded_cap))
+        return NULL;
+    ft_ctx *ctx = cap_get(cap, CAP_CTX);
+    ft_fst_coded *coded = coded_of(coded_cap, &ok);
+    if (!ctx || !ok)
+        return NULL;
+    ft_tensor *t;
+    uint64_t *shapes;
+    Py_ssize_t n = parse_tensors(list, &t, &shapes);
+    PyObject *result = NULL;
+    if (n >= 0) {
+        ft_save_opts so = {.compression = (ft_compression)compression};
+        ft_fst_coded *made = coded;
+        int64_t total;
+        Py_BEGIN_ALLOW_THREADS
+        total = ft_fst_code(ctx, dir, t, (size_t)n, &so, &made);
+        Py_END_ALLOW_THREADS
+        PyObject *obj = made == coded ? (Py_INCREF(coded_cap), coded_cap)
+                                      : PyCapsule_New(made, CAP_CODED, coded_free);
+        if (!obj)
+            ft_fst_coded_free(made);
+        else if (total < 0)
+            raise_ft((int)total, dir);
+        else
+            result = Py_BuildValue("(OL)", obj, (long long)total);
+        Py_XDECREF(obj);
+    }
+    PyMem_Free(t);
+    PyMem_Free(shapes);
+    return result;
+}
+
+/* fst_coded_memory(coded) -> the host memory it holds, in bytes */
+static PyObject *py_fst_coded_memory(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *cap;
+    int ok;
+    if (!PyArg_ParseTuple(args, "O", &cap))
+        return NULL;
+    ft_fst_coded *coded = coded_of(cap, &ok);
+    return ok ? PyLong_FromUnsignedLongLong(ft_fst_coded_memory(coded)) : NULL;
 }
 
 static PyObject *py_ckpt_open(PyObject *self, PyObject *args)
@@ -568,6 +680,8 @@ static PyMethodDef checkpoint_methods[] = {
     {"fst_cost_set", py_fst_cost_set, METH_VARARGS, "fst_cost_set(ctx, dir, elem, cost)"},
     {"fst_gpu_codes", py_fst_gpu_codes, METH_VARARGS, "fst_gpu_codes(ctx, dev, elem) -> (...)"},
     {"fst_coding_pays", py_fst_coding_pays, METH_VARARGS, "fst_coding_pays(cost) -> bool"},
+    {"fst_code", py_fst_code, METH_VARARGS, "fst_code(ctx, dir, tensors, mode, coded) -> (...)"},
+    {"fst_coded_memory", py_fst_coded_memory, METH_VARARGS, "fst_coded_memory(coded) -> int"},
     {"ckpt_load_shard", py_ckpt_load_shard, METH_VARARGS, "ckpt_load_shard(...) -> int"},
     {"ckpt_read", py_ckpt_read, METH_VARARGS, "ckpt_read(ckpt, index, offset, ...) -> int"},
     {"ckpt_read_shard", py_ckpt_read_shard, METH_VARARGS,

@@ -32,10 +32,11 @@ def remove(path):
 
 
 def save(path, items, metadata, *, engine="auto", shard_size=None, checksums=True,
-         durable=True, cache="auto", compression=0):
+         durable=True, cache="auto", compression=0, coded=None, coded_index=None):
     """items: [(name, dtype_name, shape_tuple, address, nbytes)]; the caller keeps memory alive.
     A ``.fst`` path writes a container (``compression``: the library's number of the mode,
-    _fst.compression_id)."""
+    _fst.compression_id); ``coded`` (of _fst.code) holds its streams already, item i's the
+    one of ``coded_index[i]`` (None: stream i)."""
     meta = {} if metadata is None else dict(metadata)
     for k, v in meta.items():
         if not isinstance(k, str) or not isinstance(v, str):
@@ -44,7 +45,8 @@ def save(path, items, metadata, *, engine="auto", shard_size=None, checksums=Tru
     if shard_size is not None and shard_size <= 0:
         raise ValueError("shard_size must be positive")
     warning = _C.ckpt_save(context(), os.fspath(path), items, meta, engine_id(engine),
-                           int(shard_size or 0), flags, cache_id(cache), int(compression))
+                           int(shard_size or 0), flags, cache_id(cache), int(compression),
+                           coded, None if coded_index is None else list(coded_index))
     if warning is not None:
         warnings.warn(f"{os.fspath(path)}: saved, but {warning}", SaveWarning, stacklevel=3)
 

@@ -162,6 +162,21 @@ def save(path, items, metadata, *, compression="auto", engine="auto", cache="aut
     _ckpt.save(path, list(items), meta, engine=engine, cache=cache, compression=mode)
 
 
+def code(directory, items, compression="auto", coded=None):
+    """(coded, bytes): ``items`` (as :func:`save`'s) coded now as a save into ``directory``
+    codes them (``ft_fst_code``), into host memory of ``coded`` (a new object where None; the
+    object of an earlier call is reused, grown or trimmed: pinned where CUDA is in use), and
+    the streams' bytes. The items' memory is free again on return; :func:`_ckpt.save` with
+    ``coded`` then writes these streams."""
+    return _C.fst_code(context(), os.fspath(directory), list(items), compression_id(compression),
+                       coded)
+
+
+def coded_memory(coded) -> int:
+    """The host memory ``coded`` (of :func:`code`) holds, in bytes."""
+    return _C.fst_coded_memory(coded)
+
+
 def convert(src, dst, *, compression="auto", engine="auto"):
     """``src`` (a safetensors file, index or directory, or a container) to ``dst``: a
     container where ``dst`` ends in ``.fst``, else a safetensors file. Byte-exact; metadata

@@ -58,7 +58,7 @@ from torch.futures import Future
 from . import _async, _ckpt, _fst, cache_id, engine_id
 from ._dcp_read import METADATA, FastensorReader, _Directory
 from ._gpumem import device_room
-from .torch import _TO_ST, _items
+from .torch import _TO_ST, _items, _st_shape
 
 __all__ = ["FastensorWriter", "FastensorReader", "consolidate"]
 
@@ -86,7 +86,8 @@ def _write_durable(path, chunks, sync):
 class _Staging:
     """Host copies of state dicts for async saves (their tensors, in :func:`_locals`' order),
     kept for the next save of the same structure (pinned where CUDA is present), and lent to
-    one save at a time."""
+    one save at a time; for compressed saves, under ("fst", signature), the library's memory
+    of their coded streams (:func:`fastensor._fst.code`)."""
 
     def __init__(self):
         self.lock = threading.Lock()
@@ -194,6 +195,55 @@ def _copy_state(src, kept):
     return _map_state(src, lambda t: next(it).copy_(t, non_blocking=True))
 
 
+def _nbytes(t) -> int:
+    return t.numel() * t.element_size()
+
+
+def _codes_on_gpu(tensors, compression) -> bool:
+    """Whether a compressed save of ``tensors`` stages their coded streams: plain tensors,
+    nearly all their bytes on one GPU whose encoder codes each float size among them (the
+    library's check, :func:`fastensor._fst.gpu_codes`)."""
+    if compression in (None, "none") or not tensors or \
+            any(type(t) not in (torch.Tensor, torch.nn.Parameter) for t in tensors):
+        return False
+    cuda = [t for t in tensors if t.device.type == "cuda"]
+    on, total = sum(map(_nbytes, cuda)), sum(map(_nbytes, tensors))
+    if not cuda or len({t.device for t in cuda}) > 1 or on * 16 < total * 15:
+        return False
+    sizes = {t.element_size() // (2 if t.is_complex() else 1)
+             for t in cuda if t.is_floating_point() or t.is_complex()}
+    try:
+        return all(_fst.gpu_codes(cuda[0].device.index, e)[0] for e in sizes)
+    except (OSError, ValueError):  # (a float size the GPU encoder does not take)
+        return False
+
+
+def _code(directory, tensors, compression, coded=None):
+    """``tensors`` coded for a compressed save into ``directory`` (in the memory of
+    ``coded``, where given): the library's object of their streams."""
+    items, keep = _items({str(i): t.contiguous() for i, t in enumerate(tensors)}, check=False)
+    while directory and not os.path.isdir(directory):  # (a checkpoint's first save makes it)
+        directory = os.path.dirname(directory)
+    coded, _ = _fst.code(directory or ".", items, compression, coded)
+    del keep
+    return coded
+
+
+@dataclasses.dataclass
+class _Lent:
+    """A staged copy lent to one save: its structure's signature, the copy, where it is
+    ("kept", "device", "host", "other", or "coded": meta tensors standing for the streams in
+    ``coded``, ``places`` giving each one's stream), whether the state had CUDA tensors, and
+    whether its saves stage coded streams (:func:`_codes_on_gpu`)."""
+    sig: object
+    staged: object
+    where: str
+    cuda: bool
+    coded: object = None
+    places: dict = None
+    codes: bool = False
+
+
 def _pinned_like(specs):
     """Pinned host tensors of the shapes and dtypes of ``specs``, views of one buffer."""
     sizes = [(t.numel() * t.element_size() + 63) // 64 * 64 for t in specs]
@@ -227,8 +277,10 @@ class FastensorWriter(_Directory, StorageWriter, AsyncStager):
     As an ``AsyncStager`` (``dcp.async_save``), it stages the state dict into memory kept for
     the next async save of the same structure (pinned where CUDA is present), so the
     caller's blocking time is the copy alone; a process's first save of a CUDA state dict
-    copies on the GPU where it has room (see :meth:`stage`); see
-    :func:`release_staging_memory`.
+    copies on the GPU where it has room (see :meth:`stage`); with compression, where the
+    GPU codes the tensors, the next saves stage their coded streams (the GPU codes them
+    while the caller waits; the memory kept is their coded size, and the write codes
+    nothing); see :func:`release_staging_memory`.
     """
 
     _synchronize_after_execute = False
@@ -330,10 +382,16 @@ class FastensorWriter(_Directory, StorageWriter, AsyncStager):
         if len(set(names)) != len(names):  # one rank with two chunks of one tensor
             names = [f"{it.index.fqn}@{','.join(map(str, it.index.offset or ()))}"
                      for it in items]
-        tensors, sharding = {}, {}
+        tensors, sharding, lent, streams = {}, {}, None, []
         for n, it in zip(names, items):
-            t = planner.resolve_data(it).detach()
-            if t.device.type not in ("cpu", "cuda"):
+            t = planner.resolve_data(it)
+            if t.device.type == "meta":  # a stand-in for a stream coded by stage()
+                lent = lent or self._lent_of(t)
+                if id(t) not in lent.places:
+                    raise RuntimeError(f"{where}: item {it.index.fqn!r}: no coded stream")
+                streams.append(lent.places[id(t)])
+            t = t.detach()
+            if t.device.type not in ("cpu", "cuda", "meta"):
                 t = t.to("cpu")
             if t.dtype not in _TO_ST:
                 raise ValueError(f"{where}: item {it.index.fqn!r}: dtype {t.dtype} has no "
@@ -341,13 +399,20 @@ class FastensorWriter(_Directory, StorageWriter, AsyncStager):
             tensors[n] = t.contiguous()
             offsets = it.tensor_data.chunk.offsets if it.tensor_data is not None else ()
             sharding[n] = {"saved_offsets": [int(o) for o in offsets]}
+        if lent is not None and len(streams) != len(tensors):
+            raise RuntimeError(f"{where}: coded and uncoded items in one save")
         # DCP's items may share memory (tied weights): each is written, no safetensors check
-        entries, keep = _items(tensors, check=False)
+        if lent is not None:  # (their data is in the streams)
+            entries, keep = [(n, _TO_ST[t.dtype], _st_shape(t), 0, _nbytes(t))
+                             for n, t in tensors.items()], None
+        else:
+            entries, keep = _items(tensors, check=False)
         meta = {"format": "pt", _SHARDING_KEY: json.dumps(sharding), _VERSION_KEY: "1.0"}
         try:
             _ckpt.save(path, entries, meta,
                        engine=self.engine, durable=self.sync_files, cache=self.cache,
-                       compression=_fst.compression_id(self.compression) if coded else 0)
+                       compression=_fst.compression_id(self.compression) if coded else 0,
+                       coded=lent and lent.coded, coded_index=lent and streams)
             ck, described, _, shards = _ckpt.open_checkpoint(path)
         except OSError as e:
             raise OSError(e.errno, f"{where}: {path}: {e.strerror or e}") from e
@@ -408,11 +473,19 @@ class FastensorWriter(_Directory, StorageWriter, AsyncStager):
         memory first would take the caller a second or more per GiB) and the other tensors
         where they are; without that room, into pageable host memory as DCP's own stager
         does. After such a save's write, its copy is replaced by a pinned one, allocated in
-        the background, for the next save."""
+        the background, for the next save. With compression, where the tensors' GPU codes
+        them, the copy is replaced by the memory of their coded streams instead, and the
+        next saves stage those streams (meta tensors stand for them in the staged dict)."""
         sig = _signature(state_dict)
         plain = _plain(state_dict)
-        kept = _STAGING.take(sig) if plain else None
         cuda = _cuda_devices(state_dict, plain)
+        codes = plain and _codes_on_gpu(_locals(state_dict), self.compression)
+        lent = self._stage_coded(state_dict, sig) if codes else None
+        if lent is not None:
+            with self._staged_lock:
+                self._staged.append(lent)
+            return lent.staged
+        kept = _STAGING.take(sig) if plain and not codes else None
         if kept is not None:
             staged, where = _copy_state(state_dict, kept), "kept"
         elif not plain:  # ShardedTensor and other types: torch's own utilities, not kept
@@ -433,23 +506,63 @@ class FastensorWriter(_Directory, StorageWriter, AsyncStager):
         for d in cuda:
             torch.cuda.current_stream(d).synchronize()
         with self._staged_lock:
-            self._staged.append((sig, staged, where, bool(cuda)))
+            self._staged.append(_Lent(sig, staged, where, bool(cuda), codes=codes))
         return staged
+
+    def _stage_coded(self, state_dict, sig):
+        """A compressed save's staging as its coded streams (their GPU codes them), in the
+        memory kept from the last save of the structure (made after it: see :meth:`_unlend`):
+        meta tensors stand for them in the state dict DCP plans. None where there is no such
+        memory (or coding failed: the memory kept, a copy staged)."""
+        kept = _STAGING.take(("fst", sig))
+        if kept is None:
+            return None
+        try:
+            coded = _code(self.path, _locals(state_dict), self.compression, kept)
+        except (OSError, MemoryError):
+            _STAGING.give(("fst", sig), kept)
+            return None
+        staged = _map_state(state_dict, lambda t: torch.empty_like(t, device="meta"))
+        places = {id(m): i for i, m in enumerate(_locals(staged))}
+        return _Lent(sig, staged, "coded", True, coded, places, codes=True)
+
+    def _lent_of(self, meta):
+        """The coded staging that tensor ``meta`` stands for."""
+        with self._staged_lock:
+            for lent in self._staged:
+                if lent.places and id(meta) in lent.places:
+                    return lent
+        raise RuntimeError("FastensorWriter: a meta tensor that no coded staging made")
 
     def _unlend(self):
         """The staged copy of the save whose write just ended goes back for the next one: as
-        it is where it is memory worth keeping (pinned, or the host copy of a state dict
-        without CUDA tensors); else a pinned one of its structure is made in the background
-        while the device or pageable copy is freed."""
+        it is where it is memory worth keeping (pinned, the host copy of a state dict without
+        CUDA tensors, coded streams); for saves that stage coded streams, their memory is made
+        by coding the copy in the background; else a pinned copy of its structure is made in
+        the background while the device or pageable copy is freed."""
         with self._staged_lock:
             if not self._staged:
                 return
-            sig, staged, where, cuda = self._staged.pop(0)
-        if where == "other":
+            lent = self._staged.pop(0)
+        sig, where, cuda, codes = lent.sig, lent.where, lent.cuda, lent.codes
+        if where == "coded":
+            _STAGING.give(("fst", sig), lent.coded)
+        if where in ("other", "coded"):
             return
-        tensors = _locals(staged)
-        del staged
-        if where == "kept" or (where == "host" and not cuda):
+        tensors = _locals(lent.staged)
+        del lent
+        if codes:
+            # the next save stages its coded streams: their memory shaped by coding this copy
+            # (on its GPU where it is there, in the background) before the copy goes
+            directory, compression = self.path, self.compression
+
+            def make():
+                try:
+                    _STAGING.give(("fst", sig), _code(directory, tensors, compression))
+                except (OSError, MemoryError):
+                    pass
+            threading.Thread(target=make, daemon=True, name="fastensor-dcp-staging").start()
+        elif where == "kept" or (where == "host" and not cuda):
             _STAGING.give(sig, tensors)
         elif torch.cuda.is_available():
             specs = [torch.empty(t.shape, dtype=t.dtype, device="meta") for t in tensors]

@@ -12,6 +12,10 @@ load:  build the model with other values, sharded over this world (FSDP2, or --c
 --compression MODE: FastensorWriter's (.fst data files).
 --kill-rank R --kill-at data|commit: rank R dies in the middle of writing its data file,
        or (R = 0) just before the commit's rename.
+coded: plain tensors, the same on every rank (DCP writes each from one rank: a rank writes
+       some of its coded streams), saved twice with dcp.async_save and compression "always",
+       staged as coded streams (the GPU test stood in for by the host encoder: no GPU here);
+       rank 0 writes the last save's tensors to OUT and prints how each save was staged.
 """
 import argparse
 import os
@@ -99,9 +103,39 @@ def install_kill(rank, kill_rank, kill_at):
         fdcp._write_durable = dying_write
 
 
+def coded_saves(a, rank):
+    fdcp._codes_on_gpu = lambda tensors, compression: compression not in (None, "none")
+    staged, real = [], fdcp.FastensorWriter._stage_coded
+
+    def stage_coded(self, state_dict, sig):
+        lent = real(self, state_dict, sig)
+        staged.append(lent.where if lent else "copy")
+        return lent
+    fdcp.FastensorWriter._stage_coded = stage_coded
+    g = torch.Generator().manual_seed(a.seed)
+    state = {"w": (torch.randn(300, 257, generator=g) * 0.02).to(torch.bfloat16),
+             "v": torch.randn(1000, generator=g), "i": torch.arange(7), "step": 4,
+             "n": {"x": (torch.randn(64, 33, generator=g) * 0.1).half()}}
+    sig = fdcp._signature(state)
+    # (the memory an earlier save's background coding leaves; here made empty)
+    fdcp._STAGING.give(("fst", sig), fdcp._fst.code(".", [], "always")[0])
+    for step in range(2):
+        state["step"] = step
+        state["v"].add_(1)
+        fut = dcp.async_save(state, storage_writer=fdcp.FastensorWriter(
+            a.path, compression="always"))
+        want = full(state)
+        state["v"].add_(100)  # after staging: not in this save
+        fut.result()
+        state["v"].sub_(100)
+    if rank == 0:
+        torch.save(want, a.out)
+    print(f"rank {rank}: staged {','.join(staged)}", flush=True)
+
+
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("action", choices=["save", "load"])
+    p.add_argument("action", choices=["save", "load", "coded"])
     p.add_argument("out")
     p.add_argument("--path")
     p.add_argument("--default-path")
@@ -116,7 +150,9 @@ def main():
     dist.init_process_group("gloo", timeout=timedelta(seconds=60))
     rank, world = dist.get_rank(), dist.get_world_size()
     mesh = init_device_mesh("cpu", (world,))
-    if a.action == "save":
+    if a.action == "coded":
+        coded_saves(a, rank)
+    elif a.action == "save":
         m, opt = sharded(a.seed, mesh)
         msd, osd = get_state_dict(m, opt)
         state = {"model": msd, "optim": osd, "step": 3 + a.seed}

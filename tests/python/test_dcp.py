@@ -450,6 +450,96 @@ def test_async_staging_takes_the_new_values(tmp):
     fdcp.release_staging_memory()
 
 
+def _stage_on_host(monkeypatch, s, compression="always"):
+    """Coded staging on the host encoder (it stands for the GPU's, which this machine lacks),
+    the writer's memory for it made empty ahead (after a first save, a background coding
+    makes it)."""
+    monkeypatch.setattr(fdcp, "_codes_on_gpu", lambda tensors, mode: mode not in (None, "none"))
+    fdcp.release_staging_memory()
+    fdcp._STAGING.give(("fst", fdcp._signature(s)), fdcp._fst.code(".", [], compression)[0])
+
+
+def coded_state(seed):
+    g = torch.Generator().manual_seed(seed)
+    return {"w": (torch.randn(512, 300, generator=g) * 0.02).to(torch.bfloat16),
+            "f": torch.randn(40000, generator=g) * 1e-3, "i": torch.arange(7), "step": 2,
+            "e": torch.empty(0, 3), "nested": {"h": torch.randn(9, generator=g).half()}}
+
+
+def test_async_save_stages_coded_streams(tmp, monkeypatch):
+    """A compressed async save whose tensors the GPU codes stages their coded streams (in
+    memory kept for the next save): the caller's later changes are not in the save, each
+    save loads byte-exact, a save without that memory copies."""
+    s = coded_state(1)
+    _stage_on_host(monkeypatch, s)
+    sig = fdcp._signature(s)
+    for step in range(3):
+        s["step"], s["f"] = step, s["f"] + 1
+        w = fdcp.FastensorWriter(os.path.join(tmp, f"s{step}"), compression="always")
+        staged = w.stage(s)
+        assert w._staged[-1].where == ("coded" if step < 2 else "host")
+        want = {k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in flat(s).items()}
+        s["w"].add_(1)  # after staging: not in this save
+        dcp.save(staged, storage_writer=w)  # (what async_save's thread does)
+        w._unlend()
+        s["w"].sub_(1)
+        got = zeros_like_state(s)
+        dcp.load(got, storage_reader=fdcp.FastensorReader(w.path))
+        assert_same(flat(got), want)
+        assert [f for f in os.listdir(w.path) if f.endswith(".fst")]
+        if step == 0:  # (the streams of these small tensors: one piece of memory)
+            kept = fdcp._STAGING.free[("fst", sig)][0]
+            assert fdcp._fst.coded_memory(kept) == 64 << 20
+        if step == 1:  # without the coded memory: a copy
+            fdcp._STAGING.free.pop(("fst", sig))
+    fdcp.release_staging_memory()
+
+
+def test_async_save_coded_through_dcp(tmp, monkeypatch):
+    """The first save stages a copy; its memory of coded streams is made after it, in the
+    background; the next saves stage coded streams."""
+    import time
+    s = coded_state(2)
+    _stage_on_host(monkeypatch, s, "auto")
+    key = ("fst", fdcp._signature(s))
+    fdcp._STAGING.free.clear()
+    for step in range(3):
+        if step == 1:
+            deadline = time.monotonic() + 60
+            while not fdcp._STAGING.free.get(key) and time.monotonic() < deadline:
+                time.sleep(0.05)
+        assert bool(fdcp._STAGING.free.get(key)) == (step > 0)
+        s["step"] = step
+        s["f"].add_(1)
+        path = os.path.join(tmp, f"a{step}")
+        want = {k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in flat(s).items()}
+        fut = dcp.async_save(s, storage_writer=fdcp.FastensorWriter(path, compression="auto"))
+        s["f"].add_(100)
+        fut.result()
+        s["f"].sub_(100)
+        got = zeros_like_state(s)
+        dcp.load(got, storage_reader=fdcp.FastensorReader(path, verify=True))
+        assert_same(flat(got), want)
+    assert fdcp._STAGING.free.get(("fst", fdcp._signature(s)))
+    fdcp.release_staging_memory()
+
+
+def test_async_coded_saves_at_2(tmp):
+    """Two ranks with the same plain tensors: DCP writes each tensor from one rank, so a
+    rank's save writes some of its coded streams."""
+    ck, out = os.path.join(tmp, "ck"), os.path.join(tmp, "want.pt")
+    log = torchrun(2, "coded", out, "--path", ck)
+    assert "rank 0: staged coded,coded" in log and "rank 1: staged coded,coded" in log
+    want = loaded(out)
+    files = [f for f in os.listdir(ck) if f.endswith(".fst")]
+    assert len(files) == 2
+    got = {"w": torch.zeros(300, 257, dtype=torch.bfloat16), "v": torch.zeros(1000),
+           "i": torch.zeros(7, dtype=torch.long), "step": -1,
+           "n": {"x": torch.zeros(64, 33, dtype=torch.half)}}
+    dcp.load(got, storage_reader=fdcp.FastensorReader(ck, verify=True))
+    assert_same(flat(got), want)
+
+
 def test_bad_settings_are_refused(tmp):
     with pytest.raises(ValueError):
         fdcp.FastensorWriter(tmp, engine="nope")
@@ -512,7 +602,7 @@ def test_cuda_async_staging_on_device_then_pinned(tmp):
         s["w"].mul_(2)
         w = fdcp.FastensorWriter(os.path.join(tmp, f"c{step}"))
         staged = w.stage(s)
-        where.append(w._staged[-1][2])
+        where.append(w._staged[-1].where)
         assert staged["w"].data_ptr() != s["w"].data_ptr()
         w._unlend()
         deadline = time.monotonic() + 60
@@ -529,4 +619,45 @@ def test_cuda_async_staging_on_device_then_pinned(tmp):
         assert torch.equal(got["w"], s["w"]) and torch.equal(got["b"], s["b"])
         assert torch.equal(got["host"], s["host"]) and got["step"] == step
     assert where == ["device", "kept"]
+    fdcp.release_staging_memory()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device (torch.cuda)")
+def test_cuda_async_saves_stage_coded_streams(tmp):
+    """Compressed async saves of a CUDA state dict whose GPU codes it: the first stages on
+    the GPU; the memory of coded streams is made after it; the next ones stage the streams
+    the GPU codes; all load byte-exact."""
+    import time
+    g = torch.Generator().manual_seed(5)
+    s = {"w": (torch.randn(4096, 1024, generator=g) * 0.02).to(torch.bfloat16).cuda(),
+         "f": (torch.randn(300000, generator=g) * 1e-3).cuda(), "step": 1,
+         "host": torch.arange(9)}
+    if not fdcp._codes_on_gpu(fdcp._locals(s), "always"):
+        pytest.skip("the GPU encoder does not code here (fastensor._fst.gpu_codes)")
+    fdcp.release_staging_memory()
+    key = ("fst", fdcp._signature(s))
+    where = []
+    for step in range(3):
+        s["step"] = step
+        s["w"].add_(1)
+        w = fdcp.FastensorWriter(os.path.join(tmp, f"c{step}"), compression="always")
+        staged = w.stage(s)
+        where.append(w._staged[-1].where)
+        want = {k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in s.items()}
+        s["w"].add_(1)  # after staging: not in this save
+        dcp.save(staged, storage_writer=w)
+        w._unlend()
+        s["w"].sub_(1)
+        deadline = time.monotonic() + 60
+        while not fdcp._STAGING.free.get(key) and time.monotonic() < deadline:
+            time.sleep(0.05)  # (after the first save: made in the background)
+        kept = fdcp._STAGING.free[key][0]
+        assert fdcp._fst.coded_memory(kept) == 64 << 20  # (the streams: one piece of it)
+        got = {"w": torch.zeros_like(s["w"]), "f": torch.zeros_like(s["f"]), "step": -1,
+               "host": torch.zeros(9, dtype=torch.long)}
+        dcp.load(got, storage_reader=fdcp.FastensorReader(w.path))
+        torch.cuda.synchronize()
+        assert torch.equal(got["w"], want["w"]) and torch.equal(got["f"], want["f"])
+        assert torch.equal(got["host"], s["host"]) and got["step"] == step
+    assert where == ["device", "coded", "coded"]
     fdcp.release_staging_memory()
