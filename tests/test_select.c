@@ -665,6 +665,82 @@ static void case_company_arrived(void)
     real_close(&x);
 }
 
+/* Another context with transfers in flight on the same profile (another process, above all)
+ * is company: a call beside it decides and records in the busy key, and so does a call that
+ * began alone and ended beside it. The profile's ".active" file failing to open is opened
+ * again when AUTO makes its selector (the profile's directory may be new); where its lock can
+ * be neither taken nor tested, company is the context's own. Transfers go on either way. */
+static void case_company_outside(void)
+{
+    char prof[4200], active[4300];
+    snprintf(prof, sizeof prof, "%s", t_path("company-profile.txt"));
+    snprintf(active, sizeof active, "%s.active", prof);
+    size_t n = 1u << 20;
+    uint8_t *src = malloc(n), *dst = malloc(n);
+    t_fill_random(src, n, 31);
+    for (int fault = 0; fault < 3; fault++) { /* none; open of .active fails; locks fail */
+        setenv("FASTENSOR_PROFILE", prof, 1);
+        ft_ctx *ctx = t_ctx(2);
+        ft_file *f;
+        T_EQ(ft_file_open(ctx, &f, t_path("company2.bin"),
+                          FT_OPEN_READ | FT_OPEN_WRITE | FT_OPEN_CREATE, 0644), 0);
+        if (fault) /* (the open: the next one, .active's) */
+            t_fault_set(fault == 1 ? T_OP_OPEN : T_OP_LOCK, T_FAULT_ERRNO, EACCES, 1,
+                        fault == 1 ? 1 : 0);
+        ft_buf b = ft_host_buf(src, n), d = ft_host_buf(dst, n);
+        ft_io_opts posix = {.engine = FT_ENGINE_POSIX};
+        T_EQ(ft_write(f, &b, 0, &posix), (int64_t)n); /* (its first transfer: opens .active) */
+        T_EQ(ft_read(f, &d, 0, NULL), (int64_t)n);   /* (AUTO works on, whatever failed) */
+        T_MEMEQ(src, dst, n);
+        int other = open(active, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+        struct flock lk = {.l_type = F_RDLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 1};
+        T_EQ(fcntl(other, F_OFD_SETLK, &lk), 0); /* the other context's transfers begin */
+        ft__sel_key alone = {.bucket = 20, .cls = FT__CLS_CACHED}, busy = alone;
+        busy.busy = 1;
+        for (int arrived = 0; arrived < 2; arrived++) {
+            uint32_t a0 = arm_of(f, &alone, 0).n, b0 = arm_of(f, &busy, 0).n;
+            if (arrived) { /* alone at the decision, the other arrives during the call */
+                lk.l_type = F_UNLCK;
+                T_EQ(fcntl(other, F_OFD_SETLK, &lk), 0);
+            }
+            ft__auto_enter(ctx);
+            ft__decision dec;
+            ft__auto_decide(f, 0, n, false, 0, -1, FT_CACHE_AUTO, &dec);
+            T_EQ(dec.key.busy, !arrived && fault != 2);
+            if (arrived) {
+                lk.l_type = F_RDLCK;
+                T_EQ(fcntl(other, F_OFD_SETLK, &lk), 0);
+            }
+            int64_t r = ft_read(f, &d, 0, &posix);
+            ft__auto_leave(ctx);
+            dec.arm = 0;
+            dec.engine = FT_ENGINE_POSIX;
+            ft__auto_done(f, &dec, r, false);
+            T_EQ(arm_of(f, &alone, 0).n - a0, fault == 2 ? 1u : 0u);
+            T_EQ(arm_of(f, &busy, 0).n - b0, fault == 2 ? 0u : 1u);
+        }
+        close(other); /* (its lock goes: a context alone again) */
+        ft__auto_enter(ctx);
+        ft__decision dec;
+        ft__auto_decide(f, 0, n, false, 0, -1, FT_CACHE_AUTO, &dec);
+        ft__auto_leave(ctx);
+        T_EQ(dec.key.busy, 0);
+        if (dec.trial)
+            ft__sel_release(dec.sel, &dec.key, dec.arm);
+        if (fault)
+            T_TRUE(t_fault_clear() >= 1);
+        ft_file_close(f);
+        if (fault == 0) /* closing .active fails: nothing to act on */
+            t_fault_set(T_OP_CLOSE, T_FAULT_ERRNO, EIO, 1, 0);
+        ft_ctx_destroy(ctx);
+        if (fault == 0)
+            T_TRUE(t_fault_clear() >= 1);
+        unsetenv("FASTENSOR_PROFILE");
+    }
+    free(src);
+    free(dst);
+}
+
 /* AUTO end to end: every arm moves the right bytes, the profile is saved and shown. */
 static void case_auto_end_to_end(void)
 {
@@ -881,6 +957,7 @@ int main(void)
         {"plain writes: a sample per run at the sync", case_write_windows},
         {"an engine's first call is no sample where it sets something up", case_first_use},
         {"a call that began alone but ended beside others", case_company_arrived},
+        {"another context's transfers on the same profile are company", case_company_outside},
         {"engine AUTO on real files, profile saved", case_auto_end_to_end},
         {"large trials a slice at a time, synchronous writes whole", case_trial_slices},
         {"the fill arm: read ahead without a copy, copied behind as cached", case_fill_arm},

@@ -16,7 +16,7 @@ static const char *const op_names[T_OP_COUNT] = {
     "pread", "pwrite", "uring_cqe", "fdatasync", "open", "mmap", "fallocate", "close",
     "fstat", "fstatfs", "fsync", "ftruncate", "fadvise", "munmap", "madvise", "mincore",
     "cachestat", "fcntl", "flock", "rename", "unlink", "stat", "mkdir", "opendir", "readdir",
-    "kill",
+    "kill", "lock",
     "uring_init", "uring_register_buffers", "uring_submit", "uring_wait_cqe"};
 
 const char *t_fault_op_name(enum t_fault_op op)
@@ -142,6 +142,7 @@ FAIL_INT(unlink, T_OP_UNLINK, (const char *p), (p))
 FAIL_INT(stat, T_OP_STAT, (const char *p, struct stat *st), (p, st))
 FAIL_INT(mkdir, T_OP_MKDIR, (const char *p, mode_t m), (p, m))
 FAIL_INT(kill, T_OP_KILL, (pid_t pid, int sig), (pid, sig))
+FAIL_INT(lock, T_OP_LOCK, (int fd, int cmd, struct flock *lk), (fd, cmd, lk))
 
 /* close and munmap do their work and then report the error (Linux frees the descriptor
  * whatever close returns; a mapping left behind would only leak). */
@@ -278,7 +279,7 @@ void t_fault_set(enum t_fault_op op, enum t_fault_kind kind, int err, unsigned n
     t->fsync = f_fsync, t->ftruncate = f_ftruncate, t->fallocate = f_fallocate;
     t->fadvise = f_fadvise, t->mmap = f_mmap, t->munmap = f_munmap, t->madvise = f_madvise;
     t->mincore = f_mincore, t->cachestat = f_cachestat, t->fcntl = f_fcntl;
-    t->flock = f_flock, t->rename = f_rename, t->unlink = f_unlink, t->stat = f_stat;
+    t->flock = f_flock, t->lock = f_lock, t->rename = f_rename, t->unlink = f_unlink, t->stat = f_stat;
     t->mkdir = f_mkdir, t->opendir = f_opendir, t->readdir = f_readdir, t->kill = f_kill;
     t->uring_init = f_uring_init, t->uring_register_buffers = f_uring_register;
     t->uring_submit = f_uring_submit, t->uring_wait_cqe = f_uring_wait_cqe;

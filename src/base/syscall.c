@@ -11,6 +11,7 @@
 
 int ft__sys_open(const char *path, int flags, mode_t mode);
 int ft__sys_fcntl(int fd, int cmd, int arg);
+int ft__sys_lock(int fd, int cmd, struct flock *lk);
 int ft__sys_cachestat(int fd, uint64_t off, uint64_t len, uint64_t *cached);
 int ft__sys_uring_wait_cqe(struct io_uring *ring, struct io_uring_cqe **cqe);
 int ft__sys_fstat(int fd, struct stat *st);
@@ -25,6 +26,11 @@ int ft__sys_open(const char *path, int flags, mode_t mode)
 int ft__sys_fcntl(int fd, int cmd, int arg)
 {
     return fcntl(fd, cmd, arg);
+}
+
+int ft__sys_lock(int fd, int cmd, struct flock *lk)
+{
+    return fcntl(fd, cmd, lk);
 }
 
 struct ft__cachestat_range {

@@ -15,6 +15,7 @@
 
 #include <dirent.h>
 
+struct flock;
 struct io_uring;
 struct io_uring_params;
 struct io_uring_cqe;
@@ -39,6 +40,8 @@ typedef struct ft__syscalls {
     int (*cachestat)(int fd, uint64_t off, uint64_t len, uint64_t *cached_pages);
     int (*fcntl)(int fd, int cmd, int arg);
     int (*flock)(int fd, int op);
+    /* fcntl(2) with a struct flock: F_OFD_SETLK, F_OFD_GETLK */
+    int (*lock)(int fd, int cmd, struct flock *lk);
     int (*rename)(const char *from, const char *to);
     int (*unlink)(const char *path);
     int (*stat)(const char *path, struct stat *st);
@@ -63,6 +66,7 @@ typedef struct ft__syscalls {
         .ftruncate = ftruncate, .fallocate = fallocate, .fadvise = posix_fadvise,             \
         .mmap = mmap, .munmap = munmap, .madvise = madvise, .mincore = mincore,               \
         .cachestat = ft__sys_cachestat, .fcntl = ft__sys_fcntl, .flock = flock,               \
+        .lock = ft__sys_lock,                                                                 \
         .rename = rename, .unlink = unlink, .stat = ft__sys_stat, .mkdir = mkdir,                     \
         .opendir = opendir, .readdir = readdir, .rewinddir = rewinddir,                       \
         .closedir = closedir, .kill = kill,                                                   \

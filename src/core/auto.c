@@ -26,6 +26,12 @@
 
 struct ft__auto {
     pthread_mutex_t lock;
+    /* company from outside the context (ft__auto_enter): the profile's ".active" file,
+     * opened on the context's first transfer (-1: none), and the transfers in flight */
+    pthread_mutex_t act_lock;
+    _Atomic int act_fd;
+    bool act_tried;
+    unsigned act_calls;
     _Atomic uint32_t used[2]; /* per memory kind: the engines this context has run once */
     const char *labels[FT__SEL_MAX_ARMS]; /* the arms' names in profiles */
     unsigned n;
@@ -50,33 +56,36 @@ int ft__auto_create(ft__auto **out)
     if (!a)
         return -ENOMEM;
     pthread_mutex_init(&a->lock, NULL);
+    pthread_mutex_init(&a->act_lock, NULL);
+    atomic_init(&a->act_fd, -1);
     for (unsigned i = 0; i < ft__narms; i++)
         a->labels[i] = ft__arms[i].label;
     *out = a;
     return 0;
 }
 
-static void profile_path(dev_t dev, char *out, size_t len)
+/* The profiles' directory in @p dir, or (FASTENSOR_PROFILE naming one) the profile file in
+ * @p file; both "" where profiles are not kept. @p make: create the default directory. */
+static void profile_place(char *dir, char *file, size_t len, bool make)
 {
     const char *env = getenv("FASTENSOR_PROFILE");
-    out[0] = '\0';
+    dir[0] = file[0] = '\0';
     if (env && !strcmp(env, "off"))
         return;
-    char dir[4096];
     struct stat st;
     if (env && *env && !(ft__sys.stat(env, &st) == 0 && S_ISDIR(st.st_mode))) {
-        snprintf(out, len, "%s", env);
+        snprintf(file, len, "%s", env);
         return;
     }
     if (env && *env)
-        snprintf(dir, sizeof dir, "%s", env);
+        snprintf(dir, len, "%s", env);
     else if (getenv("XDG_CACHE_HOME") && *getenv("XDG_CACHE_HOME"))
-        snprintf(dir, sizeof dir, "%s/fastensor", getenv("XDG_CACHE_HOME"));
+        snprintf(dir, len, "%s/fastensor", getenv("XDG_CACHE_HOME"));
     else if (getenv("HOME") && *getenv("HOME"))
-        snprintf(dir, sizeof dir, "%s/.cache/fastensor", getenv("HOME"));
+        snprintf(dir, len, "%s/.cache/fastensor", getenv("HOME"));
     else
         return;
-    if (!env) { /* create the default directory (and .cache) on first use */
+    if (!env && make) { /* create the default directory (and .cache) on first use */
         char parent[4096];
         snprintf(parent, sizeof parent, "%s", dir);
         char *slash = strrchr(parent, '/');
@@ -86,7 +95,80 @@ static void profile_path(dev_t dev, char *out, size_t len)
         }
         ft__sys.mkdir(dir, 0755);
     }
-    snprintf(out, len, "%s/profile-%u-%u.txt", dir, major(dev), minor(dev));
+}
+
+static void profile_path(dev_t dev, char *out, size_t len)
+{
+    char dir[4096];
+    profile_place(dir, out, len < sizeof dir ? len : sizeof dir, true);
+    if (dir[0])
+        snprintf(out, len, "%s/profile-%u-%u.txt", dir, major(dev), minor(dev));
+}
+
+/*
+ * Company from outside the context. Transfers of other contexts (of other processes above
+ * all: two processes loading one checkpoint) share the disk and the CPUs as the context's own
+ * transfers in flight do, and a sample taken beside them belongs in the busy keys: in a
+ * single-process key it passed for what an arm does alone (development machine, `fastensor
+ * demo`: an mmap load timed while another process read the same file ranked mmap first for
+ * lone cold loads, where it then ran 0.9 s against posix's 0.5). While a context has
+ * transfers in flight it holds a read lock on the first byte of its profile's ".active" file
+ * (an open file description's lock, F_OFD_SETLK: the kernel drops it with its process); a
+ * decision asks whether another description holds one (F_OFD_GETLK, which never reports the
+ * asker's own). Without a kept profile there is no such file, and company is the context's.
+ */
+static int active_open(void)
+{
+    char dir[4096], file[4096], path[4200];
+    profile_place(dir, file, sizeof dir, false); /* (made by AUTO's first use, not here) */
+    if (!dir[0] && !file[0])
+        return -1;
+    if (dir[0])
+        snprintf(path, sizeof path, "%s/active", dir);
+    else
+        snprintf(path, sizeof path, "%s.active", file);
+    return ft__sys.open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+}
+
+/* Take (F_RDLCK) or drop (F_UNLCK) the context's lock on @p fd. */
+static void active_mark(int fd, short type)
+{
+    struct flock lk = {.l_type = type, .l_whence = SEEK_SET, .l_start = 0, .l_len = 1};
+    (void)ft__sys.lock(fd, F_OFD_SETLK, &lk); /* (failed: others see no company here) */
+}
+
+void ft__auto_enter(ft_ctx *ctx)
+{
+    ft__auto *a = ctx->autosel;
+    atomic_fetch_add_explicit(&ctx->inflight, 1, memory_order_relaxed);
+    pthread_mutex_lock(&a->act_lock);
+    if (!a->act_tried) {
+        a->act_tried = true;
+        atomic_store(&a->act_fd, active_open());
+    }
+    int fd = atomic_load(&a->act_fd);
+    if (a->act_calls++ == 0 && fd >= 0)
+        active_mark(fd, F_RDLCK);
+    pthread_mutex_unlock(&a->act_lock);
+}
+
+void ft__auto_leave(ft_ctx *ctx)
+{
+    ft__auto *a = ctx->autosel;
+    pthread_mutex_lock(&a->act_lock);
+    int fd = atomic_load(&a->act_fd);
+    if (--a->act_calls == 0 && fd >= 0)
+        active_mark(fd, F_UNLCK);
+    pthread_mutex_unlock(&a->act_lock);
+    atomic_fetch_sub_explicit(&ctx->inflight, 1, memory_order_relaxed);
+}
+
+/* Whether another context has transfers in flight on this profile. */
+static bool company(ft_ctx *ctx)
+{
+    int fd = atomic_load(&ctx->autosel->act_fd);
+    struct flock lk = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 1};
+    return fd >= 0 && ft__sys.lock(fd, F_OFD_GETLK, &lk) == 0 && lk.l_type != F_UNLCK;
 }
 
 /* The arms that go through the page cache. */
@@ -115,6 +197,10 @@ static ft__selector *selector_of_dev(ft__auto *a, dev_t dev)
         a->dev[i].sel = sel;
         snprintf(a->dev[i].tag, sizeof a->dev[i].tag, "dev=%u:%u", major(dev), minor(dev));
         profile_path(dev, a->dev[i].path, sizeof a->dev[i].path);
+        pthread_mutex_lock(&a->act_lock); /* (the directory may be new: .active too) */
+        if (atomic_load(&a->act_fd) < 0)
+            a->act_tried = false;
+        pthread_mutex_unlock(&a->act_lock);
         if (a->dev[i].path[0]) {
             FT__KEEPING_DETAIL(if (ft__sel_load(sel, a->dev[i].path, a->dev[i].tag) < 0 &&
                                    !getenv("FASTENSOR_QUIET"))
@@ -360,7 +446,7 @@ void ft__auto_decide(ft_file *f, uint64_t off, uint64_t len, bool write, unsigne
         .cls = write || cls == FT__CLS_CACHED
                    ? (uint8_t)cls
                    : (uint8_t)read_class(f, off, len, d->inflight, now),
-        .busy = d->inflight > 1,
+        .busy = d->inflight > 1 || company(f->ctx),
     };
     int mode;
     uint32_t eligible = cache_arms(f, sel, &d->key, len, cache, eligible_arms(f, &d->key, len, device),
@@ -455,9 +541,10 @@ void ft__auto_done(ft_file *f, const ft__decision *d, int64_t result, bool count
     /* transfers in flight at the call's end, this one included */
     unsigned end = atomic_load_explicit(&f->ctx->inflight, memory_order_relaxed) + !counted;
     bool setup = first_use(f, d) && ns < SETUP_AMORTIZED_NS;
-    /* A call that began alone but ends beside others did not run alone: its sample is one of
-     * calls in flight (its trial, if any, ends unmeasured in its own key). */
-    if (!s.key.busy && end > 1) {
+    /* A call that began alone but ends beside others (the context's, or another's) did not
+     * run alone: its sample is one of calls in flight (its trial, if any, ends unmeasured in
+     * its own key). */
+    if (!s.key.busy && (end > 1 || company(f->ctx))) {
         s.key.busy = 1;
         if (s.trial)
             ft__sel_release(d->sel, &d->key, d->arm);
@@ -517,6 +604,9 @@ void ft__auto_destroy(ft__auto *a)
     FT__KEEPING_DETAIL(save_all(a, true));
     for (unsigned i = 0; i < a->n; i++)
         ft__sel_destroy(a->dev[i].sel);
+    if (a->act_fd >= 0)
+        ft__sys.close(a->act_fd);
+    pthread_mutex_destroy(&a->act_lock);
     pthread_mutex_destroy(&a->lock);
     free(a);
 }

@@ -169,9 +169,9 @@ int ft__file_fill(ft_file *f, uint64_t off, uint64_t len, const void *map, int c
         return 1;
     ft__io io = {.ctx = f->ctx, .file = f, .ptr = (uint8_t *)(uintptr_t)map, .len = len,
                  .off = off, .piece = ft__fill_piece(f->ctx, len), .device = -1};
-    atomic_fetch_add_explicit(&f->ctx->inflight, 1, memory_order_relaxed);
+    ft__auto_enter(f->ctx);
     int64_t r = ops->fill(&io);
-    atomic_fetch_sub_explicit(&f->ctx->inflight, 1, memory_order_relaxed);
+    ft__auto_leave(f->ctx);
     return r < 0 ? (int)r : 1;
 }
 

@@ -16,6 +16,10 @@
 typedef struct ft__auto ft__auto;
 int ft__auto_create(ft__auto **out);
 void ft__auto_destroy(ft__auto *a);
+/** A transfer of @p ctx begins (ctx->inflight counts it) / ends; the context's first one in
+ * flight marks it busy for other contexts on its profile (auto.c: company). */
+void ft__auto_enter(ft_ctx *ctx);
+void ft__auto_leave(ft_ctx *ctx);
 
 /**
  * The object a layer above core keeps on @p ctx under @p key (the address of something of

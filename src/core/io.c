@@ -138,13 +138,13 @@ int64_t ft__transfer_after(ft_file *f, const ft_buf *buf, uint64_t offset,
     }
     int64_t last = 0; /* AUTO: bytes of the last decision's part */
     if (io.len > 0) {
-        atomic_fetch_add_explicit(&f->ctx->inflight, 1, memory_order_relaxed);
+        ft__auto_enter(f->ctx);
         int cache = opts && opts->cache != FT_CACHE_AUTO ? (int)opts->cache
                                                          : (int)f->ctx->cfg.cache;
         r = e == FT_ENGINE_AUTO
                 ? auto_transfer(f, &io, write, durable, sync, cache, ready, &d, &last)
                 : ft__dispatch(&io, e, write, ready);
-        atomic_fetch_sub_explicit(&f->ctx->inflight, 1, memory_order_relaxed);
+        ft__auto_leave(f->ctx);
     }
     ft__cuda_event_free(io.device, own);
     if (r >= 0 && sync && (rc = ft_file_sync(f)) < 0)

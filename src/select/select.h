@@ -31,7 +31,8 @@ typedef struct ft__sel_key {
     uint8_t bucket; /* floor(log2(len)), FT__SEL_BUCKET_TOP and up together */
     uint8_t cls;    /* reads: 0 cold, 1 cached, 2 stream (continuing an uncached run);
                        writes: 0 plain, 1 synced by the call, 2 synced later by the caller */
-    uint8_t busy;   /* other transfers in flight in the context */
+    uint8_t busy;   /* other transfers in flight: the context's, or another context's on
+                       the same profile (core/auto.c: company) */
 } ft__sel_key;
 
 /* Write classes of ft__sel_key.cls (the read classes are FT__CLS_COLD, _CACHED, _STREAM). */
