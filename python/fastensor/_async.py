@@ -54,9 +54,35 @@ _snapshots = _Snapshots()
 _pending, _pending_lock = set(), threading.Lock()
 
 
+class _CodedKept:
+    """The library's memory of coded streams (fastensor._fst.code) that save_file_async
+    snapshots compressed saves into, kept for the next ones (at most two: one save writing
+    while the next is snapshotted)."""
+
+    def __init__(self):
+        self.free, self.lock = [], threading.Lock()
+
+    def take(self):
+        with self.lock:
+            return self.free.pop() if self.free else None
+
+    def give(self, coded):
+        with self.lock:
+            self.free.append(coded)
+            del self.free[:-2]
+
+    def release(self):
+        with self.lock:
+            self.free.clear()
+
+
+_coded = _CodedKept()
+
+
 def release_snapshot_memory() -> None:
     """Free the snapshot buffers :func:`save_file_async` keeps for the next save."""
     _snapshots.release()
+    _coded.release()
 
 
 class _TermGuard:
@@ -315,6 +341,11 @@ def _to_host(snap, buf):
     return out, host
 
 
+def _stand_ins(tensors):
+    """Meta tensors of the tensors' shapes and dtypes: a snapshot whose bytes are coded."""
+    return {name: torch.empty_like(t, device="meta") for name, t in tensors.items()}
+
+
 def save_file_async(tensors: dict, filename, metadata: dict | None = None, *,
                     engine: str = "auto", shard_size: int | None = None,
                     cache: str = "auto", snapshot: str = "auto",
@@ -329,7 +360,10 @@ def save_file_async(tensors: dict, filename, metadata: dict | None = None, *,
     is kept yet (a process's first save) and the device has room to spare, else on the
     host. "none": no copy (no memory beyond the save's own), the save reads the caller's
     tensors: the caller must not change or free them until the future is done (what was
-    queued on their CUDA streams is waited for first). A save still running when the
+    queued on their CUDA streams is waited for first). A compressed save (``.fst``) of
+    tensors on a GPU that codes them ("auto" or "host") snapshots their coded streams, coded
+    there (host memory of their coded size, kept for the next save; the first save codes its
+    copy to make it): ``future.snapshot`` says "coded". A save still running when the
     interpreter exits is finished first (a line on stderr says so); so is one running when
     the process gets SIGTERM, before the signal is honoured (:class:`_TermGuard`; a call from
     the main thread installs the handler; ``FASTENSOR_SIGTERM=default`` leaves SIGTERM alone).
@@ -341,32 +375,56 @@ def save_file_async(tensors: dict, filename, metadata: dict | None = None, *,
         raise ValueError(f"snapshot must be 'auto', 'host', 'device' or 'none', "
                          f"not {snapshot!r}")
     _fst.compression_id(compression)
-    from .torch import _check_for_save, _save  # (which imports this module)
+    from .torch import _check_for_save, _codes_on_gpu, _fst_code, _save  # (they import this)
     _check_for_save(tensors)  # the caller's tensors: sharing is lost in the snapshot
     t0 = time.perf_counter()
-    if snapshot == "none":
+    directory = os.path.dirname(os.fspath(filename)) or "."
+    # a compressed save of tensors their GPU codes: the snapshot is their coded streams, in
+    # memory kept from an earlier save (the first one codes its device copy to make it)
+    codes = os.fspath(filename).endswith(_fst.SUFFIX) and snapshot in ("auto", "host") and \
+        _codes_on_gpu(list(tensors.values()), compression)
+    coded = _coded.take() if codes else None
+    if coded is not None:
+        try:
+            coded = _fst_code(directory, list(tensors.values()), compression, coded)
+        except (OSError, MemoryError):  # (a copy this time)
+            _coded.give(coded)
+            coded = None
+    if coded is not None:
+        snap, buf, on_device = _stand_ins(tensors), None, False
+    elif snapshot == "none":
         snap, buf, on_device = dict(tensors), None, False
         for d in {t.device for t in snap.values() if t.device.type == "cuda"}:
             torch.cuda.current_stream(d).synchronize()
     else:
         snap, buf, on_device = _snapshot(tensors, snapshot)
     fut = SaveFuture(filename, time.perf_counter() - t0)
-    fut.snapshot = "none" if snapshot == "none" else "device" if on_device else "host"
+    fut.snapshot = "coded" if coded is not None else "none" if snapshot == "none" else \
+        "device" if on_device else "host"
 
     def run():
-        nonlocal snap, buf
+        nonlocal snap, buf, coded
         error, ran, host = None, False, None
         try:
             if fut.set_running_or_notify_cancel():
                 ran = True
-                if on_device:  # into pinned memory, then the device copy is freed
+                if on_device and codes:  # coded on its GPU: the memory the next save takes
+                    try:
+                        coded = _fst_code(directory, list(snap.values()), compression)
+                        snap, buf = _stand_ins(snap), None
+                    except (OSError, MemoryError):  # (saved from the device copy)
+                        pass
+                elif on_device:  # into pinned memory, then the device copy is freed
                     snap, host = _to_host(snap, buf)
                     buf = None
-                _save(snap, filename, metadata, engine, shard_size, cache, compression)
+                _save(snap, filename, metadata, engine, shard_size, cache, compression,
+                      coded=coded)
         except BaseException as e:  # handed to result()
             error = e
         finally:  # the snapshot is free for the next save before this one reports
             snap.clear()
+            if coded is not None:
+                _coded.give(coded)
             if host is not None:
                 _snapshots.give(host)
             elif buf is not None and not on_device:

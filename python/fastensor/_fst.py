@@ -146,20 +146,24 @@ def coding_pays(directory, elem=2) -> bool:
         return False
 
 
-def save(path, items, metadata, *, compression="auto", engine="auto", cache="auto"):
+def save(path, items, metadata, *, compression="auto", engine="auto", cache="auto",
+         coded=None):
     """Write a container (``ft_ckpt_save`` of a ``.fst`` path). ``items``: [(name, dtype_name,
     shape, address, nbytes[, is_cuda, device])] of memory the caller keeps alive (tensors in
     GPU memory are coded by their GPU where its encoder works there). ``compression``: "always"
     codes each float tensor and keeps the coded stream where it saves at least 5% of its bytes
     (else the tensor is stored, as integers and packed types always are); "auto" does so where
     coding pays on this machine and disk (:func:`coding_pays`), else stores; "none" stores
-    every tensor. Atomic and durable: a temporary, fdatasync, rename, directory fsync."""
+    every tensor. Atomic and durable: a temporary, fdatasync, rename, directory fsync.
+    ``coded`` (of :func:`code`, for these items in this order): their streams, written as they
+    are (the items' addresses are not read)."""
     mode = compression_id(compression)
     meta = {} if metadata is None else dict(metadata)
     for k, v in meta.items():
         if not isinstance(k, str) or not isinstance(v, str):
             raise TypeError("metadata must map str to str")
-    _ckpt.save(path, list(items), meta, engine=engine, cache=cache, compression=mode)
+    _ckpt.save(path, list(items), meta, engine=engine, cache=cache, compression=mode,
+               coded=coded)
 
 
 def code(directory, items, compression="auto", coded=None):

@@ -58,7 +58,7 @@ from torch.futures import Future
 from . import _async, _ckpt, _fst, cache_id, engine_id
 from ._dcp_read import METADATA, FastensorReader, _Directory
 from ._gpumem import device_room
-from .torch import _TO_ST, _items, _st_shape
+from .torch import _TO_ST, _codes_on_gpu, _fst_code, _items, _nbytes, _st_shape
 
 __all__ = ["FastensorWriter", "FastensorReader", "consolidate"]
 
@@ -193,40 +193,6 @@ def _copy_state(src, kept):
     copies are queued, not waited for."""
     it = iter(kept)
     return _map_state(src, lambda t: next(it).copy_(t, non_blocking=True))
-
-
-def _nbytes(t) -> int:
-    return t.numel() * t.element_size()
-
-
-def _codes_on_gpu(tensors, compression) -> bool:
-    """Whether a compressed save of ``tensors`` stages their coded streams: plain tensors,
-    nearly all their bytes on one GPU whose encoder codes each float size among them (the
-    library's check, :func:`fastensor._fst.gpu_codes`)."""
-    if compression in (None, "none") or not tensors or \
-            any(type(t) not in (torch.Tensor, torch.nn.Parameter) for t in tensors):
-        return False
-    cuda = [t for t in tensors if t.device.type == "cuda"]
-    on, total = sum(map(_nbytes, cuda)), sum(map(_nbytes, tensors))
-    if not cuda or len({t.device for t in cuda}) > 1 or on * 16 < total * 15:
-        return False
-    sizes = {t.element_size() // (2 if t.is_complex() else 1)
-             for t in cuda if t.is_floating_point() or t.is_complex()}
-    try:
-        return all(_fst.gpu_codes(cuda[0].device.index, e)[0] for e in sizes)
-    except (OSError, ValueError):  # (a float size the GPU encoder does not take)
-        return False
-
-
-def _code(directory, tensors, compression, coded=None):
-    """``tensors`` coded for a compressed save into ``directory`` (in the memory of
-    ``coded``, where given): the library's object of their streams."""
-    items, keep = _items({str(i): t.contiguous() for i, t in enumerate(tensors)}, check=False)
-    while directory and not os.path.isdir(directory):  # (a checkpoint's first save makes it)
-        directory = os.path.dirname(directory)
-    coded, _ = _fst.code(directory or ".", items, compression, coded)
-    del keep
-    return coded
 
 
 @dataclasses.dataclass
@@ -518,7 +484,7 @@ class FastensorWriter(_Directory, StorageWriter, AsyncStager):
         if kept is None:
             return None
         try:
-            coded = _code(self.path, _locals(state_dict), self.compression, kept)
+            coded = _fst_code(self.path, _locals(state_dict), self.compression, kept)
         except (OSError, MemoryError):
             _STAGING.give(("fst", sig), kept)
             return None
@@ -558,7 +524,7 @@ class FastensorWriter(_Directory, StorageWriter, AsyncStager):
 
             def make():
                 try:
-                    _STAGING.give(("fst", sig), _code(directory, tensors, compression))
+                    _STAGING.give(("fst", sig), _fst_code(directory, tensors, compression))
                 except (OSError, MemoryError):
                     pass
             threading.Thread(target=make, daemon=True, name="fastensor-dcp-staging").start()

@@ -13,6 +13,7 @@ staging pipeline or cuFile), one transfer per shard.
 from __future__ import annotations
 
 import math
+import os
 
 import torch
 
@@ -202,8 +203,44 @@ def _with_format(metadata):
     return meta
 
 
-def _save(tensors, filename, metadata, engine, shard_size, cache, compression):
-    """Write checked tensors: a container (compressed) for a ``.fst`` name, else safetensors."""
+def _nbytes(t) -> int:
+    return t.numel() * t.element_size()
+
+
+def _codes_on_gpu(tensors, compression) -> bool:
+    """Whether a compressed save of ``tensors`` stages their coded streams: plain tensors,
+    nearly all their bytes on one GPU whose encoder codes each float size among them (the
+    library's check, :func:`fastensor._fst.gpu_codes`)."""
+    if compression in (None, "none") or not tensors or \
+            any(type(t) not in (torch.Tensor, torch.nn.Parameter) for t in tensors):
+        return False
+    cuda = [t for t in tensors if t.device.type == "cuda"]
+    on, total = sum(map(_nbytes, cuda)), sum(map(_nbytes, tensors))
+    if not cuda or len({t.device for t in cuda}) > 1 or on * 16 < total * 15:
+        return False
+    sizes = {t.element_size() // (2 if t.is_complex() else 1)
+             for t in cuda if t.is_floating_point() or t.is_complex()}
+    try:
+        return all(_fst.gpu_codes(cuda[0].device.index, e)[0] for e in sizes)
+    except (OSError, ValueError):  # (a float size the GPU encoder does not take)
+        return False
+
+
+def _fst_code(directory, tensors, compression, coded=None):
+    """``tensors`` coded for a compressed save into ``directory`` (in the memory of
+    ``coded``, where given): the library's object of their streams."""
+    items, keep = _items({str(i): t.contiguous() for i, t in enumerate(tensors)}, check=False)
+    while directory and not os.path.isdir(directory):  # (a checkpoint's first save makes it)
+        directory = os.path.dirname(directory)
+    coded, _ = _fst.code(directory or ".", items, compression, coded)
+    del keep
+    return coded
+
+
+def _save(tensors, filename, metadata, engine, shard_size, cache, compression, coded=None):
+    """Write checked tensors: a container (compressed) for a ``.fst`` name, else safetensors.
+    ``coded`` (of :func:`_fst_code`, the tensors in this order): their streams, written as
+    they are (the tensors may be meta tensors standing for them)."""
     _fst.compression_id(compression)
     _st.layout([], metadata)  # (metadata: str -> str, as safetensors takes it)
     if not str(filename).endswith(_fst.SUFFIX):
@@ -215,9 +252,13 @@ def _save(tensors, filename, metadata, engine, shard_size, cache, compression):
         raise ValueError("a .fst container is one file: shard_size does not apply")
     # CUDA tensors stay where they are: their GPU codes them (the library copies to the host
     # what it stores, or codes there where the GPU does not)
-    items, keep = _items(tensors)
+    if coded is not None:
+        items, keep = [(n, _TO_ST[t.dtype], _st_shape(t), 0, _nbytes(t))
+                       for n, t in tensors.items()], None
+    else:
+        items, keep = _items(tensors)
     _fst.save(filename, items, _with_format(metadata), compression=compression,
-              engine=engine, cache=cache)
+              engine=engine, cache=cache, coded=coded)
 
 
 def save_file(tensors: dict, filename, metadata: dict | None = None, *, engine: str = "auto",

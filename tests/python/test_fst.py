@@ -311,6 +311,31 @@ def test_async_and_models(tmp):
                                                  m2.state_dict().values()))
 
 
+def test_async_snapshot_of_coded_streams(tmp, monkeypatch):
+    """Where the GPU codes the tensors, save_file_async of a .fst name snapshots their coded
+    streams (the host encoder stands in for the GPU's here, the kept memory made ahead):
+    the caller's changes after it are not in the save, every dtype loads byte-exact, the
+    memory goes back for the next save; safetensors names and compression="none" copy."""
+    from fastensor import _async
+    monkeypatch.setattr(ft, "_codes_on_gpu", lambda tensors, mode: mode != "none")
+    ft.release_snapshot_memory()
+    _async._coded.give(_fst.code(tmp, [], "always")[0])
+    sd = state(8)
+    want = {k: v.clone() for k, v in sd.items()}
+    for name, mode, snap in (("a.fst", "always", "coded"), ("b.fst", "auto", "coded"),
+                             ("c.fst", "none", "host"), ("d.safetensors", "auto", "host")):
+        p = os.path.join(tmp, name)
+        fut = ft.save_file_async(sd, p, compression=mode)
+        assert fut.snapshot == snap
+        sd["bf16"].add_(1)  # after the snapshot: not in this save
+        fut.result()
+        same(ft.load_file(p), want)
+        sd["bf16"].copy_(want["bf16"])
+        assert len(_async._coded.free) == 1
+    ft.release_snapshot_memory()
+    assert _async._coded.free == []
+
+
 def test_codec_blocks_by_element_size(tmp):
     """fp32 tensors are coded in 512 KiB blocks (the GPU decoder's fastest for them), bf16 in
     1 MiB ones; the stream's header says which, and both load back."""
@@ -327,6 +352,30 @@ def test_codec_blocks_by_element_size(tmp):
         assert x.compressed
         head = data[c.data_start + x.stored[0]:c.data_start + x.stored[0] + 24]
         assert head[:4] == b"FTZ1" and int.from_bytes(head[16:20], "little") == block, name
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device (torch.cuda)")
+def test_cuda_async_snapshots_coded_streams(tmp):
+    """On a GPU that codes them: the first async .fst save snapshots on the device and codes
+    that copy there (the memory kept), the next ones snapshot coded streams; byte-exact."""
+    sd = {k: v.cuda() for k, v in state(9).items() if k not in ("f8", "f64")}
+    if not ft._codes_on_gpu(list(sd.values()), "always"):
+        pytest.skip("the GPU encoder does not code these tensors here (_fst.gpu_codes)")
+    ft.release_snapshot_memory()
+    snaps = []
+    for step in range(3):
+        want = {k: v.clone() for k, v in sd.items()}
+        p = os.path.join(tmp, f"s{step}.fst")
+        fut = ft.save_file_async(sd, p, compression="always")
+        snaps.append(fut.snapshot)
+        sd["bf16"].add_(1)
+        fut.result()
+        got = ft.load_file(p, device="cuda")
+        assert all(torch.equal(got[k].cpu().view(torch.uint8) if got[k].dim() else got[k].cpu(),
+                               want[k].cpu().view(torch.uint8) if want[k].dim() else
+                               want[k].cpu()) for k in want)
+    assert snaps == ["device", "coded", "coded"]
+    ft.release_snapshot_memory()
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device (torch.cuda)")
