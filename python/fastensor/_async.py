@@ -360,10 +360,11 @@ def save_file_async(tensors: dict, filename, metadata: dict | None = None, *,
     is kept yet (a process's first save) and the device has room to spare, else on the
     host. "none": no copy (no memory beyond the save's own), the save reads the caller's
     tensors: the caller must not change or free them until the future is done (what was
-    queued on their CUDA streams is waited for first). A compressed save (``.fst``) of
-    tensors on a GPU that codes them ("auto" or "host") snapshots their coded streams, coded
-    there (host memory of their coded size, kept for the next save; the first save codes its
-    copy to make it): ``future.snapshot`` says "coded". A save still running when the
+    queued on their CUDA streams is waited for first). With "auto", a compressed save
+    (``.fst``) of tensors on a GPU that codes them snapshots their coded streams, coded there
+    (host memory of their coded size, kept for the next save; the first save codes its copy
+    to make it): ``future.snapshot`` says "coded"; the caller waits for the encode ("host"
+    copies instead: a shorter wait, more memory). A save still running when the
     interpreter exits is finished first (a line on stderr says so); so is one running when
     the process gets SIGTERM, before the signal is honoured (:class:`_TermGuard`; a call from
     the main thread installs the handler; ``FASTENSOR_SIGTERM=default`` leaves SIGTERM alone).
@@ -381,7 +382,7 @@ def save_file_async(tensors: dict, filename, metadata: dict | None = None, *,
     directory = os.path.dirname(os.fspath(filename)) or "."
     # a compressed save of tensors their GPU codes: the snapshot is their coded streams, in
     # memory kept from an earlier save (the first one codes its device copy to make it)
-    codes = os.fspath(filename).endswith(_fst.SUFFIX) and snapshot in ("auto", "host") and \
+    codes = os.fspath(filename).endswith(_fst.SUFFIX) and snapshot == "auto" and \
         _codes_on_gpu(list(tensors.values()), compression)
     coded = _coded.take() if codes else None
     if coded is not None:

@@ -246,19 +246,23 @@ class FastensorWriter(_Directory, StorageWriter, AsyncStager):
     copies on the GPU where it has room (see :meth:`stage`); with compression, where the
     GPU codes the tensors, the next saves stage their coded streams (the GPU codes them
     while the caller waits; the memory kept is their coded size, and the write codes
-    nothing); see :func:`release_staging_memory`.
+    nothing; H100, 2 GiB of bf16: 0.69x the memory, the commit 1.34x sooner, the caller's
+    wait 3x a copy's), unless ``staging="copy"``; see :func:`release_staging_memory`.
     """
 
     _synchronize_after_execute = False
 
     def __init__(self, path, *, engine: str = "auto", cache: str = "auto",
-                 sync_files: bool = True, overwrite: bool = True, compression: str | None = None):
+                 sync_files: bool = True, overwrite: bool = True, compression: str | None = None,
+                 staging: str = "auto"):
         super().__init__()
         engine_id(engine)
         cache_id(cache)
         if compression is not None:
             _fst.compression_id(compression)
-        self.compression = compression
+        if staging not in ("auto", "copy"):
+            raise ValueError(f"staging must be 'auto' or 'copy', not {staging!r}")
+        self.compression, self.staging = compression, staging
         self.path = os.fspath(path)
         self.engine, self.cache = engine, cache
         self.sync_files, self.overwrite = bool(sync_files), bool(overwrite)
@@ -445,7 +449,8 @@ class FastensorWriter(_Directory, StorageWriter, AsyncStager):
         sig = _signature(state_dict)
         plain = _plain(state_dict)
         cuda = _cuda_devices(state_dict, plain)
-        codes = plain and _codes_on_gpu(_locals(state_dict), self.compression)
+        codes = plain and self.staging == "auto" and \
+            _codes_on_gpu(_locals(state_dict), self.compression)
         lent = self._stage_coded(state_dict, sig) if codes else None
         if lent is not None:
             with self._staged_lock:

@@ -492,6 +492,14 @@ def test_async_save_stages_coded_streams(tmp, monkeypatch):
             assert fdcp._fst.coded_memory(kept) == 64 << 20
         if step == 1:  # without the coded memory: a copy
             fdcp._STAGING.free.pop(("fst", sig))
+    # staging="copy": a copy though the memory for coded streams is there
+    fdcp._STAGING.give(("fst", sig), fdcp._fst.code(tmp, [], "always")[0])
+    w = fdcp.FastensorWriter(os.path.join(tmp, "copy"), compression="always", staging="copy")
+    w.stage(s)
+    assert w._staged[-1].where == "host"
+    w._unlend()
+    with pytest.raises(ValueError, match="staging must be"):
+        fdcp.FastensorWriter(tmp, staging="coded")
     fdcp.release_staging_memory()
 
 

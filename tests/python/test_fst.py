@@ -315,7 +315,8 @@ def test_async_snapshot_of_coded_streams(tmp, monkeypatch):
     """Where the GPU codes the tensors, save_file_async of a .fst name snapshots their coded
     streams (the host encoder stands in for the GPU's here, the kept memory made ahead):
     the caller's changes after it are not in the save, every dtype loads byte-exact, the
-    memory goes back for the next save; safetensors names and compression="none" copy."""
+    memory goes back for the next save; safetensors names, compression="none" and
+    snapshot="host" copy."""
     from fastensor import _async
     monkeypatch.setattr(ft, "_codes_on_gpu", lambda tensors, mode: mode != "none")
     ft.release_snapshot_memory()
@@ -323,9 +324,12 @@ def test_async_snapshot_of_coded_streams(tmp, monkeypatch):
     sd = state(8)
     want = {k: v.clone() for k, v in sd.items()}
     for name, mode, snap in (("a.fst", "always", "coded"), ("b.fst", "auto", "coded"),
-                             ("c.fst", "none", "host"), ("d.safetensors", "auto", "host")):
+                             ("c.fst", "none", "host"), ("d.safetensors", "auto", "host"),
+                             ("e.fst", "always", "host!")):
         p = os.path.join(tmp, name)
-        fut = ft.save_file_async(sd, p, compression=mode)
+        fut = ft.save_file_async(sd, p, compression=mode,
+                                 snapshot="host" if snap.endswith("!") else "auto")
+        snap = snap.rstrip("!")
         assert fut.snapshot == snap
         sd["bf16"].add_(1)  # after the snapshot: not in this save
         fut.result()
