@@ -822,14 +822,6 @@ static void case_validation(void)
     T_EQ(ft_ckpt_open(ctx, &c, t_path("absent.safetensors")), -ENOENT);
 }
 
-static void write_text(const char *path, const char *text)
-{
-    int fd = open(path, O_CREAT | O_TRUNC | O_WRONLY, 0644);
-    if (write(fd, text, strlen(text)) != (ssize_t)strlen(text))
-        abort();
-    close(fd);
-}
-
 static void case_index_paths(void)
 {
     char dir[4200], inner[4300], path[4400], outside[4400], link[4400];
@@ -863,13 +855,13 @@ static void case_index_paths(void)
         {"[]", -EBADMSG, "weight_map"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-        write_text(path, cases[i].json);
+        t_write_text(path, cases[i].json);
         ft_ckpt *c = NULL;
         int rc = ft_ckpt_open(ctx, &c, path);
         if (rc != cases[i].rc || !strstr(ft_last_error(), cases[i].expect))
             T_FAIL("index case %zu: rc %d, message '%s'", i, rc, ft_last_error());
     }
-    write_text(path,
+    t_write_text(path,
                "{\"metadata\":{\"total_size\":4},\"weight_map\":{\"w\":\"a..b.safetensors\"}}");
     ft_ckpt *c;
     T_EQ(ft_ckpt_open(ctx, &c, path), 0);
@@ -975,7 +967,7 @@ static bool file_equals(const char *path, const char *content)
 static void case_failed_saves(void)
 {
     const char *path = t_path("keep.safetensors");
-    write_text(path, "previous contents");
+    t_write_text(path, "previous contents");
     uint8_t data[4096];
     uint64_t shape[1] = {1024};
     ft_tensor good = {"x", FT_DTYPE_F32, 1, shape, ft_host_buf(data, sizeof data)};
@@ -1018,7 +1010,7 @@ static void case_failed_saves(void)
 static void case_fst_failed_writes(void)
 {
     const char *path = t_path("many.fst");
-    write_text(path, "previous contents");
+    t_write_text(path, "previous contents");
     enum { N = 24, ELEMS = 3 << 20 }; /* 24 bf16 tensors of 6 MiB: about 7 batches */
     uint16_t *w = malloc(sizeof *w * (size_t)N * ELEMS);
     for (size_t i = 0; i < (size_t)N * ELEMS; i++)
@@ -1042,7 +1034,7 @@ static void case_fst_failed_writes(void)
             unsigned got = t_fault_clear();
             if (got == 0) { /* (a filesystem that does not reserve: no such call) */
                 T_EQ(rc, 0);
-                write_text(path, "previous contents");
+                t_write_text(path, "previous contents");
                 continue;
             }
             T_EQ(rc, -EIO);
@@ -1064,7 +1056,7 @@ static void case_fst_failed_writes(void)
             T_TRUE(!memcmp(ft_ckpt_data(c, (size_t)ft_ckpt_find(c, names[i])), t[i].data.ptr,
                            t[i].data.len));
         ft_ckpt_close(c);
-        write_text(path, "previous contents");
+        t_write_text(path, "previous contents");
     }
     free(w);
 }

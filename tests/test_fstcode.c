@@ -58,22 +58,6 @@ static void unmake(set *s)
         free(s->data[i]);
 }
 
-static bool same_files(const char *a, const char *b)
-{
-    int fa = open(a, O_RDONLY), fb = open(b, O_RDONLY);
-    struct stat sa, sb;
-    bool same = fa >= 0 && fb >= 0 && !fstat(fa, &sa) && !fstat(fb, &sb) &&
-                sa.st_size == sb.st_size;
-    static uint8_t x[1 << 20], y[1 << 20];
-    for (off_t at = 0; same && at < sa.st_size; at += (off_t)sizeof x) {
-        ssize_t n = pread(fa, x, sizeof x, at);
-        same = n > 0 && pread(fb, y, sizeof y, at) == n && !memcmp(x, y, (size_t)n);
-    }
-    close(fa);
-    close(fb);
-    return same;
-}
-
 /* Every tensor of @p path is tensor i of @p s under @p names' name. */
 static void check_loads(const char *path, const set *s, const set *names)
 {
@@ -118,7 +102,7 @@ static void case_same_file(void)
         T_EQ(ft_ckpt_save(ctx, ahead, s.t, N, &ao), 0);
         *(uint8_t *)s.data[SMALL] = first;
         T_EQ(ft_ckpt_save(ctx, plain, s.t, N, &so), 0);
-        T_TRUE(same_files(plain, ahead));
+        T_TRUE(t_same_files(plain, ahead));
         check_loads(ahead, &s, &s);
     }
     /* the save's names (any), stream i for tensor i, data pointers not read */
@@ -172,14 +156,6 @@ static void case_memory(void)
     unmake(&s);
 }
 
-static void write_text(const char *path, const char *text)
-{
-    int fd = open(path, O_CREAT | O_TRUNC | O_WRONLY, 0644);
-    if (write(fd, text, strlen(text)) != (ssize_t)strlen(text))
-        abort();
-    close(fd);
-}
-
 static bool holds(const char *path, const char *text)
 {
     char buf[64] = {0};
@@ -194,7 +170,7 @@ static void case_refused(void)
     set s;
     make(&s, "w.");
     const char *path = t_path("kept.fst");
-    write_text(path, "previous contents");
+    t_write_text(path, "previous contents");
     ft_fst_coded *coded = NULL;
     ft_save_opts so = {.compression = FT_COMPRESS_ALWAYS};
     T_EQ(ft_fst_code(NULL, t_dir(), s.t, N, &so, &coded), -EINVAL);

@@ -8,6 +8,7 @@
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 const char *t_name;
@@ -22,6 +23,32 @@ size_t t_first_diff(const void *a, const void *b, size_t n)
         if (x[i] != y[i])
             return i;
     return (size_t)-1;
+}
+
+bool t_same_files(const char *a, const char *b)
+{
+    int fa = open(a, O_RDONLY | O_CLOEXEC), fb = open(b, O_RDONLY | O_CLOEXEC);
+    struct stat sa, sb;
+    bool same = fa >= 0 && fb >= 0 && !fstat(fa, &sa) && !fstat(fb, &sb) &&
+                sa.st_size == sb.st_size;
+    static uint8_t x[1 << 20], y[1 << 20];
+    for (off_t at = 0; same && at < sa.st_size; at += (off_t)sizeof x) {
+        ssize_t n = pread(fa, x, sizeof x, at);
+        same = n > 0 && pread(fb, y, sizeof y, at) == n && !memcmp(x, y, (size_t)n);
+    }
+    if (fa >= 0)
+        close(fa);
+    if (fb >= 0)
+        close(fb);
+    return same;
+}
+
+void t_write_text(const char *path, const char *text)
+{
+    int fd = open(path, O_CREAT | O_TRUNC | O_WRONLY | O_CLOEXEC, 0644);
+    if (fd < 0 || write(fd, text, strlen(text)) != (ssize_t)strlen(text))
+        abort();
+    close(fd);
 }
 
 void t_store_evict(ft_store *s, uint64_t ring)

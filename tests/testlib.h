@@ -59,6 +59,10 @@ extern int t_failures;
     } while (0)
 
 size_t t_first_diff(const void *a, const void *b, size_t n);
+/* Whether files @p a and @p b hold the same bytes (both readable). */
+bool t_same_files(const char *a, const char *b);
+/* Create or truncate @p path and write @p text into it (aborts where it cannot). */
+void t_write_text(const char *path, const char *text);
 
 /* Fill with pseudo-random bytes from @p seed (xorshift64*, fast enough for GiBs). */
 void t_fill_random(void *buf, size_t n, uint64_t seed);
