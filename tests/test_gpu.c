@@ -914,6 +914,76 @@ static void case_codec_encode(void)
     }
 }
 
+/* ft_fst_code of tensors in GPU memory: the streams its GPU codes are packed straight into the
+ * coded memory (no batch buffer), the rest go through the batches (host tensors, integers on
+ * the GPU, a stream that saves too little: stored); a save of those streams is the very file
+ * a coding save writes, on a first call, a repeat, and a smaller set after (trimmed). */
+static void case_fst_code_on_device(void)
+{
+    enum { N = 9 };
+    /* bf16 weights of assorted sizes (empty, one element, over a 64 MiB piece), fp32 and f64
+     * weights, random bf16 (saves too little), int64 on the GPU, bf16 weights on the host */
+    static const ft_dtype types[N] = {FT_DTYPE_BF16, FT_DTYPE_BF16, FT_DTYPE_BF16, FT_DTYPE_BF16,
+                                      FT_DTYPE_F32,  FT_DTYPE_F64,  FT_DTYPE_BF16, FT_DTYPE_I64,
+                                      FT_DTYPE_BF16};
+    static const uint64_t bytes[N] = {0, 2, 3000, 70u << 20, 6u << 20, 1u << 20, 2u << 20,
+                                      40000, 5u << 20};
+    char names[N][16];
+    uint64_t shapes[N];
+    void *host[N], *dev[N];
+    ft_tensor t[N];
+    for (int i = 0; i < N; i++) {
+        unsigned e = ft_dtype_bits(types[i]) / 8;
+        host[i] = codec_weights(bytes[i], e, 40 + (uint64_t)i);
+        if (i == 6 || i == 7)
+            t_fill_random(host[i], bytes[i], 77 + (uint64_t)i);
+        dev[i] = NULL;
+        bool on_dev = i != 8;
+        if (on_dev && bytes[i]) {
+            T_EQ(ft_cuda_alloc(0, bytes[i], &dev[i]), 0);
+            T_EQ(ft_cuda_copy(dev[i], host[i], bytes[i]), 0);
+        }
+        snprintf(names[i], sizeof names[i], "t%d", i);
+        shapes[i] = bytes[i] / e;
+        t[i] = (ft_tensor){names[i], types[i], 1, &shapes[i],
+                           on_dev ? (ft_buf){dev[i], bytes[i], FT_MEM_CUDA, 0}
+                                  : ft_host_buf(host[i], bytes[i])};
+    }
+    char plain[4200], ahead[4200];
+    snprintf(plain, sizeof plain, "%s", t_path("gpu-plain.fst"));
+    snprintf(ahead, sizeof ahead, "%s", t_path("gpu-ahead.fst"));
+    ft_fst_coded *coded = NULL;
+    const size_t counts[] = {N, N, 4};
+    for (int k = 0; k < 3; k++) {
+        size_t n = counts[k];
+        ft_save_opts so = {.compression = FT_COMPRESS_ALWAYS};
+        int64_t total = ft_fst_code(ctx, t_dir(), t, n, &so, &coded);
+        T_TRUE(total > 0);
+        uint64_t raw = 0;
+        for (size_t i = 0; i < n; i++)
+            raw += bytes[i];
+        /* packed: the coded bytes, the random tensor's unused stream, a piece's slack, and
+         * the piece of the stream larger than a piece, of its bound (the tensor's bytes) */
+        T_TRUE(ft_fst_coded_memory(coded) <= raw + (64u << 20));
+        T_TRUE((uint64_t)total < raw);
+        ft_save_opts ao = so;
+        ao.coded = coded;
+        T_EQ(ft_ckpt_save(ctx, ahead, t, n, &ao), 0);
+        T_EQ(ft_ckpt_save(ctx, plain, t, n, &so), 0);
+        if (!t_same_files(plain, ahead))
+            T_FAIL("a save of %zu tensors coded ahead on the GPU is not the coding save's file "
+                   "(call %d)", n, k + 1);
+    }
+    printf("  coded memory after a smaller set: %llu bytes\n",
+           (unsigned long long)ft_fst_coded_memory(coded));
+    ft_fst_coded_free(coded);
+    for (int i = 0; i < N; i++) {
+        free(host[i]);
+        if (dev[i])
+            ft_cuda_free(dev[i]);
+    }
+}
+
 /* ft_codec_decode_cuda byte for byte against the source (and so against the host decoder):
  * element widths, sizes around the block and lane edges, stored and constant planes, several
  * streams in one call, destinations unaligned, streams already on the device; bad input. */
@@ -1039,6 +1109,8 @@ int main(void)
          case_cachedma},
         {"codec streams decoded on the GPU", case_codec_decode},
         {"codec streams encoded on the GPU, the CPU encoder's bytes", case_codec_encode},
+        {".fst streams coded ahead on the GPU, packed: the coding save's file",
+         case_fst_code_on_device},
     };
     int rc = t_run(cases, sizeof cases / sizeof *cases);
     ft_ctx_destroy(ctx);

@@ -26,7 +26,7 @@ int64_t ft_codec_encode_cuda_batch(ft_ctx *ctx, ft_codec_enc_job *jobs, size_t n
 {
     if (!ctx)
         return ft__err(-EINVAL, "codec: NULL argument");
-    return ft__codec_encode_cuda_batch(jobs, n, device, stream);
+    return ft__codec_encode_cuda_batch(jobs, n, device, stream, NULL);
 }
 
 int64_t ft_codec_decode(ft_ctx *ctx, const void *src, size_t len, void *dst, size_t cap)

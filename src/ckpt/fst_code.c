@@ -6,6 +6,7 @@
  * and kept for the next save (an asynchronous save's staging copy).
  */
 #include "ckpt.h"
+#include "../codec/codec.h"
 #include "../gpu/cuda.h"
 
 #include <errno.h>
@@ -371,6 +372,88 @@ static void trim(ft_fst_coded *c)
     c->npieces = keep;
 }
 
+/* The GPU encoder's placer (ft__codec_placer) for @p arg, an ft_fst_coded: room in its
+ * memory as place() gives it; what a stream does not take given back at once (the stream is
+ * the last one placed in its piece). */
+static void *place_room(void *arg, uint64_t cap)
+{
+    return place(arg, page_up(cap));
+}
+
+static void fit_room(void *arg, void *dst, uint64_t cap, uint64_t size)
+{
+    ft_fst_coded *c = arg;
+    for (size_t i = 0; i < c->npieces; i++)
+        if ((uint8_t *)dst >= c->pieces[i].mem &&
+            (uint8_t *)dst < c->pieces[i].mem + c->pieces[i].size)
+            c->pieces[i].used -= page_up(cap) - page_up(size);
+}
+
+/* The record of stream @p size at @p buf for tensor @p t, zeros after it to its page's end. */
+static void keep_stream(kept_stream *s, const ft_tensor *t, uint8_t *buf, uint64_t size,
+                        bool compressed)
+{
+    *s = (kept_stream){.dtype = t->dtype, .ndim = t->ndim, .nbytes = t->data.len, .buf = buf,
+                       .size = size, .compressed = compressed};
+    if (t->ndim)
+        memcpy(s->shape, t->shape, t->ndim * sizeof *s->shape);
+    memset(buf + size, 0, page_up(size) - size);
+}
+
+/*
+ * ft_fst_code's tensors that their GPUs code (as code_on_gpus picks them), coded there straight
+ * into @p c's memory: one call per GPU, the streams packed as the encoder writes them, with
+ * no batch buffer and no copy on the host between (an asynchronous save's caller waits for
+ * this). done[i] marks those kept. A stream that saves too little stays where it was written,
+ * unused, and its tensor is left to the batches (which store it); a call that fails gives its
+ * memory back and leaves its tensors to the batches (which try each alone).
+ */
+static void code_ahead_on_gpus(ft__fst_coder *coder, ft_fst_coded *c, const ft_tensor *t,
+                               size_t n, bool *done)
+{
+    ft_codec_enc_job *jobs = calloc(n + 1, sizeof *jobs);
+    size_t *which = calloc(n + 1, sizeof *which);
+    bool *tried = calloc(n + 1, sizeof *tried);
+    ft__codec_placer placer = {place_room, fit_room, c};
+    for (size_t first = 0; jobs && which && tried && first < n; first++) {
+        int dev = t[first].data.device;
+        size_t k = 0;
+        for (size_t i = first; i < n; i++) {
+            ft__fst_stream y = coding(coder, &t[i]);
+            if (tried[i] || t[i].data.kind != FT_MEM_CUDA || t[i].data.device != dev || !y.want ||
+                !ft__fst_gpu_codes(coder->ctx, dev, y.elem, NULL))
+                continue;
+            tried[i] = true;
+            jobs[k] = (ft_codec_enc_job){t[i].data.ptr, t[i].data.len, y.elem,
+                                         ft__fst_block(y.elem), NULL, 0, 0};
+            which[k++] = i;
+        }
+        if (!k)
+            continue;
+        size_t had = c->npieces;
+        uint64_t *used = calloc(had + 1, sizeof *used);
+        if (!used)
+            break;
+        for (size_t i = 0; i < had; i++)
+            used[i] = c->pieces[i].used;
+        pthread_mutex_t *one = ft__fst_gpu_lock(coder->ctx, dev);
+        pthread_mutex_lock(one);
+        int64_t r = ft__codec_encode_cuda_batch(jobs, k, dev, NULL, &placer);
+        pthread_mutex_unlock(one);
+        for (size_t i = 0; i < c->npieces; i++) /* a failed call's memory given back */
+            c->pieces[i].used = r < 0 ? i < had ? used[i] : 0 : c->pieces[i].used;
+        for (size_t j = 0; r >= 0 && j < k; j++) {
+            size_t i = which[j];
+            if ((done[i] = saves_enough(jobs[j].size, t[i].data.len)))
+                keep_stream(&c->s[i], &t[i], jobs[j].dst, (uint64_t)jobs[j].size, true);
+        }
+        free(used);
+    }
+    free(jobs);
+    free(which);
+    free(tried);
+}
+
 typedef struct copy_task {
     uint8_t *dst;
     const uint8_t *src;
@@ -384,9 +467,10 @@ static int64_t copy_one(void *arg, unsigned i)
     return 0;
 }
 
-/* Batch @p b's streams (of the caller's tensors from @p first) into @p c's memory, copied out
- * of the batch's buffer on the context's threads. */
-static int keep_batch(ft_ctx *ctx, ft_fst_coded *c, const ft__fst_batch *b, size_t first)
+/* Batch @p b's streams (of the caller's tensors @p index[first...]) into @p c's memory, copied
+ * out of the batch's buffer on the context's threads. */
+static int keep_batch(ft_ctx *ctx, ft_fst_coded *c, const ft__fst_batch *b, const size_t *index,
+                      size_t first)
 {
     size_t ntasks = 0;
     for (size_t j = 0; j < b->n; j++)
@@ -405,7 +489,7 @@ static int keep_batch(ft_ctx *ctx, ft_fst_coded *c, const ft__fst_batch *b, size
         }
         for (uint64_t at = 0; at < len; at += COPY_TASK)
             tasks[k++] = (copy_task){dst + at, x->buf + at, (size_t)FT__MIN(COPY_TASK, len - at)};
-        kept_stream *s = &c->s[first + j];
+        kept_stream *s = &c->s[index[first + j]];
         *s = (kept_stream){.dtype = x->t->dtype, .ndim = x->t->ndim, .nbytes = x->t->data.len,
                            .buf = dst, .size = x->size, .compressed = x->compressed};
         if (x->t->ndim)
@@ -443,25 +527,42 @@ int64_t ft_fst_code(ft_ctx *ctx, const char *dir, const ft_tensor *tensors, size
     ft__fst_coder coder;
     const char *where = dir && *dir ? dir : ".";
     rc = ft__fst_coder_init(&coder, ctx, where, where, tensors, count, mode);
-    int64_t total = 0;
-    for (size_t i = 0; rc == 0 && i < count;) {
+    /* the GPUs' tensors first, into the memory at once; the rest (rest[j], tensor index[j])
+     * in batches, copied in */
+    bool *done = calloc(count + 1, sizeof *done);
+    ft_tensor *rest = calloc(count + 1, sizeof *rest);
+    size_t *index = calloc(count + 1, sizeof *index), nrest = 0;
+    if (rc == 0 && (!done || !rest || !index))
+        rc = ft__err(-ENOMEM, "ft_fst_code: %zu tensors", count);
+    if (rc == 0 && ft__cuda_in_use())
+        code_ahead_on_gpus(&coder, c, tensors, count, done);
+    for (size_t i = 0; rc == 0 && i < count; i++)
+        if (!done[i]) {
+            rest[nrest] = tensors[i];
+            index[nrest++] = i;
+        }
+    for (size_t i = 0; rc == 0 && i < nrest;) {
         size_t first = i;
         uint64_t room;
         ft__fst_batch b;
-        i = ft__fst_batch_end(&coder, tensors, count, first, 8, &room);
-        rc = ft__fst_batch_code(&coder, &b, &tensors[first], i - first, room);
-        if (rc == 0 && (rc = keep_batch(ctx, c, &b, first)) == -ENOMEM)
+        i = ft__fst_batch_end(&coder, rest, nrest, first, 8, &room);
+        rc = ft__fst_batch_code(&coder, &b, &rest[first], i - first, room);
+        if (rc == 0 && (rc = keep_batch(ctx, c, &b, index, first)) == -ENOMEM)
             rc = ft__err(-ENOMEM, "ft_fst_code: memory for the coded streams");
-        for (size_t j = 0; rc == 0 && j < b.n; j++)
-            total += (int64_t)b.items[j].size;
         ft__fst_batch_free(&coder, &b);
     }
+    free(done);
+    free(rest);
+    free(index);
     if (coder.rooms)
         ft__fst_coder_done(&coder);
     trim(c);
     if (rc < 0)
         return rc;
     c->n = count;
+    int64_t total = 0;
+    for (size_t i = 0; i < count; i++)
+        total += (int64_t)c->s[i].size;
     return total;
 }
 

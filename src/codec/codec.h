@@ -77,9 +77,23 @@ int64_t ft__codec_decode(ft__pool *pool, const void *src, size_t len, void *dst,
 /** ft_codec_decode_cuda's work; the host's part (checking the streams) on @p pool. */
 int64_t ft__codec_decode_cuda(ft__pool *pool, const ft_codec_job *jobs, size_t n, int device,
                               void *stream);
-/** ft_codec_encode_cuda_batch's work. */
+/**
+ * Where the GPU encoder puts the streams of jobs without a destination (dst NULL): host
+ * memory the caller packs them into. place() gives room of @p cap bytes (ft_codec_bound) for
+ * a job's stream as its first block is written (NULL: -ENOMEM); fit() says, once the stream
+ * is whole, that it took @p size bytes of it (the rest of the room is the caller's again: no
+ * copy of the call writes there). The jobs are placed one after another, in the order the
+ * encoder takes them, each fitted before the next is placed; dst and cap are set in the job.
+ */
+typedef struct ft__codec_placer {
+    void *(*place)(void *arg, uint64_t cap);
+    void (*fit)(void *arg, void *dst, uint64_t cap, uint64_t size);
+    void *arg;
+} ft__codec_placer;
+
+/** ft_codec_encode_cuda_batch's work; jobs without a destination placed by @p placer. */
 int64_t ft__codec_encode_cuda_batch(ft_codec_enc_job *jobs, size_t n, int device,
-                                    void *stream);
+                                    void *stream, const ft__codec_placer *placer);
 /** ft_codec_encode_cuda's work (a batch of one). */
 int64_t ft__codec_encode_cuda(const void *src, uint64_t nbytes, unsigned esize,
                               uint32_t block_bytes, void *dst, size_t cap, int device,

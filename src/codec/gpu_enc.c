@@ -170,6 +170,7 @@ typedef struct ejob {
     uint32_t block, nblocks, next; /* block bytes; blocks; the next block to encode */
     uint64_t table, at;            /* its header and table's bytes; its coded bytes so far */
     int device_dst;                /* dst is device memory */
+    bool placed;                   /* dst comes from the call's placer */
     uint8_t *head;                 /* header and table: dst (host), or built here */
 } ejob;
 
@@ -290,15 +291,30 @@ static int wave_measure(const enc_kernels *k, CUstream s, const enc_mem *m, wave
     return 0;
 }
 
+/* Room for job @p J's stream from @p p (its destination until now none). */
+static int place_job(ejob *J, const ft__codec_placer *p)
+{
+    size_t cap = ft_codec_bound(J->job->nbytes, J->job->elem_size, J->block);
+    if (!(J->job->dst = p->place(p->arg, cap)))
+        return ft__err(-ENOMEM, "codec: %zu bytes of host memory for a coded stream", cap);
+    J->job->cap = cap;
+    J->head = J->job->dst;
+    return 0;
+}
+
 /* Step 5 of wave @p w: each block placed (at its job's device destination, or in the stage
- * and from there copied to its job's host destination), its table entry written. */
+ * and from there copied to its job's host destination), its table entry written; a job
+ * without a destination placed by @p placer at its first block, fitted at its last. */
 static int wave_write(const enc_kernels *k, CUstream s, const enc_mem *m, wave *w,
-                      ejob *jobs)
+                      ejob *jobs, const ft__codec_placer *placer)
 {
     uint64_t staged = 0;
     for (uint32_t i = 0; i < w->n; i++) {
         ejob *J = &jobs[w->job[i]];
         ftz_eblock *b = &w->desc[i];
+        int rc = J->placed && !J->head ? place_job(J, placer) : 0;
+        if (rc < 0)
+            return rc;
         if (J->table + J->at + b->size > J->job->cap)
             return ft__err(-ENOSPC, "codec: %zu bytes of room are too few for job %u",
                            J->job->cap, w->job[i]);
@@ -308,6 +324,8 @@ static int wave_write(const enc_kernels *k, CUstream s, const enc_mem *m, wave *
         J->at += b->size;
         put64(J->head + HEAD + ENTRY * (size_t)w->num[i], J->at);
         put64(J->head + HEAD + ENTRY * (size_t)w->num[i] + 8, b->csum);
+        if (J->placed && w->num[i] + 1 == J->nblocks)
+            placer->fit(placer->arg, J->job->dst, J->job->cap, J->table + J->at);
     }
     CUresult r = ft__cu.MemcpyHtoDAsync(m->desc, w->desc, w->n * sizeof *w->desc, s);
     if (r)
@@ -372,11 +390,12 @@ static int copy_stream_end(enc_mem *m, CUstream s)
     return r ? ft__cuda_err(r, "codec: the coded bytes to the host") : 0;
 }
 
-/* Job @p i's arguments checked (its block size set where 0). */
-static int job_args(ejob *J, ft_codec_enc_job *job, size_t i)
+/* Job @p i's arguments checked (its block size set where 0); without a destination, its
+ * stream is placed by @p placer (where there is one). */
+static int job_args(ejob *J, ft_codec_enc_job *job, size_t i, const ft__codec_placer *placer)
 {
     uint32_t block = job->block_bytes;
-    if ((!job->src && job->nbytes) || !job->dst)
+    if ((!job->src && job->nbytes) || (!job->dst && !placer))
         return ft__err(-EINVAL, "codec: NULL argument (job %zu)", i);
     int rc = ft__codec_check_args(job->nbytes, job->elem_size, &block);
     if (rc < 0)
@@ -384,7 +403,8 @@ static int job_args(ejob *J, ft_codec_enc_job *job, size_t i)
     *J = (ejob){.job = job, .block = block,
                 .nblocks = (uint32_t)((job->nbytes + block - 1) / block)};
     J->table = HEAD + ENTRY * (uint64_t)J->nblocks;
-    if (job->cap < J->table)
+    J->placed = !job->dst;
+    if (!J->placed && job->cap < J->table)
         return ft__err(-ENOSPC, "codec: %zu bytes of room for job %zu, its header alone needs "
                        "%llu", job->cap, i, (unsigned long long)J->table);
     return 0;
@@ -396,6 +416,8 @@ static int job_memory(ejob *J, size_t i, int device)
     const ft_codec_enc_job *job = J->job;
     int dev = -1;
     bool pinned;
+    if (J->placed) /* host memory, placed as its first block is written */
+        return 0;
     if (job->nbytes && (ft__cuda_pointer(job->src, &dev, &pinned) != 1 || dev != device))
         return ft__err(-EINVAL, "codec: the source of job %zu is not memory of CUDA device %d",
                        i, device);
@@ -410,7 +432,7 @@ static int job_memory(ejob *J, size_t i, int device)
 
 /* Every job of element size @p esize through waves. */
 static int encode_size(ejob *jobs, size_t n, unsigned esize, const enc_mem *m, wave *w,
-                       int device, CUstream s)
+                       int device, CUstream s, const ft__codec_placer *placer)
 {
     enc_kernels k;
     bool any = false;
@@ -434,13 +456,14 @@ static int encode_size(ejob *jobs, size_t n, unsigned esize, const enc_mem *m, w
         }
         if (rc < 0 || !w->n)
             break;
-        if ((rc = wave_measure(&k, s, m, w, esize)) < 0 || (rc = wave_write(&k, s, m, w, jobs)) < 0)
+        if ((rc = wave_measure(&k, s, m, w, esize)) < 0 || (rc = wave_write(&k, s, m, w, jobs, placer)) < 0)
             break;
     }
     return rc < 0 ? rc : 0;
 }
 
-int64_t ft__codec_encode_cuda_batch(ft_codec_enc_job *jobs, size_t n, int device, void *stream)
+int64_t ft__codec_encode_cuda_batch(ft_codec_enc_job *jobs, size_t n, int device, void *stream,
+                                    const ft__codec_placer *placer)
 {
     if (!jobs && n)
         return ft__err(-EINVAL, "codec: NULL argument");
@@ -449,7 +472,7 @@ int64_t ft__codec_encode_cuda_batch(ft_codec_enc_job *jobs, size_t n, int device
         return ft__err(-ENOMEM, "codec: %zu jobs", n);
     int rc = 0;
     for (size_t i = 0; i < n && rc >= 0; i++)
-        rc = job_args(&ej[i], &jobs[i], i);
+        rc = job_args(&ej[i], &jobs[i], i, placer);
     const char *why;
     if (rc >= 0 && ft__cuda_load(&why) < 0)
         rc = ft__err(-ENODEV, "codec: no GPU encode: %s", why);
@@ -488,7 +511,7 @@ int64_t ft__codec_encode_cuda_batch(ft_codec_enc_job *jobs, size_t n, int device
         mem_layout(m.base, stage, copy, &m);
         rc = copy_stream(&m, stage);
         for (unsigned e = 1; e <= 8 && rc >= 0; e *= 2)
-            rc = encode_size(ej, n, e, &m, &w, device, s);
+            rc = encode_size(ej, n, e, &m, &w, device, s, placer);
     }
     if (entered) {
         int cr = copy_stream_end(&m, s);
@@ -497,6 +520,11 @@ int64_t ft__codec_encode_cuda_batch(ft_codec_enc_job *jobs, size_t n, int device
     int64_t total = 0;
     for (size_t i = 0; i < n && rc >= 0; i++) {
         ejob *J = &ej[i];
+        if (J->placed && !J->nblocks) { /* (an empty tensor: its header alone) */
+            if ((rc = place_job(J, placer)) < 0)
+                break;
+            placer->fit(placer->arg, jobs[i].dst, jobs[i].cap, J->table);
+        }
         ft__codec_head(J->head, jobs[i].elem_size, jobs[i].nbytes, J->block, J->nblocks);
         CUresult r = J->device_dst ? ft__cu.MemcpyHtoDAsync((CUdeviceptr)(uintptr_t)jobs[i].dst,
                                                              J->head, J->table, s) : 0;
@@ -528,6 +556,6 @@ int64_t ft__codec_encode_cuda(const void *src, uint64_t nbytes, unsigned esize,
                               void *stream)
 {
     ft_codec_enc_job job = {src, nbytes, esize, block_bytes, dst, cap, 0};
-    int64_t r = ft__codec_encode_cuda_batch(&job, 1, device, stream);
+    int64_t r = ft__codec_encode_cuda_batch(&job, 1, device, stream, NULL);
     return r < 0 ? r : job.size;
 }
