@@ -719,6 +719,39 @@ static void case_company_outside(void)
             T_EQ(arm_of(f, &alone, 0).n - a0, fault == 2 ? 1u : 0u);
             T_EQ(arm_of(f, &busy, 0).n - b0, fault == 2 ? 0u : 1u);
         }
+        /* another came and went during the call, alone at its start and its end: a busy
+         * sample; reading that failing, a lone one; writing its own end failing, still busy;
+         * nobody else (the record its own): a lone one */
+        for (int came = 0; fault == 0 && came < 4; came++) {
+            lk.l_type = F_UNLCK;
+            T_EQ(fcntl(other, F_OFD_SETLK, &lk), 0);
+            uint32_t a0 = arm_of(f, &alone, 0).n, b0 = arm_of(f, &busy, 0).n;
+            ft__auto_enter(ctx);
+            ft__decision dec;
+            ft__auto_decide(f, 0, n, false, 0, -1, FT_CACHE_AUTO, &dec);
+            T_EQ(dec.key.busy, 0);
+            dec.call = n;
+            int64_t r = ft_read(f, &d, 0, &posix);
+            if (came < 3) { /* the other's transfers begin and end */
+                struct timespec ts;
+                clock_gettime(CLOCK_MONOTONIC, &ts);
+                uint64_t rec[2] = {(uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec,
+                                   12345};
+                T_EQ(pwrite(other, rec, sizeof rec, 8), (ssize_t)sizeof rec);
+            }
+            usleep(2000); /* (a run of transfers long enough to record its end) */
+            if (came == 1 || came == 2)
+                t_fault_set(came == 1 ? T_OP_PREAD : T_OP_PWRITE, T_FAULT_ERRNO, EIO, 1, 0);
+            ft__auto_leave(ctx);
+            dec.arm = 0;
+            dec.engine = FT_ENGINE_POSIX;
+            ft__auto_done(f, &dec, r, false);
+            if (came == 1 || came == 2)
+                T_TRUE(t_fault_clear() >= 1);
+            bool lone = came == 1 || came == 3;
+            T_EQ(arm_of(f, &alone, 0).n - a0, lone ? 1u : 0u);
+            T_EQ(arm_of(f, &busy, 0).n - b0, lone ? 0u : 1u);
+        }
         close(other); /* (its lock goes: a context alone again) */
         ft__auto_enter(ctx);
         ft__decision dec;

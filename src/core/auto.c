@@ -32,6 +32,9 @@ struct ft__auto {
     _Atomic int act_fd;
     bool act_tried;
     unsigned act_calls;
+    uint64_t act_since; /* when act_calls last left 0 (ns) */
+    uint64_t act_token; /* this context's mark in the ended record */
+    _Atomic uint64_t other_ended; /* the latest end of another's transfers seen (ns) */
     _Atomic uint32_t used[2]; /* per memory kind: the engines this context has run once */
     const char *labels[FT__SEL_MAX_ARMS]; /* the arms' names in profiles */
     unsigned n;
@@ -58,6 +61,8 @@ int ft__auto_create(ft__auto **out)
     pthread_mutex_init(&a->lock, NULL);
     pthread_mutex_init(&a->act_lock, NULL);
     atomic_init(&a->act_fd, -1);
+    /* (distinct for every context of every process: its address, the process, the time) */
+    a->act_token = ((uint64_t)(uintptr_t)a ^ (uint64_t)getpid() << 40 ^ now_ns()) | 1;
     for (unsigned i = 0; i < ft__narms; i++)
         a->labels[i] = ft__arms[i].label;
     *out = a;
@@ -115,7 +120,13 @@ static void profile_path(dev_t dev, char *out, size_t len)
  * transfers in flight it holds a read lock on the first byte of its profile's ".active" file
  * (an open file description's lock, F_OFD_SETLK: the kernel drops it with its process); a
  * decision asks whether another description holds one (F_OFD_GETLK, which never reports the
- * asker's own). Without a kept profile there is no such file, and company is the context's.
+ * asker's own). A context whose transfers all end writes the time (CLOCK_MONOTONIC, one clock
+ * for all processes) and its token at byte 8 of the file before it drops its lock, having read
+ * what another wrote there, so that a call alone at its start and its end still sees another
+ * that came and went meanwhile: two processes loading
+ * one checkpoint at once, the first to start often ended last and took its sample for a lone
+ * one (development machine, `fastensor demo`: 3 of 9 such pairs, 1 s loads in the key of
+ * 0.25 s ones). Without a kept profile there is no such file, and company is the context's.
  */
 static int active_open(void)
 {
@@ -147,9 +158,26 @@ void ft__auto_enter(ft_ctx *ctx)
         atomic_store(&a->act_fd, active_open());
     }
     int fd = atomic_load(&a->act_fd);
-    if (a->act_calls++ == 0 && fd >= 0)
+    if (a->act_calls++ == 0 && fd >= 0) {
         active_mark(fd, F_RDLCK);
+        a->act_since = now_ns();
+    }
     pthread_mutex_unlock(&a->act_lock);
+}
+
+/* Where a context writes when its transfers last ended, with its token (after the lock
+ * byte); not for a run of transfers shorter than ACTIVE_BRIEF (a small read's, which another's
+ * sample hardly felt: the write would be most of its cost). */
+#define ACTIVE_ENDED 8
+#define ACTIVE_BRIEF 1000000ull
+
+/* The end another context recorded (ns), 0: none, or the record is this context's. */
+static uint64_t other_end(ft__auto *a, int fd)
+{
+    uint64_t rec[2] = {0, 0};
+    if (ft__sys.pread(fd, rec, sizeof rec, ACTIVE_ENDED) != (ssize_t)sizeof rec)
+        return 0;
+    return rec[1] != a->act_token ? rec[0] : 0;
 }
 
 void ft__auto_leave(ft_ctx *ctx)
@@ -157,8 +185,16 @@ void ft__auto_leave(ft_ctx *ctx)
     ft__auto *a = ctx->autosel;
     pthread_mutex_lock(&a->act_lock);
     int fd = atomic_load(&a->act_fd);
-    if (--a->act_calls == 0 && fd >= 0)
+    if (--a->act_calls == 0 && fd >= 0) {
+        uint64_t rec[2] = {now_ns(), a->act_token};
+        if (rec[0] - a->act_since >= ACTIVE_BRIEF) {
+            uint64_t o = other_end(a, fd);
+            if (o > atomic_load(&a->other_ended))
+                atomic_store(&a->other_ended, o);
+            (void)ft__sys.pwrite(fd, rec, sizeof rec, ACTIVE_ENDED); /* (failed: unseen) */
+        }
         active_mark(fd, F_UNLCK);
+    }
     pthread_mutex_unlock(&a->act_lock);
     atomic_fetch_sub_explicit(&ctx->inflight, 1, memory_order_relaxed);
 }
@@ -169,6 +205,15 @@ static bool company(ft_ctx *ctx)
     int fd = atomic_load(&ctx->autosel->act_fd);
     struct flock lk = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 1};
     return fd >= 0 && ft__sys.lock(fd, F_OFD_GETLK, &lk) == 0 && lk.l_type != F_UNLCK;
+}
+
+/* Whether another context's transfers ended after @p t0 (ns, CLOCK_MONOTONIC): seen when
+ * this context's own ended, or recorded since. */
+static bool company_since(ft_ctx *ctx, uint64_t t0)
+{
+    ft__auto *a = ctx->autosel;
+    int fd = atomic_load(&a->act_fd);
+    return fd >= 0 && (atomic_load(&a->other_ended) > t0 || other_end(a, fd) > t0);
 }
 
 /* The arms that go through the page cache. */
@@ -541,10 +586,12 @@ void ft__auto_done(ft_file *f, const ft__decision *d, int64_t result, bool count
     /* transfers in flight at the call's end, this one included */
     unsigned end = atomic_load_explicit(&f->ctx->inflight, memory_order_relaxed) + !counted;
     bool setup = first_use(f, d) && ns < SETUP_AMORTIZED_NS;
-    /* A call that began alone but ends beside others (the context's, or another's) did not
-     * run alone: its sample is one of calls in flight (its trial, if any, ends unmeasured in
+    /* A call that began alone but ends beside others (the context's, or another's), or that
+     * another's transfers came and went beside, did not run alone: its sample is one of calls in flight (its trial, if any, ends unmeasured in
      * its own key). */
-    if (!s.key.busy && (end > 1 || company(f->ctx))) {
+    if (!s.key.busy &&
+        (end > 1 || company(f->ctx) ||
+         (d->t0 && d->call >= SMALL_READ && company_since(f->ctx, d->t0)))) {
         s.key.busy = 1;
         if (s.trial)
             ft__sel_release(d->sel, &d->key, d->arm);
