@@ -444,8 +444,9 @@ static void code_ahead_on_gpus(ft__fst_coder *coder, ft_fst_coded *c, const ft_t
             c->pieces[i].used = r < 0 ? i < had ? used[i] : 0 : c->pieces[i].used;
         for (size_t j = 0; r >= 0 && j < k; j++) {
             size_t i = which[j];
-            if ((done[i] = saves_enough(jobs[j].size, t[i].data.len)))
-                keep_stream(&c->s[i], &t[i], jobs[j].dst, (uint64_t)jobs[j].size, true);
+            uint64_t m = (uint64_t)jobs[j].size;
+            if ((done[i] = saves_enough(jobs[j].size, t[i].data.len))) /* (as encode_one) */
+                keep_stream(&c->s[i], &t[i], jobs[j].dst, m, m < t[i].data.len);
         }
         free(used);
     }
