@@ -253,7 +253,8 @@ static int workflow(const model *m, const char *path, const char *engines, int r
     printf("\nworkflow, every load in a fresh process: a cold load, a second load (a restarted "
            "job),\n2 processes loading it at once from a cold cache (2 ranks); GB/s of 2 "
            "procs: together;\n%d round%s after an untimed first load, the engines' order rotated "
-           "each round, then the best\nfixed engine's twin\n%-14s %5s %8s %8s %8s %8s %8s %8s %9s\n", rounds,
+           "each round, then the best\nfixed engine's twin\n%-14s %5s %8s %8s %8s %8s %8s %8s %9s\n",
+           rounds,
            rounds > 1 ? "s" : "", "engine", "round", "cold s", "GB/s", "2nd s", "GB/s",
            "2proc s", "GB/s", "total s");
     /* An untimed first load of the new file (posix: AUTO's profile learns nothing from it).

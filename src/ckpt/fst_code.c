@@ -416,14 +416,17 @@ static void code_ahead_on_gpus(ft__fst_coder *coder, ft_fst_coded *c, const ft_t
     bool *tried = calloc(n + 1, sizeof *tried);
     ft__codec_placer placer = {place_room, fit_room, c};
     for (size_t first = 0; jobs && which && tried && first < n; first++) {
+        if (tried[first] || t[first].data.kind != FT_MEM_CUDA)
+            continue; /* (a device's tensors are gathered once: at its first) */
         int dev = t[first].data.device;
         size_t k = 0;
         for (size_t i = first; i < n; i++) {
-            ft__fst_stream y = coding(coder, &t[i]);
-            if (tried[i] || t[i].data.kind != FT_MEM_CUDA || t[i].data.device != dev || !y.want ||
-                !ft__fst_gpu_codes(coder->ctx, dev, y.elem, NULL))
+            if (tried[i] || t[i].data.kind != FT_MEM_CUDA || t[i].data.device != dev)
                 continue;
             tried[i] = true;
+            ft__fst_stream y = coding(coder, &t[i]);
+            if (!y.want || !ft__fst_gpu_codes(coder->ctx, dev, y.elem, NULL))
+                continue;
             jobs[k] = (ft_codec_enc_job){t[i].data.ptr, t[i].data.len, y.elem,
                                          ft__fst_block(y.elem), NULL, 0, 0};
             which[k++] = i;

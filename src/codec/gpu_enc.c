@@ -456,7 +456,8 @@ static int encode_size(ejob *jobs, size_t n, unsigned esize, const enc_mem *m, w
         }
         if (rc < 0 || !w->n)
             break;
-        if ((rc = wave_measure(&k, s, m, w, esize)) < 0 || (rc = wave_write(&k, s, m, w, jobs, placer)) < 0)
+        if ((rc = wave_measure(&k, s, m, w, esize)) < 0 ||
+            (rc = wave_write(&k, s, m, w, jobs, placer)) < 0)
             break;
     }
     return rc < 0 ? rc : 0;

@@ -123,10 +123,9 @@ static void profile_path(dev_t dev, char *out, size_t len)
  * asker's own). A context whose transfers all end writes the time (CLOCK_MONOTONIC, one clock
  * for all processes) and its token at byte 8 of the file before it drops its lock, having read
  * what another wrote there, so that a call alone at its start and its end still sees another
- * that came and went meanwhile: two processes loading
- * one checkpoint at once, the first to start often ended last and took its sample for a lone
- * one (development machine, `fastensor demo`: 3 of 9 such pairs, 1 s loads in the key of
- * 0.25 s ones). Without a kept profile there is no such file, and company is the context's.
+ * that came and went meanwhile: of two processes loading one checkpoint at once, the first to
+ * start often ended last and took its sample for a lone one (development machine, `fastensor
+ * demo`: 3 of 9 such pairs, 1 s loads in the key of 0.25 s ones). Without a kept profile there is no such file, and company is the context's.
  */
 static int active_open(void)
 {
@@ -587,8 +586,8 @@ void ft__auto_done(ft_file *f, const ft__decision *d, int64_t result, bool count
     unsigned end = atomic_load_explicit(&f->ctx->inflight, memory_order_relaxed) + !counted;
     bool setup = first_use(f, d) && ns < SETUP_AMORTIZED_NS;
     /* A call that began alone but ends beside others (the context's, or another's), or that
-     * another's transfers came and went beside, did not run alone: its sample is one of calls in flight (its trial, if any, ends unmeasured in
-     * its own key). */
+     * another's transfers came and went beside, did not run alone: its sample is one of calls
+     * in flight (its trial, if any, ends unmeasured in its own key). */
     if (!s.key.busy &&
         (end > 1 || company(f->ctx) ||
          (d->t0 && d->call >= SMALL_READ && company_since(f->ctx, d->t0)))) {
