@@ -66,10 +66,19 @@ size_t ft__fst_batch_end(const ft__fst_coder *c, const ft_tensor *t, size_t n, s
  * the context keeps, else a new one (kept after the save where no other save took the
  * context's meanwhile). Kept, they spare a training job's saves the first touch of fresh
  * memory: stored streams on the development VM ran at 0.76x of a plain save's rate in fresh
- * 4 KiB pages per tensor, 0.89x in kept buffers of huge pages (0.6x the first time). */
+ * 4 KiB pages per tensor, 0.89x in kept buffers of huge pages (0.6x the first time).
+ * A tensor whose stream takes more than BATCH_ROOM (an embedding) is coded into a buffer of
+ * its own, one of up to FT__FST_BUFFERS the context keeps as well (each up to BIG_KEPT
+ * bytes; a larger need replaces the smallest): fresh, the 125 MB streams of a Llama-style
+ * state dict's embedding and head took 0.25 s each to be stored on the development VM
+ * (0.5 GB/s, their pages' first touch), and the GPU encoder copied into them at pageable
+ * speed. */
+#define BIG_KEPT (1ull << 30)
+
 typedef struct kept_rooms {
     pthread_mutex_t lock;
     ft__bufpool *pool;
+    ft__bufpool *big[FT__FST_BUFFERS]; /* of one buffer each */
 } kept_rooms;
 
 static const char rooms_key;
@@ -87,6 +96,8 @@ static void destroy_rooms(void *obj)
 {
     kept_rooms *k = obj;
     ft__bufpool_destroy(k->pool);
+    for (unsigned i = 0; i < FT__FST_BUFFERS; i++)
+        ft__bufpool_destroy(k->big[i]);
     pthread_mutex_destroy(&k->lock);
     free(k);
 }
@@ -118,6 +129,62 @@ static void rooms_give(ft_ctx *ctx, ft__bufpool *p)
         if (!k->pool) {
             k->pool = p;
             p = NULL;
+        }
+        pthread_mutex_unlock(&k->lock);
+    }
+    ft__bufpool_destroy(p);
+}
+
+/* A pool of one buffer of at least @p size bytes for a batch larger than BATCH_ROOM: the
+ * smallest of the context's kept ones that is large enough, else a new one. */
+static ft__bufpool *big_take(ft_ctx *ctx, uint64_t size)
+{
+    kept_rooms *k = ft__ctx_ext(ctx, &rooms_key, make_rooms, destroy_rooms);
+    ft__bufpool *p = NULL;
+    if (k) {
+        pthread_mutex_lock(&k->lock);
+        unsigned best = FT__FST_BUFFERS;
+        for (unsigned i = 0; i < FT__FST_BUFFERS; i++)
+            if (k->big[i] && ft__bufpool_size(k->big[i]) >= size &&
+                (best == FT__FST_BUFFERS ||
+                 ft__bufpool_size(k->big[i]) < ft__bufpool_size(k->big[best])))
+                best = i;
+        if (best < FT__FST_BUFFERS) {
+            p = k->big[best];
+            k->big[best] = NULL;
+        }
+        pthread_mutex_unlock(&k->lock);
+    }
+    if (p && !ft__bufpool_pinned(p) && ft__cuda_in_use()) {
+        ft__bufpool_destroy(p);
+        p = NULL;
+    }
+    if (!p && ft__bufpool_create_pinned(&p, (size_t)page_up(size), 1) < 0)
+        p = NULL;
+    return p;
+}
+
+/* Pool @p p of big_take back to the context (in an empty place, or the smallest's where it is
+ * smaller; pools of more than BIG_KEPT bytes are not kept). */
+static void big_give(ft_ctx *ctx, ft__bufpool *p)
+{
+    kept_rooms *k = p && ft__bufpool_size(p) <= BIG_KEPT
+                        ? ft__ctx_ext(ctx, &rooms_key, make_rooms, destroy_rooms) : NULL;
+    if (k) {
+        pthread_mutex_lock(&k->lock);
+        unsigned at = 0; /* an empty place, else the smallest */
+        for (unsigned i = 0; i < FT__FST_BUFFERS; i++) {
+            if (!k->big[i]) {
+                at = i;
+                break;
+            }
+            if (ft__bufpool_size(k->big[i]) < ft__bufpool_size(k->big[at]))
+                at = i;
+        }
+        if (!k->big[at] || ft__bufpool_size(k->big[at]) < ft__bufpool_size(p)) {
+            ft__bufpool *old = k->big[at];
+            k->big[at] = p;
+            p = old;
         }
         pthread_mutex_unlock(&k->lock);
     }
@@ -259,7 +326,7 @@ int ft__fst_batch_code(ft__fst_coder *c, ft__fst_batch *b, const ft_tensor *t, s
 {
     *b = (ft__fst_batch){.n = n, .items = calloc(n + 1, sizeof *b->items)};
     if (room > BATCH_ROOM) {
-        if (ft__bufpool_create(&b->own, (size_t)room, 1) == 0)
+        if ((b->own = big_take(c->ctx, room)))
             b->room = ft__bufpool_get(b->own);
     } else {
         b->room = ft__bufpool_get(c->rooms);
@@ -287,7 +354,7 @@ void ft__fst_batch_free(ft__fst_coder *c, ft__fst_batch *b)
 {
     if (b->own) {
         ft__bufpool_put(b->own, b->room);
-        ft__bufpool_destroy(b->own);
+        big_give(c->ctx, b->own);
     } else if (b->room) {
         ft__bufpool_put(c->rooms, b->room);
     }
