@@ -1061,6 +1061,78 @@ static void case_fst_failed_writes(void)
     free(w);
 }
 
+/* .fst saves of streams larger than a batch's buffer (kept by the context between saves,
+ * a larger need replacing the smallest) between runs of small ones (written together), their
+ * sizes and bytes changing from save to save: each loads byte-exactly, and its file is the
+ * one a fresh context writes. */
+static void case_fst_large(void)
+{
+    enum { BIG = 3, SMALLS = 5 };
+    static const size_t big_elems[3][BIG] = {{36u << 20, 40u << 20, 1u << 20},
+                                             {34u << 20, 33u << 20, 45u << 20},
+                                             {50u << 20, 35u << 20, 37u << 20}};
+    uint16_t *w = malloc(sizeof *w * (50u << 20));
+    uint16_t *r = malloc(sizeof *r * (45u << 20));
+    uint8_t *s = malloc(SMALLS * 9000);
+    ft_ctx *fresh;
+    T_EQ(ft_ctx_create(&fresh, NULL), 0);
+    for (int save = 0; save < 3; save++) {
+        for (size_t i = 0; i < (50u << 20); i++) /* bf16 weights: coded */
+            w[i] = (uint16_t)(0x3c00 + ((i + (size_t)save) * 2654435761u >> 20) % 64) ^
+                   (i & 1 ? 0x8000 : 0);
+        t_fill_random(r, sizeof *r * (45u << 20), 90 + (uint64_t)save); /* stored */
+        t_fill_random(s, SMALLS * 9000, 190 + (uint64_t)save);
+        char names[BIG + 2 * SMALLS][16];
+        uint64_t shapes[BIG + 2 * SMALLS][1];
+        ft_tensor t[BIG + 2 * SMALLS];
+        size_t n = 0;
+        for (int k = 0; k < BIG; k++) {
+            for (int j = 0; j < (k == 1 ? SMALLS : 0); j++, n++) { /* 1 to 9 KiB, odd sizes */
+                snprintf(names[n], sizeof names[n], "small%d", j);
+                shapes[n][0] = 1000u + 1999u * (unsigned)j + (unsigned)save;
+                t[n] = (ft_tensor){names[n], FT_DTYPE_U8, 1, shapes[n],
+                                   ft_host_buf(s + 9000 * j, (size_t)shapes[n][0])};
+            }
+            snprintf(names[n], sizeof names[n], "big%d", k);
+            shapes[n][0] = big_elems[save][k];
+            t[n] = (ft_tensor){names[n], FT_DTYPE_BF16, 1, shapes[n],
+                               ft_host_buf(k == 1 ? (void *)r : (void *)w,
+                                           sizeof *w * big_elems[save][k])};
+            n++;
+        }
+        for (int j = 0; j < SMALLS; j++, n++) { /* bf16 norms: coded, 2-8 KiB */
+            snprintf(names[n], sizeof names[n], "norm%d", j);
+            shapes[n][0] = 1024u + 1000u * (unsigned)j;
+            t[n] = (ft_tensor){names[n], FT_DTYPE_BF16, 1, shapes[n],
+                               ft_host_buf(w + 4096 * j, 2 * (size_t)shapes[n][0])};
+        }
+        ft_save_opts so = {.compression = FT_COMPRESS_ALWAYS};
+        const char *path = t_path("large.fst"), *other = t_path("large-fresh.fst");
+        T_EQ(ft_ckpt_save(ctx, path, t, n, &so), 0);
+        T_EQ(ft_ckpt_save(fresh, other, t, n, &so), 0);
+        T_TRUE(t_same_files(path, other));
+        ft_ctx_destroy(fresh);
+        T_EQ(ft_ctx_create(&fresh, NULL), 0);
+        ft_ckpt *c;
+        T_EQ(ft_ckpt_open(ctx, &c, path), 0);
+        T_EQ(ft_ckpt_load_all(c, NULL), 0);
+        for (size_t i = 0; i < n; i++) {
+            int64_t at = ft_ckpt_find(c, t[i].name);
+            T_TRUE(at >= 0 && !memcmp(ft_ckpt_data(c, (size_t)at), t[i].data.ptr,
+                                      t[i].data.len));
+        }
+        uint64_t stored;
+        T_EQ(ft_ckpt_stored(c, (size_t)ft_ckpt_find(c, "big0"), &stored), 1);
+        T_EQ(ft_ckpt_stored(c, (size_t)ft_ckpt_find(c, "big1"), &stored), 0);
+        T_EQ(ft_ckpt_verify(c, NULL, NULL, NULL), 0);
+        ft_ckpt_close(c);
+    }
+    ft_ctx_destroy(fresh);
+    free(w);
+    free(r);
+    free(s);
+}
+
 /* Kill a saving child at random moments: the final name always holds a whole checkpoint,
  * the old one or the new one. */
 static void case_crash_atomicity(void)
@@ -1301,6 +1373,7 @@ int main(void)
         {"replaced and removed files are freed off the save's path", case_replace_reclaims},
         {".fst containers: save, load, ranges, verify, a flipped byte", case_fst},
         {".fst saves of many batches whose writes fail keep the old file", case_fst_failed_writes},
+        {".fst streams larger than a batch's buffer and runs of small ones", case_fst_large},
     };
     int rc = t_run(cases, sizeof cases / sizeof *cases);
     ft_ctx_destroy(ctx);

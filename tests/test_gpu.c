@@ -973,6 +973,14 @@ static void case_fst_code_on_device(void)
         if (!t_same_files(plain, ahead))
             T_FAIL("a save of %zu tensors coded ahead on the GPU is not the coding save's file "
                    "(call %d)", n, k + 1);
+        ft_ckpt *c; /* and it holds the tensors' bytes */
+        T_EQ(ft_ckpt_open(ctx, &c, ahead), 0);
+        T_EQ(ft_ckpt_load_all(c, NULL), 0);
+        for (size_t i = 0; i < n; i++)
+            if (bytes[i] && memcmp(ft_ckpt_data(c, (size_t)ft_ckpt_find(c, names[i])), host[i],
+                                   bytes[i]))
+                T_FAIL("tensor %zu of a save coded ahead on the GPU reads back other bytes", i);
+        ft_ckpt_close(c);
     }
     printf("  coded memory after a smaller set: %llu bytes\n",
            (unsigned long long)ft_fst_coded_memory(coded));
