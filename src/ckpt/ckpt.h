@@ -210,6 +210,11 @@ typedef struct ft__fst_batch {
 int ft__fst_coder_init(ft__fst_coder *c, ft_ctx *ctx, const char *path, const char *dir,
                        const ft_tensor *t, size_t n, ft_compression mode);
 void ft__fst_coder_done(ft__fst_coder *c);
+/** Whether a stream of @p m bytes of a tensor of @p n is worth keeping coded. */
+bool ft__fst_saves_enough(int64_t m, uint64_t n);
+/** Tensor @p t's stream parameters in coder @p c's save: the element size it is coded by
+ * (1: stored), whether coding was asked for, the room its stream takes (whole pages). */
+ft__fst_stream ft__fst_coding(const ft__fst_coder *c, const ft_tensor *t);
 /** The end of batch @p k (the first ones smaller: the disk starts sooner), of tensors @p t
  * from @p first; the room its streams take in *room. */
 size_t ft__fst_batch_end(const ft__fst_coder *c, const ft_tensor *t, size_t n, size_t first,
