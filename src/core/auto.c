@@ -26,15 +26,7 @@
 
 struct ft__auto {
     pthread_mutex_t lock;
-    /* company from outside the context (ft__auto_enter): the profile's ".active" file,
-     * opened on the context's first transfer (-1: none), and the transfers in flight */
-    pthread_mutex_t act_lock;
-    _Atomic int act_fd;
-    bool act_tried;
-    unsigned act_calls;
-    uint64_t act_since; /* when act_calls last left 0 (ns) */
-    uint64_t act_token; /* this context's mark in the ended record */
-    _Atomic uint64_t other_ended; /* the latest end of another's transfers seen (ns) */
+    ft__company company; /* other contexts' transfers on the profile (company.c) */
     _Atomic uint32_t used[2]; /* per memory kind: the engines this context has run once */
     const char *labels[FT__SEL_MAX_ARMS]; /* the arms' names in profiles */
     unsigned n;
@@ -59,160 +51,33 @@ int ft__auto_create(ft__auto **out)
     if (!a)
         return -ENOMEM;
     pthread_mutex_init(&a->lock, NULL);
-    pthread_mutex_init(&a->act_lock, NULL);
-    atomic_init(&a->act_fd, -1);
-    /* (distinct for every context of every process: its address, the process, the time) */
-    a->act_token = ((uint64_t)(uintptr_t)a ^ (uint64_t)getpid() << 40 ^ now_ns()) | 1;
+    /* (a token distinct for every context of every process: its address, the process, the
+     * time) */
+    ft__company_init(&a->company, (uint64_t)(uintptr_t)a ^ (uint64_t)getpid() << 40 ^ now_ns());
     for (unsigned i = 0; i < ft__narms; i++)
         a->labels[i] = ft__arms[i].label;
     *out = a;
     return 0;
 }
 
-/* The profiles' directory in @p dir, or (FASTENSOR_PROFILE naming one) the profile file in
- * @p file; both "" where profiles are not kept. @p make: create the default directory. */
-static void profile_place(char *dir, char *file, size_t len, bool make)
-{
-    const char *env = getenv("FASTENSOR_PROFILE");
-    dir[0] = file[0] = '\0';
-    if (env && !strcmp(env, "off"))
-        return;
-    struct stat st;
-    if (env && *env && !(ft__sys.stat(env, &st) == 0 && S_ISDIR(st.st_mode))) {
-        snprintf(file, len, "%s", env);
-        return;
-    }
-    if (env && *env)
-        snprintf(dir, len, "%s", env);
-    else if (getenv("XDG_CACHE_HOME") && *getenv("XDG_CACHE_HOME"))
-        snprintf(dir, len, "%s/fastensor", getenv("XDG_CACHE_HOME"));
-    else if (getenv("HOME") && *getenv("HOME"))
-        snprintf(dir, len, "%s/.cache/fastensor", getenv("HOME"));
-    else
-        return;
-    if (!env && make) { /* create the default directory (and .cache) on first use */
-        char parent[4096];
-        snprintf(parent, sizeof parent, "%s", dir);
-        char *slash = strrchr(parent, '/');
-        if (slash) {
-            *slash = '\0';
-            ft__sys.mkdir(parent, 0755); /* EEXIST mostly; a failure shows when it is saved */
-        }
-        ft__sys.mkdir(dir, 0755);
-    }
-}
-
 static void profile_path(dev_t dev, char *out, size_t len)
 {
     char dir[4096];
-    profile_place(dir, out, len < sizeof dir ? len : sizeof dir, true);
+    ft__profile_place(dir, out, len < sizeof dir ? len : sizeof dir, true);
     if (dir[0])
         snprintf(out, len, "%s/profile-%u-%u.txt", dir, major(dev), minor(dev));
 }
 
-/*
- * Company from outside the context. Transfers of other contexts (of other processes above
- * all: two processes loading one checkpoint) share the disk and the CPUs as the context's own
- * transfers in flight do, and a sample taken beside them belongs in the busy keys: in a
- * single-process key it passed for what an arm does alone (development machine, `fastensor
- * demo`: an mmap load timed while another process read the same file ranked mmap first for
- * lone cold loads, where it then ran 0.9 s against posix's 0.5). While a context has
- * transfers in flight it holds a read lock on the first byte of its profile's ".active" file
- * (an open file description's lock, F_OFD_SETLK: the kernel drops it with its process); a
- * decision asks whether another description holds one (F_OFD_GETLK, which never reports the
- * asker's own). A context whose transfers all end writes the time (CLOCK_MONOTONIC, one clock
- * for all processes) and its token at byte 8 of the file before it drops its lock, having read
- * what another wrote there, so that a call alone at its start and its end still sees another
- * that came and went meanwhile: of two processes loading one checkpoint at once, the first to
- * start often ended last and took its sample for a lone one (development machine, `fastensor
- * demo`: 3 of 9 such pairs, 1 s loads in the key of 0.25 s ones). Without a kept profile there is no such file, and company is the context's.
- */
-static int active_open(void)
-{
-    char dir[4096], file[4096], path[4200];
-    profile_place(dir, file, sizeof dir, false); /* (made by AUTO's first use, not here) */
-    if (!dir[0] && !file[0])
-        return -1;
-    if (dir[0])
-        snprintf(path, sizeof path, "%s/active", dir);
-    else
-        snprintf(path, sizeof path, "%s.active", file);
-    return ft__sys.open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-}
-
-/* Take (F_RDLCK) or drop (F_UNLCK) the context's lock on @p fd. */
-static void active_mark(int fd, short type)
-{
-    struct flock lk = {.l_type = type, .l_whence = SEEK_SET, .l_start = 0, .l_len = 1};
-    (void)ft__sys.lock(fd, F_OFD_SETLK, &lk); /* (failed: others see no company here) */
-}
-
 void ft__auto_enter(ft_ctx *ctx)
 {
-    ft__auto *a = ctx->autosel;
     atomic_fetch_add_explicit(&ctx->inflight, 1, memory_order_relaxed);
-    pthread_mutex_lock(&a->act_lock);
-    if (!a->act_tried) {
-        a->act_tried = true;
-        atomic_store(&a->act_fd, active_open());
-    }
-    int fd = atomic_load(&a->act_fd);
-    if (a->act_calls++ == 0 && fd >= 0) {
-        active_mark(fd, F_RDLCK);
-        a->act_since = now_ns();
-    }
-    pthread_mutex_unlock(&a->act_lock);
-}
-
-/* Where a context writes when its transfers last ended, with its token (after the lock
- * byte); not for a run of transfers shorter than ACTIVE_BRIEF (a small read's, which another's
- * sample hardly felt: the write would be most of its cost). */
-#define ACTIVE_ENDED 8
-#define ACTIVE_BRIEF 1000000ull
-
-/* The end another context recorded (ns), 0: none, or the record is this context's. */
-static uint64_t other_end(ft__auto *a, int fd)
-{
-    uint64_t rec[2] = {0, 0};
-    if (ft__sys.pread(fd, rec, sizeof rec, ACTIVE_ENDED) != (ssize_t)sizeof rec)
-        return 0;
-    return rec[1] != a->act_token ? rec[0] : 0;
+    ft__company_enter(&ctx->autosel->company);
 }
 
 void ft__auto_leave(ft_ctx *ctx)
 {
-    ft__auto *a = ctx->autosel;
-    pthread_mutex_lock(&a->act_lock);
-    int fd = atomic_load(&a->act_fd);
-    if (--a->act_calls == 0 && fd >= 0) {
-        uint64_t rec[2] = {now_ns(), a->act_token};
-        if (rec[0] - a->act_since >= ACTIVE_BRIEF) {
-            uint64_t o = other_end(a, fd);
-            if (o > atomic_load(&a->other_ended))
-                atomic_store(&a->other_ended, o);
-            (void)ft__sys.pwrite(fd, rec, sizeof rec, ACTIVE_ENDED); /* (failed: unseen) */
-        }
-        active_mark(fd, F_UNLCK);
-    }
-    pthread_mutex_unlock(&a->act_lock);
+    ft__company_leave(&ctx->autosel->company);
     atomic_fetch_sub_explicit(&ctx->inflight, 1, memory_order_relaxed);
-}
-
-/* Whether another context has transfers in flight on this profile. */
-static bool company(ft_ctx *ctx)
-{
-    int fd = atomic_load(&ctx->autosel->act_fd);
-    struct flock lk = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 1};
-    return fd >= 0 && ft__sys.lock(fd, F_OFD_GETLK, &lk) == 0 && lk.l_type != F_UNLCK;
-}
-
-/* Whether another context's transfers ended after @p t0 (ns, CLOCK_MONOTONIC): seen when
- * this context's own ended, or recorded since. */
-static bool company_since(ft_ctx *ctx, uint64_t t0)
-{
-    ft__auto *a = ctx->autosel;
-    int fd = atomic_load(&a->act_fd);
-    return fd >= 0 && (atomic_load(&a->other_ended) > t0 || other_end(a, fd) > t0);
 }
 
 /* The arms that go through the page cache. */
@@ -241,10 +106,7 @@ static ft__selector *selector_of_dev(ft__auto *a, dev_t dev)
         a->dev[i].sel = sel;
         snprintf(a->dev[i].tag, sizeof a->dev[i].tag, "dev=%u:%u", major(dev), minor(dev));
         profile_path(dev, a->dev[i].path, sizeof a->dev[i].path);
-        pthread_mutex_lock(&a->act_lock); /* (the directory may be new: .active too) */
-        if (atomic_load(&a->act_fd) < 0)
-            a->act_tried = false;
-        pthread_mutex_unlock(&a->act_lock);
+        ft__company_retry(&a->company); /* (the directory may be new: .active too) */
         if (a->dev[i].path[0]) {
             FT__KEEPING_DETAIL(if (ft__sel_load(sel, a->dev[i].path, a->dev[i].tag) < 0 &&
                                    !getenv("FASTENSOR_QUIET"))
@@ -490,11 +352,11 @@ void ft__auto_decide(ft_file *f, uint64_t off, uint64_t len, bool write, unsigne
         .cls = write || cls == FT__CLS_CACHED
                    ? (uint8_t)cls
                    : (uint8_t)read_class(f, off, len, d->inflight, now),
-        .busy = d->inflight > 1 || company(f->ctx),
+        .busy = d->inflight > 1 || ft__company_now(&f->ctx->autosel->company),
     };
     int mode;
-    uint32_t eligible = cache_arms(f, sel, &d->key, len, cache, eligible_arms(f, &d->key, len, device),
-                                   now, &mode);
+    uint32_t eligible = cache_arms(f, sel, &d->key, len, cache,
+                                   eligible_arms(f, &d->key, len, device), now, &mode);
     d->sel = sel;
     unsigned fallback = static_default(eligible, len, &d->key);
     if (!sel)
@@ -589,8 +451,9 @@ void ft__auto_done(ft_file *f, const ft__decision *d, int64_t result, bool count
      * another's transfers came and went beside, did not run alone: its sample is one of calls
      * in flight (its trial, if any, ends unmeasured in its own key). */
     if (!s.key.busy &&
-        (end > 1 || company(f->ctx) ||
-         (d->t0 && d->call >= SMALL_READ && company_since(f->ctx, d->t0)))) {
+        (end > 1 || ft__company_now(&f->ctx->autosel->company) ||
+         (d->t0 && d->call >= SMALL_READ &&
+          ft__company_since(&f->ctx->autosel->company, d->t0)))) {
         s.key.busy = 1;
         if (s.trial)
             ft__sel_release(d->sel, &d->key, d->arm);
@@ -650,9 +513,7 @@ void ft__auto_destroy(ft__auto *a)
     FT__KEEPING_DETAIL(save_all(a, true));
     for (unsigned i = 0; i < a->n; i++)
         ft__sel_destroy(a->dev[i].sel);
-    if (a->act_fd >= 0)
-        ft__sys.close(a->act_fd);
-    pthread_mutex_destroy(&a->act_lock);
+    ft__company_destroy(&a->company);
     pthread_mutex_destroy(&a->lock);
     free(a);
 }

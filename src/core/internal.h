@@ -17,9 +17,43 @@ typedef struct ft__auto ft__auto;
 int ft__auto_create(ft__auto **out);
 void ft__auto_destroy(ft__auto *a);
 /** A transfer of @p ctx begins (ctx->inflight counts it) / ends; the context's first one in
- * flight marks it busy for other contexts on its profile (auto.c: company). */
+ * flight marks it busy for other contexts on its profile (company.c). */
 void ft__auto_enter(ft_ctx *ctx);
 void ft__auto_leave(ft_ctx *ctx);
+
+/** The profiles' directory in @p dir, or (FASTENSOR_PROFILE naming one) the profile file in
+ * @p file; both "" where profiles are not kept. @p make: create the default directory
+ * (profiles.c). */
+void ft__profile_place(char *dir, char *file, size_t len, bool make);
+
+/* ---- company from outside the context (company.c) ---- */
+
+/** A context's view of other contexts' transfers on its profile: the profile's ".active"
+ * file, opened at the context's first transfer (-1: none), its own transfers in flight. */
+typedef struct ft__company {
+    pthread_mutex_t lock;
+    _Atomic int fd;
+    bool tried;
+    unsigned calls;
+    uint64_t since;               /* when calls last left 0 (ns) */
+    uint64_t token;               /* this context's mark in the ended record */
+    _Atomic uint64_t other_ended; /* the latest end of another's transfers seen (ns) */
+} ft__company;
+
+/** @p c of a context whose @p token is distinct from every other's. */
+void ft__company_init(ft__company *c, uint64_t token);
+void ft__company_destroy(ft__company *c);
+/** Open the ".active" file again at the next transfer where it is not open (its directory
+ * may be new). */
+void ft__company_retry(ft__company *c);
+/** A transfer begins / ends (the first in flight locks, the last unlocks and records). */
+void ft__company_enter(ft__company *c);
+void ft__company_leave(ft__company *c);
+/** Whether another context has transfers in flight on this profile. */
+bool ft__company_now(ft__company *c);
+/** Whether another context's transfers ended after @p t0 (ns, CLOCK_MONOTONIC): seen when
+ * this context's own ended, or recorded since. */
+bool ft__company_since(ft__company *c, uint64_t t0);
 
 /**
  * The object a layer above core keeps on @p ctx under @p key (the address of something of
