@@ -137,10 +137,9 @@ static int write_start(writer *w, batch *b, bool move)
     b->writing = true;
     b->left = (unsigned)n;
     cut_pieces(w, b, false, b->pieces);
-    size_t k;
     ft__pool *pool = w->coder.ctx->pool;
     bool pooled = ft__pool_workers(pool) > 0;
-    for (k = 0; k < n; k++)
+    for (size_t k = 0; k < n; k++)
         if (!pooled || ft__pool_post(pool, write_piece, &b->pieces[k]) < 0)
             write_piece(&b->pieces[k]); /* (no worker, or no memory for the task) */
     return 0;
