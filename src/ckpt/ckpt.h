@@ -130,6 +130,11 @@ int64_t ft__shard_read(ft__shard *s, const ft_buf *dst, uint64_t at, const ft_io
 
 #define FT__FST_MAGIC "FASTENSZ"
 #define FT__FST_DATA 4096u /* where the streams start */
+/** @p n bytes rounded up to whole pages: a .fst stream's place in the file and its room. */
+static inline uint64_t ft__fst_page_up(uint64_t n)
+{
+    return (n + 4095) / 4096 * 4096;
+}
 #define FT__FST_VERSION 1
 
 /** Parse the container @p s (its file open, @p size bytes, starting with the magic). */

@@ -13,13 +13,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define PAGE 4096u
-
-static uint64_t page_up(uint64_t n)
-{
-    return (n + PAGE - 1) / PAGE * PAGE;
-}
-
 /* the memory of the streams: pieces of this many bytes (or one stream's, where larger) */
 #define PIECE_ROOM (64ull << 20)
 /* coded bytes copied out of a batch's buffer in tasks of at most this many */
@@ -100,7 +93,7 @@ static void trim(ft_fst_coded *c)
  * the last one placed in its piece). */
 static void *place_room(void *arg, uint64_t cap)
 {
-    return place(arg, page_up(cap));
+    return place(arg, ft__fst_page_up(cap));
 }
 
 static void fit_room(void *arg, void *dst, uint64_t cap, uint64_t size)
@@ -109,7 +102,7 @@ static void fit_room(void *arg, void *dst, uint64_t cap, uint64_t size)
     for (size_t i = 0; i < c->npieces; i++)
         if ((uint8_t *)dst >= c->pieces[i].mem &&
             (uint8_t *)dst < c->pieces[i].mem + c->pieces[i].size)
-            c->pieces[i].used -= page_up(cap) - page_up(size);
+            c->pieces[i].used -= ft__fst_page_up(cap) - ft__fst_page_up(size);
 }
 
 /* The record of stream @p size at @p buf for tensor @p t, zeros after it to its page's end. */
@@ -120,7 +113,7 @@ static void keep_stream(kept_stream *s, const ft_tensor *t, uint8_t *buf, uint64
                        .size = size, .compressed = compressed};
     if (t->ndim)
         memcpy(s->shape, t->shape, t->ndim * sizeof *s->shape);
-    memset(buf + size, 0, page_up(size) - size);
+    memset(buf + size, 0, ft__fst_page_up(size) - size);
 }
 
 /*
@@ -202,14 +195,14 @@ static int keep_batch(ft_ctx *ctx, ft_fst_coded *c, const ft__fst_batch *b, cons
 {
     size_t ntasks = 0;
     for (size_t j = 0; j < b->n; j++)
-        ntasks += (size_t)((page_up(b->items[j].size) + COPY_TASK - 1) / COPY_TASK);
+        ntasks += (size_t)((ft__fst_page_up(b->items[j].size) + COPY_TASK - 1) / COPY_TASK);
     copy_task *tasks = calloc(ntasks + 1, sizeof *tasks);
     int64_t *results = calloc(ntasks + 1, sizeof *results);
     int rc = tasks && results ? 0 : -ENOMEM;
     size_t k = 0;
     for (size_t j = 0; rc == 0 && j < b->n; j++) {
         const ft__fst_stream *x = &b->items[j];
-        uint64_t len = page_up(x->size);
+        uint64_t len = ft__fst_page_up(x->size);
         uint8_t *dst = place(c, len);
         if (!dst) {
             rc = -ENOMEM;
@@ -331,7 +324,7 @@ int ft__fst_coded_streams(const ft_fst_coded *coded, const size_t *index, const 
             return ft__err(-EINVAL, "tensor '%s': not the dtype and shape of coded stream %zu",
                            t[i].name, k);
         out[i] = (ft__fst_stream){.t = &t[i], .buf = s->buf, .size = s->size,
-                                  .cap = page_up(s->size), .compressed = s->compressed};
+                                  .cap = ft__fst_page_up(s->size), .compressed = s->compressed};
     }
     return 0;
 }

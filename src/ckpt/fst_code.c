@@ -13,7 +13,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define PAGE 4096u
 /* a kept stream saves at least this share of the tensor's bytes */
 #define MIN_SAVING 0.05
 /* tensors coded at once: up to this many, their streams' room up to this many bytes unless
@@ -21,11 +20,6 @@
 #define BATCH_TENSORS 64u
 #define BATCH_ROOM (64ull << 20)
 #define FIRST_ROOM (16ull << 20)
-
-static uint64_t page_up(uint64_t n)
-{
-    return (n + PAGE - 1) / PAGE * PAGE;
-}
 
 bool ft__fst_saves_enough(int64_t m, uint64_t n)
 {
@@ -38,7 +32,7 @@ ft__fst_stream ft__fst_coding(const ft__fst_coder *c, const ft_tensor *t)
     unsigned el = ft__dtype_coded(t->dtype);
     bool want = el && (t->data.kind == FT_MEM_CUDA ? c->code_dev[el] : c->code[el]);
     unsigned e = want ? el : 1;
-    size_t cap = page_up(FT__MAX(ft_codec_bound(t->data.len, e, ft__fst_block(e)),
+    size_t cap = ft__fst_page_up(FT__MAX(ft_codec_bound(t->data.len, e, ft__fst_block(e)),
                                  ft_codec_bound(t->data.len, 1, ft__fst_block(1))));
     return (ft__fst_stream){.t = t, .cap = cap, .elem = e, .want = want};
 }
@@ -99,6 +93,17 @@ static void destroy_rooms(void *obj)
     free(k);
 }
 
+/* Kept pool @p p, or NULL (destroyed) where it was made unpinned before CUDA was in use and
+ * now it is (the GPU encoder would copy into it at pageable speed). */
+static ft__bufpool *still_usable(ft__bufpool *p)
+{
+    if (p && !ft__bufpool_pinned(p) && ft__cuda_in_use()) {
+        ft__bufpool_destroy(p);
+        return NULL;
+    }
+    return p;
+}
+
 static ft__bufpool *rooms_take(ft_ctx *ctx)
 {
     kept_rooms *k = ft__ctx_ext(ctx, &rooms_key, make_rooms, destroy_rooms);
@@ -109,11 +114,7 @@ static ft__bufpool *rooms_take(ft_ctx *ctx)
         k->pool = NULL;
         pthread_mutex_unlock(&k->lock);
     }
-    if (p && !ft__bufpool_pinned(p) && ft__cuda_in_use()) {
-        ft__bufpool_destroy(p);
-        p = NULL;
-    }
-    if (!p && ft__bufpool_create_pinned(&p, BATCH_ROOM, FT__FST_BUFFERS) < 0)
+    if (!(p = still_usable(p)) && ft__bufpool_create_pinned(&p, BATCH_ROOM, FT__FST_BUFFERS) < 0)
         p = NULL;
     return p;
 }
@@ -152,11 +153,8 @@ static ft__bufpool *big_take(ft_ctx *ctx, uint64_t size)
         }
         pthread_mutex_unlock(&k->lock);
     }
-    if (p && !ft__bufpool_pinned(p) && ft__cuda_in_use()) {
-        ft__bufpool_destroy(p);
-        p = NULL;
-    }
-    if (!p && ft__bufpool_create_pinned(&p, (size_t)page_up(size), 1) < 0)
+    if (!(p = still_usable(p)) &&
+        ft__bufpool_create_pinned(&p, (size_t)ft__fst_page_up(size), 1) < 0)
         p = NULL;
     return p;
 }
@@ -314,7 +312,7 @@ static int64_t encode_one(void *arg, unsigned i)
     }
     x->size = (uint64_t)m;
     x->compressed = compress && (uint64_t)m < n;
-    memset(x->buf + m, 0, page_up((uint64_t)m) - (uint64_t)m); /* to the next page: zeros */
+    memset(x->buf + m, 0, ft__fst_page_up((uint64_t)m) - (uint64_t)m); /* to the next page: zeros */
     return m;
 }
 

@@ -18,7 +18,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define PAGE 4096u
 /* streams go out in pieces of at most this many bytes, each a task of the context's pool
  * (as many at once as it has threads), the batches' writes one after another without a
  * pause between them; the file is made durable once, by the save (save.c) */
@@ -33,11 +32,6 @@ bool ft__fst_path(const char *path)
 {
     size_t n = strlen(path);
     return n > 4 && strcmp(path + n - 4, ".fst") == 0;
-}
-
-static uint64_t page_up(uint64_t n)
-{
-    return (n + PAGE - 1) / PAGE * PAGE;
 }
 
 /* ---- the writer ---- */
@@ -93,11 +87,11 @@ static void write_piece(void *arg)
  * where its predecessor's bound ends: it is never below where it moves to). */
 static bool follows(const ft__fst_stream *prev, ft__fst_stream *x, bool move)
 {
-    uint8_t *end = prev->buf + page_up(prev->size);
-    if (x->at != prev->at + page_up(prev->size))
+    uint8_t *end = prev->buf + ft__fst_page_up(prev->size);
+    if (x->at != prev->at + ft__fst_page_up(prev->size))
         return false;
     if (x->buf != end && move && x->size < SMALL) {
-        memmove(end, x->buf, (size_t)page_up(x->size));
+        memmove(end, x->buf, (size_t)ft__fst_page_up(x->size));
         x->buf = end;
     }
     return x->buf == end;
@@ -111,9 +105,9 @@ static size_t cut_pieces(writer *w, batch *b, bool move, piece *out)
     ft__fst_batch *x = &b->b;
     size_t k = 0;
     for (size_t i = 0, end; i < x->n; i = end) {
-        uint64_t len = page_up(x->items[i].size);
+        uint64_t len = ft__fst_page_up(x->items[i].size);
         for (end = i + 1; end < x->n && follows(&x->items[end - 1], &x->items[end], move); end++)
-            len += page_up(x->items[end].size);
+            len += ft__fst_page_up(x->items[end].size);
         for (uint64_t from = 0; from < len; from += PIECE, k++)
             if (out)
                 out[k] = (piece){.w = w, .b = b, .buf = x->items[i].buf + from,
@@ -197,7 +191,7 @@ static int64_t write_coding(writer *w, const ft_tensor *t, size_t n, ft__fst_str
             break;
         for (size_t j = 0; j < cur->b.n; j++) {
             cur->b.items[j].at = at;
-            at += page_up(cur->b.items[j].size);
+            at += ft__fst_page_up(cur->b.items[j].size);
             all[first + j] = cur->b.items[j];
             all[first + j].buf = NULL;
         }
@@ -225,7 +219,7 @@ static int64_t write_coded(writer *w, const ft_tensor *t, size_t n, const size_t
     uint64_t at = 0;
     for (size_t i = 0; rc == 0 && i < n; i++) {
         all[i].at = at;
-        at += page_up(all[i].size);
+        at += ft__fst_page_up(all[i].size);
     }
     if (rc == 0 && n) {
         b.b = (ft__fst_batch){.items = malloc(n * sizeof *all), .n = n};
