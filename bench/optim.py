@@ -49,6 +49,7 @@ import torch  # noqa: E402
 import fastensor.torch as ftt  # noqa: E402
 
 _GiB = 1 << 30
+_MiB = 1 << 20
 if os.environ.get("PEERS_SITE"):
     sys.path.append(os.environ["PEERS_SITE"])
 
@@ -148,11 +149,12 @@ def probe(w, n, args, device, budget=None):
     failed, with its message and peak."""
     torch.cuda.reset_peak_memory_stats(device)
     phase, out = "batch", {}
+    off = ftt.offload_activations(args.dir, gpu_budget_bytes=budget)
     try:
         x, y = w.batch(n, 1)
         phase = "forward"
         w.opt.zero_grad(set_to_none=True)
-        with ftt.offload_activations(args.dir, gpu_budget_bytes=budget):
+        with off:
             loss = w.loss(x, y)
         phase = "backward"
         loss.backward()
@@ -161,13 +163,34 @@ def probe(w, n, args, device, budget=None):
         bo.sync(device)
         out["fits"] = True
     except torch.OutOfMemoryError as e:
-        out.update(fits=False, phase=phase, error=" ".join(str(e).split())[:400])
+        # what held the memory when the allocator failed (the frames are alive until here)
+        out.update(fits=False, phase=phase, error=" ".join(str(e).split())[:400],
+                   blocks_mib=live_blocks())
+    st = off.stats()
+    out["offload"] = {k: st[k] for k in ("tensors_offloaded", "tensors_on_gpu", "bytes_on_gpu",
+                                         "tensors_kept", "tensors_passed")}
     out["peak_allocated_gib"] = round(torch.cuda.max_memory_allocated(device) / _GiB, 3)
     out["peak_reserved_gib"] = round(torch.cuda.max_memory_reserved(device) / _GiB, 3)
     x = y = loss = None
     w.opt.zero_grad(set_to_none=True)
     release(device)
     return out
+
+
+def live_blocks(top=12):
+    """The allocator's blocks now, in MiB: the largest allocated ones, their total and count,
+    and the bytes freed but waiting for another stream's work (record_stream)."""
+    sizes, pending = [], 0
+    for seg in torch.cuda.memory_snapshot():
+        for b in seg["blocks"]:
+            if b["state"] == "active_allocated":
+                sizes.append(b["size"])
+            elif b["state"] == "active_pending_free":
+                pending += b["size"]
+    sizes.sort(reverse=True)
+    return {"largest": [round(v / _MiB, 1) for v in sizes[:top]],
+            "allocated": round(sum(sizes) / _MiB, 1), "count": len(sizes),
+            "pending_free": round(pending / _MiB, 1)}
 
 
 def vit_bitwise(args, device, w, n, res):

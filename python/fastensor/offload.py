@@ -384,9 +384,10 @@ class offload_activations(torch.autograd.graph.saved_tensors_hooks):
         """Whether a tensor of ``nbytes`` just made on ``device`` may stay there; when the
         memory allocated is over the budget, the tensors held longest leave first, until it
         is not. The allocator is asked only near the budget: far from it, what it said last
-        plus the tensors kept since is close enough (asking costs more than a pack)."""
+        plus the tensors kept since is close enough (asking costs more than a pack). A budget
+        fallen to nothing (a larger tensor than any before) sends every held tensor."""
         budget = self._budget(device)
-        if budget <= 0:
+        if budget <= 0 and not self._held:
             return False
         seen, kept = self._allocated_seen.get(device, (None, 0))
         if seen is not None and seen + kept + nbytes < budget - budget // 8 and kept < 1 << 30:

@@ -485,6 +485,30 @@ def test_gpu_budget_keeps_tensors_and_sends_the_oldest(tmp):
 
 
 @needs_cuda
+def test_a_budget_fallen_to_nothing_sends_every_held_tensor(tmp):
+    """The default budget shrinks as larger tensors come (its margin scales with the largest):
+    where it falls to nothing, the tensors held so far leave too, not only the new one."""
+    torch.manual_seed(16)
+    narrow = [torch.nn.Sequential(torch.nn.Linear(512, 512), torch.nn.GELU()) for _ in range(4)]
+    model = torch.nn.Sequential(*narrow, torch.nn.Linear(512, 8192), torch.nn.GELU(),
+                                torch.nn.Linear(8192, 512)).cuda()
+    x = torch.randn(1024, 512, device="cuda")
+    ref = reference_grads(model, x)
+    off = offloader(tmp, gpu_budget_bytes=None)
+    wide = 1024 * 8192 * 4
+    off._budget = lambda device: 0 if off._largest.get(device, 0) >= wide else 1 << 40
+    model.zero_grad(set_to_none=True)
+    with off:
+        y = model(x).square().mean()
+    handles = [r() for r in off._seq.handles]
+    assert all(h is not None and h.gpu is None and h.key is not None for h in handles), \
+        [(h.nbytes, h.gpu is not None) for h in handles if h is not None]
+    assert off.stats()["tensors_on_gpu"] == 0 and off.stats()["tensors_offloaded"] == len(handles)
+    y.backward()
+    assert all(torch.equal(p.grad, b) for p, b in zip(model.parameters(), ref))
+
+
+@needs_cuda
 def test_a_step_like_the_last_passes_through(tmp):
     """After a step that kept every tensor on the GPU, a step no larger hands autograd the
     tensors themselves; a larger one is budgeted again; gradients stay bitwise equal."""
