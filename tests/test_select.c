@@ -968,10 +968,74 @@ static void case_fill_arm(void)
     real_close(&x);
 }
 
+/* A fixed engine's call of 256 KiB or more is a sample of that engine's arm; smaller ones
+ * are not. */
+static void case_fixed_observed(void)
+{
+    ft__auto_observes = true;
+    real_file x;
+    T_EQ(real_open(&x, "fixed.bin", 1u << 20, 12), 0); /* posix, synced: a write sample */
+    unsigned mmap = 0;
+    while (mmap < ft__narms && strcmp(ft__arms[mmap].label, "mmap"))
+        mmap++;
+    T_TRUE(mmap < ft__narms);
+    ft__sel_key synced = {.write = 1, .bucket = 20, .cls = 1};
+    ft__sel_key cached = {.bucket = 20, .cls = FT__CLS_CACHED}, tiny = cached;
+    tiny.bucket = 12;
+    T_EQ(arm_of(x.f, &synced, 0).n, 1u);
+    for (unsigned i = 0; i < 3; i++) {
+        memset(x.dst, 0, x.n);
+        ft_buf d = ft_host_buf(x.dst, x.n);
+        T_EQ(ft_read(x.f, &d, 0, &(ft_io_opts){.engine = FT_ENGINE_MMAP}), (int64_t)x.n);
+        T_MEMEQ(x.src, x.dst, x.n);
+        ft_buf small = ft_host_buf(x.dst, 4096);
+        T_EQ(ft_read(x.f, &small, 0, &(ft_io_opts){.engine = FT_ENGINE_MMAP}), 4096);
+    }
+    printf("  mmap samples: %u of 3 whole reads, %u of 3 small ones\n",
+           arm_of(x.f, &cached, mmap).n, arm_of(x.f, &tiny, mmap).n);
+    T_EQ(arm_of(x.f, &cached, mmap).n, 3u);
+    T_EQ(arm_of(x.f, &tiny, mmap).n, 0u);
+    real_close(&x);
+    ft__auto_observes = false;
+}
+
+/* Cold reads of data that fits go O_DIRECT where this filesystem measured O_DIRECT well ahead
+ * in the call's company: alone and beside others apart. */
+static void case_direct_in_company(void)
+{
+    ft__selector *sel;
+    T_EQ(ft__sel_create(&sel, 2), 0);
+    sel->buffered = 1u; /* arm 0 through the page cache, arm 1 O_DIRECT */
+    ft__sel_key lone = {.bucket = FT__SEL_BUCKET_TOP, .cls = FT__CLS_COLD}, busy = lone;
+    busy.busy = 1;
+    const uint64_t gb = 1000000000ull, room = 16 * gb;
+    for (unsigned i = 0; i < 2; i++) {
+        ft__sel_record(sel, &lone, 0, gb, 1000000000, false); /* 1.0 GB/s */
+        ft__sel_record(sel, &lone, 1, gb, 900000000, false);  /* 1.1 */
+        ft__sel_record(sel, &busy, 0, gb, 2200000000, false); /* 0.45 */
+        ft__sel_record(sel, &busy, 1, gb, 1000000000, false); /* 1.0 */
+    }
+    double b, d;
+    T_TRUE(!ft__sel_measured_direct(sel, 0, false, &b, &d));
+    T_TRUE(ft__sel_measured_direct(sel, 0, true, &b, &d));
+    printf("  beside others: buffered %.2f GB/s, O_DIRECT %.2f\n", b / 1e9, d / 1e9);
+    T_EQ(ft__sel_cache_goal(sel, &lone, gb, FT_CACHE_AUTO, gb, room, 1), FT_CACHE_KEEP);
+    T_EQ(ft__sel_cache_goal(sel, &busy, gb, FT_CACHE_AUTO, gb, room, 1), FT_CACHE_BYPASS);
+    /* data that does not fit goes O_DIRECT alone too; cached data is copied out in both */
+    T_EQ(ft__sel_cache_goal(sel, &lone, gb, FT_CACHE_AUTO, room, room, 1), FT_CACHE_BYPASS);
+    ft__sel_key warm = busy;
+    warm.cls = FT__CLS_CACHED;
+    T_EQ(ft__sel_cache_goal(sel, &warm, gb, FT_CACHE_AUTO, gb, room, 1), FT_CACHE_KEEP);
+    ft__sel_destroy(sel);
+}
+
 int main(void)
 {
     if (!t_have_odirect())
         t_skip("no O_DIRECT on the filesystem of %s", t_dir());
+    /* the cases drive the selector by hand, with fixed engines' calls as their transfers;
+     * case_fixed_observed turns the observation of those calls on */
+    ft__auto_observes = false;
     const t_case cases[] = {
         {"converges: >= 95% best decisions after 4 calls per arm, every cost order",
          case_converges},
@@ -994,6 +1058,9 @@ int main(void)
         {"engine AUTO on real files, profile saved", case_auto_end_to_end},
         {"large trials a slice at a time, synchronous writes whole", case_trial_slices},
         {"the fill arm: read ahead without a copy, copied behind as cached", case_fill_arm},
+        {"a fixed engine's call is a sample of its arm", case_fixed_observed},
+        {"O_DIRECT where measured well ahead, alone and beside others apart",
+         case_direct_in_company},
     };
     return t_run(cases, sizeof cases / sizeof *cases);
 }

@@ -307,10 +307,11 @@ static int workflow(const model *m, const char *path, const char *engines, int r
            a <= low ? "auto is the fastest line"
            : a <= high ? "auto is within that engine's own run-to-run spread"
                        : "a fixed engine was faster here");
-    printf("%s it measures the engines on this machine as it goes (the profile keeps "
-           "what it\nlearned; `fastensor tune` measures them all up front), reads a checkpoint "
-           "that fits in\nthe page cache through it so the next load, in any process, finds it "
-           "there, and reads\nlarger ones around it.\n",
+    printf("%s it measures the engines on this machine as it\ngoes, the named engines' "
+           "loads above included (the profile keeps what it learned;\n`fastensor tune` "
+           "measures them all up front), reads a checkpoint that fits in the page\ncache "
+           "through it so the next load, in any process, finds it there, and reads larger\n"
+           "ones around it.\n",
            a <= high ? "auto is the line to pick:" : "What auto does:");
     return 0;
 }

@@ -338,12 +338,10 @@ static bool small_read_drawn(uint64_t now)
     return x % SMALL_READ_EVERY == 0;
 }
 
-void ft__auto_decide(ft_file *f, uint64_t off, uint64_t len, bool write, unsigned cls,
-                     int device, int cache, ft__decision *d)
+/* The key of a call (and the context's transfers in flight, in d->inflight). */
+static void call_key(ft_file *f, uint64_t off, uint64_t len, bool write, unsigned cls,
+                     int device, uint64_t now, ft__decision *d)
 {
-    memset(d, 0, sizeof *d);
-    uint64_t now = now_ns();
-    ft__selector *sel = selector_for(f);
     d->inflight = atomic_load_explicit(&f->ctx->inflight, memory_order_relaxed);
     d->key = (ft__sel_key){
         .write = write,
@@ -354,6 +352,15 @@ void ft__auto_decide(ft_file *f, uint64_t off, uint64_t len, bool write, unsigne
                    : (uint8_t)read_class(f, off, len, d->inflight, now),
         .busy = d->inflight > 1 || ft__company_now(&f->ctx->autosel->company),
     };
+}
+
+void ft__auto_decide(ft_file *f, uint64_t off, uint64_t len, bool write, unsigned cls,
+                     int device, int cache, ft__decision *d)
+{
+    memset(d, 0, sizeof *d);
+    uint64_t now = now_ns();
+    ft__selector *sel = selector_for(f);
+    call_key(f, off, len, write, cls, device, now, d);
     int mode;
     uint32_t eligible = cache_arms(f, sel, &d->key, len, cache,
                                    eligible_arms(f, &d->key, len, device), now, &mode);
@@ -372,6 +379,36 @@ void ft__auto_decide(ft_file *f, uint64_t off, uint64_t len, bool write, unsigne
     /* the clock starts now: the decision's own cost (the first call of a file opens its
      * O_DIRECT descriptor, loads the profile, probes io_uring) is no arm's */
     d->t0 = timed ? now_ns() : 0;
+}
+
+/*
+ * A call of a fixed engine is a sample of that engine's arm (its default settings) too: what
+ * a process that named an engine measured, AUTO in the next one knows (the profile is the
+ * filesystem's). Calls of SMALL_READ and more only: the key's cache probe costs about what a
+ * small cached read does.
+ */
+bool ft__auto_observes = true;
+
+bool ft__auto_observe(ft_file *f, uint64_t off, uint64_t len, bool write, unsigned cls,
+                      int device, ft_engine engine, ft__decision *d)
+{
+    memset(d, 0, sizeof *d);
+    if (len < SMALL_READ || !ft__auto_observes)
+        return false;
+    unsigned arm = 0;
+    while (arm < ft__narms && (ft__arms[arm].engine != engine || ft__arms[arm].piece ||
+                               ft__arms[arm].fill))
+        arm++;
+    ft__selector *sel = arm < ft__narms ? selector_for(f) : NULL;
+    if (!sel)
+        return false;
+    call_key(f, off, len, write, cls, device, now_ns(), d);
+    d->sel = sel;
+    d->arm = arm;
+    d->engine = engine;
+    d->fixed = true;
+    d->t0 = now_ns();
+    return true;
 }
 
 /* A call shorter than this amortizes no engine's one-time setup: its first call in a context
@@ -434,8 +471,8 @@ static void trace(const ft__decision *d, const ft__sel_key *key, int64_t result,
                         "call=%llu%s %s\n", key->write ? "write" : "read",
                         key->mem ? "cuda" : "host", key->bucket, key->cls, key->busy,
                         ft__arms[d->arm].label, (long long)result, (unsigned long long)ns,
-                        d->inflight, (unsigned long long)d->call, d->trial ? " trial" : "",
-                        what);
+                        d->inflight, (unsigned long long)d->call,
+                        d->trial ? " trial" : d->fixed ? " fixed" : "", what);
 }
 
 void ft__auto_done(ft_file *f, const ft__decision *d, int64_t result, bool counted)
@@ -572,7 +609,7 @@ int ft_cache_policy(ft_ctx *ctx, const char *path, ft_mem_kind mem, ft_cache_inf
         return rc;
     memset(out, 0, sizeof *out);
     out->room = ft__sel_cache_fits(ft__probe_cache_room());
-    out->prefer_direct = ft__sel_measured_direct(sel, mem == FT_MEM_CUDA, &out->buffered_bps,
-                                                 &out->direct_bps);
+    out->prefer_direct = ft__sel_measured_direct(sel, mem == FT_MEM_CUDA, false,
+                                                 &out->buffered_bps, &out->direct_bps);
     return 0;
 }

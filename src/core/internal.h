@@ -134,6 +134,7 @@ typedef struct ft__decision {
     bool trial;         /* the policy is trying the arm: ends with its sample or release */
     bool joined;        /* the call joined an open sample window (which owns the trial) */
     bool fill;          /* the arm is a fill arm (ft__fill_read runs it) */
+    bool fixed;         /* a fixed engine's call, observed (ft__auto_observe) */
     uint64_t call;      /* bytes the caller asked for (a trial slice is a part of them) */
     ft__sel_key key;
 } ft__decision;
@@ -151,6 +152,11 @@ bool ft__auto_keeps(ft_file *f, int cache);
 int ft__auto_spill_goal(ft_file *f, uint64_t data, uint64_t limit);
 void ft__auto_decide(ft_file *f, uint64_t off, uint64_t len, bool write, unsigned cls,
                      int device, int cache, ft__decision *d);
+/** A call of fixed engine @p engine as a sample of its arm: true and @p d set (for
+ * ft__auto_done) where it is one (large enough, an arm AUTO offers, a profile in use). */
+extern bool ft__auto_observes; /* tests: false where fixed calls drive the selector by hand */
+bool ft__auto_observe(ft_file *f, uint64_t off, uint64_t len, bool write, unsigned cls,
+                      int device, ft_engine engine, ft__decision *d);
 /** Record what the decision @p d did: @p result bytes (or -errno), in the time since it was
  * made. @p counted: its transfer is still counted in the context's transfers in flight. */
 void ft__auto_done(ft_file *f, const ft__decision *d, int64_t result, bool counted);

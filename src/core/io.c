@@ -137,19 +137,23 @@ int64_t ft__transfer_after(ft_file *f, const ft_buf *buf, uint64_t offset,
         ready = own;
     }
     int64_t last = 0; /* AUTO: bytes of the last decision's part */
+    bool observed = false; /* a fixed engine's call, a sample of its arm */
     if (io.len > 0) {
         ft__auto_enter(f->ctx);
         int cache = opts && opts->cache != FT_CACHE_AUTO ? (int)opts->cache
                                                          : (int)f->ctx->cfg.cache;
-        r = e == FT_ENGINE_AUTO
-                ? auto_transfer(f, &io, write, durable, sync, cache, ready, &d, &last)
-                : ft__dispatch(&io, e, write, ready);
+        if (e == FT_ENGINE_AUTO) {
+            r = auto_transfer(f, &io, write, durable, sync, cache, ready, &d, &last);
+        } else {
+            observed = ft__auto_observe(f, io.off, io.len, write, durable, io.device, e, &d);
+            r = last = ft__dispatch(&io, e, write, ready);
+        }
         ft__auto_leave(f->ctx);
     }
     ft__cuda_event_free(io.device, own);
     if (r >= 0 && sync && (rc = ft_file_sync(f)) < 0)
         return rc;
-    if (io.len > 0 && e == FT_ENGINE_AUTO) /* durable writes are measured with their sync */
+    if (io.len > 0 && (e == FT_ENGINE_AUTO || observed)) /* durable writes: with their sync */
         ft__auto_done(f, &d, r < 0 ? r : last, false);
     return r;
 }

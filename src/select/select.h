@@ -59,8 +59,9 @@ typedef struct ft__selector {
     uint32_t buffered;            /* arms that go through the page cache (set by the caller) */
     const char *const *labels;    /* the arms' names in profiles (set by the caller; NULL:
                                      "#0", "#1", ...) */
-    _Atomic uint64_t direct_memo[2]; /* the caller's: per memory kind, (ns << 1) | whether
-                                        cold reads measured faster O_DIRECT */
+    _Atomic uint64_t direct_memo[4]; /* per memory kind and company (mem * 2 + busy),
+                                        (ns << 1) | whether cold reads measured faster
+                                        O_DIRECT */
     _Atomic int dirty;            /* changed since the last save */
     ft__sel_entry *_Atomic *entries; /* FT__SEL_KEYS, each made when first used */
 } ft__selector;
@@ -108,9 +109,11 @@ int ft__sel_cache_goal(ft__selector *sel, const ft__sel_key *k, uint64_t len, in
 int ft__sel_spill_goal(uint64_t data, uint64_t limit);
 /** The most data that fits what the page cache can keep, of @p room. */
 uint64_t ft__sel_cache_fits(uint64_t room);
-/** Whether cold reads measured faster O_DIRECT here (both kinds' best rates, at large sizes,
- * in *buf_bps and *direct_bps; 0 where not measured twice yet). */
-bool ft__sel_measured_direct(ft__selector *sel, int mem, double *buf_bps, double *direct_bps);
+/** Whether cold reads alone (or beside others: @p busy) measured faster O_DIRECT here (both
+ * kinds' best rates, at large sizes, in *buf_bps and *direct_bps; 0 where not measured twice
+ * yet). */
+bool ft__sel_measured_direct(ft__selector *sel, int mem, bool busy, double *buf_bps,
+                             double *direct_bps);
 
 /* ---- persistence (profile.c) ---- */
 
