@@ -61,7 +61,8 @@
 #         fastensor-fst for compressed .fst data files), FT_DCP_DATA (random, or weights:
 #         weights-like bf16, what the codec compresses)); JSON in $OUT/dcp-cuda.json.
 # --codec: only the tensor codec: test_gpu's codec cases (the GPU decoder against the source
-#         bytes, the GPU encoder against the CPU encoder's bytes),
+#         bytes, the GPU encoder against the CPU encoder's bytes) and its "coded ahead" case
+#         (streams coded ahead on the GPU, packed: the coding save's file),
 #         tests/python/test_fst.py (CUDA loads), then bench/codec.py --device cuda (a bf16
 #         Llama-style state dict of FT_CODEC_SIZE (2G), then FT_CODEC_MODELS (gpt2-fp32):
 #         ratio, encode and decode GB/s on the CPUs, GPU decode and encode GB/s, durable save and cold
@@ -354,10 +355,13 @@ fi
 if [ $CODEC = 1 ]; then
     log "tensor codec: the GPU decoder and encoder (test_gpu), CUDA loads of .fst (test_fst.py)"
     mkdir -p "$WORK/tests"
-    FT_TEST_CASE="codec" FT_TEST_DIR="$WORK/tests" timeout 120 "$BUILD/tests/test_gpu" \
-        >"$OUT/test_gpu-codec.log" 2>&1
-    echo "test_gpu (codec case) rc=$?" | tee -a "$OUT/summary.txt"
-    grep -E "FAIL|ok |SKIP" "$OUT/test_gpu-codec.log" | head -20 | tee -a "$OUT/summary.txt"
+    for case in codec "coded ahead"; do
+        FT_TEST_CASE="$case" FT_TEST_DIR="$WORK/tests" timeout 120 "$BUILD/tests/test_gpu" \
+            >"$OUT/test_gpu-${case// /-}.log" 2>&1
+        echo "test_gpu ($case cases) rc=$?" | tee -a "$OUT/summary.txt"
+        grep -E "FAIL|ok |SKIP" "$OUT/test_gpu-${case// /-}.log" | head -20 |
+            tee -a "$OUT/summary.txt"
+    done
     PYTHONPATH="$here/python" FT_TEST_DIR="$WORK/py" timeout 120 python3 -m pytest -q -rs -s \
         -p no:logging tests/python/test_fst.py tests/python/test_codec.py >"$OUT/test_fst.log" 2>&1
     grep -E "^(FAILED|ERROR|E  )|passed|failed" "$OUT/test_fst.log" | head -30 | tee -a "$OUT/summary.txt"
