@@ -1027,6 +1027,46 @@ static void case_direct_in_company(void)
     warm.cls = FT__CLS_CACHED;
     T_EQ(ft__sel_cache_goal(sel, &warm, gb, FT_CACHE_AUTO, gb, room, 1), FT_CACHE_KEEP);
     ft__sel_destroy(sel);
+    /* a lead of 1.53x on the means, inside the buffered arm's spread (1.2 and 0.6 GB/s): no */
+    T_EQ(ft__sel_create(&sel, 2), 0);
+    sel->buffered = 1u;
+    ft__sel_record(sel, &lone, 0, 1200000000ull, 1000000000, false);
+    ft__sel_record(sel, &lone, 0, 600000000ull, 1000000000, false);
+    for (unsigned i = 0; i < 2; i++)
+        ft__sel_record(sel, &lone, 1, 1300000000ull, 1000000000, false);
+    T_TRUE(!ft__sel_measured_direct(sel, 0, false, &b, &d));
+    printf("  noisy: buffered %.2f GB/s, O_DIRECT %.2f (%.2fx): not well ahead\n", b / 1e9,
+           d / 1e9, d / b);
+    T_TRUE(d / b > 1.5);
+    ft__sel_record(sel, &lone, 0, 700000000ull, 1000000000, false); /* steadier: it is */
+    ft__sel_record(sel, &lone, 0, 700000000ull, 1000000000, false);
+    ft__sel_record(sel, &lone, 0, 700000000ull, 1000000000, false);
+    T_TRUE(ft__sel_measured_direct(sel, 0, false, &b, &d));
+    ft__sel_destroy(sel);
+}
+
+/* Arms nothing is known of are explored after the fallback in the selector's order. */
+static void case_explore_order(void)
+{
+    ft__selector *sel;
+    T_EQ(ft__sel_create(&sel, 4), 0);
+    static const uint8_t order[] = {3, 1, 0, 2};
+    sel->order = order;
+    ft__sel_key k = {.bucket = 20};
+    unsigned seen[4];
+    for (unsigned i = 0; i < 4; i++) {
+        bool trial;
+        seen[i] = ft__sel_choose(sel, &k, 0xf, 2, &trial);
+        T_TRUE(trial);
+        ft__sel_record(sel, &k, seen[i], 1u << 20, 1000000, trial);
+    }
+    printf("  explored: %u %u %u %u (fallback 2, then the order 3 1 0)\n", seen[0], seen[1],
+           seen[2], seen[3]);
+    T_EQ(seen[0], 2u);
+    T_EQ(seen[1], 3u);
+    T_EQ(seen[2], 1u);
+    T_EQ(seen[3], 0u);
+    ft__sel_destroy(sel);
 }
 
 int main(void)
@@ -1061,6 +1101,7 @@ int main(void)
         {"a fixed engine's call is a sample of its arm", case_fixed_observed},
         {"O_DIRECT where measured well ahead, alone and beside others apart",
          case_direct_in_company},
+        {"arms nothing is known of: the fallback, then the selector's order", case_explore_order},
     };
     return t_run(cases, sizeof cases / sizeof *cases);
 }

@@ -29,6 +29,7 @@ struct ft__auto {
     ft__company company; /* other contexts' transfers on the profile (company.c) */
     _Atomic uint32_t used[2]; /* per memory kind: the engines this context has run once */
     const char *labels[FT__SEL_MAX_ARMS]; /* the arms' names in profiles */
+    uint8_t order[FT__SEL_MAX_ARMS]; /* the order arms nothing is known of are explored in */
     unsigned n;
     struct {
         dev_t dev;
@@ -56,6 +57,15 @@ int ft__auto_create(ft__auto **out)
     ft__company_init(&a->company, (uint64_t)(uintptr_t)a ^ (uint64_t)getpid() << 40 ^ now_ns());
     for (unsigned i = 0; i < ft__narms; i++)
         a->labels[i] = ft__arms[i].label;
+    /* Each engine's default setting before its other settings (one piece, 8 MiB pieces): a
+     * setting refines what its engine does. In table order, a fresh profile's cold loads
+     * tried posix/1thread and mmap/1thread before mmap and fill (development VM, a 498 MB
+     * cold load: 0.44-0.61 and 0.39-0.42 s against 0.26-0.30 s for posix, mmap and fill). */
+    unsigned k = 0;
+    for (unsigned pass = 0; pass < 2; pass++)
+        for (unsigned i = 0; i < ft__narms; i++)
+            if ((ft__arms[i].piece != 0) == pass)
+                a->order[k++] = (uint8_t)i;
     *out = a;
     return 0;
 }
@@ -101,6 +111,7 @@ static ft__selector *selector_of_dev(ft__auto *a, dev_t dev)
     if (!sel && a->n < MAX_DEVICES && ft__sel_create(&sel, ft__narms) == 0) {
         sel->buffered = buffered_mask();
         sel->labels = a->labels;
+        sel->order = a->order;
         unsigned i = a->n++;
         a->dev[i].dev = dev;
         a->dev[i].sel = sel;

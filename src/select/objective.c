@@ -8,13 +8,16 @@
  */
 #include "select.h"
 
+#include <math.h>
+
 /* Data fits what the page cache can keep when it is at most this share of the room: the
  * rest is for the destination (a host load needs as much again) and everything else. */
 #define CACHE_SHARE 0.5
 
 /* Cold reads of data that fits go O_DIRECT all the same where this device's best buffered
  * cold rate, at large sizes, is below DIRECT_EDGE of its best O_DIRECT one (fast NVMe arrays,
- * where the page cache's copies cap the rate), both measured twice or more, in the call's
+ * where the page cache's copies cap the rate), both measured twice or more and the lead
+ * beyond their spread (ft__sel_measured_direct), in the call's
  * company: alone, or beside other transfers. Beside others, a reader that finds the file
  * being read already leaves the cache to the one that began first: on the development VM (2
  * CPUs), two processes reading a 495 MB checkpoint cold at once, 4 rounds, took 0.43-1.23 s
@@ -27,22 +30,27 @@ uint64_t ft__sel_cache_fits(uint64_t room)
     return (uint64_t)(CACHE_SHARE * (double)room);
 }
 
+/* O_DIRECT is "well ahead" where its best mean ln-rate is above the buffered one's by
+ * ln(1 / DIRECT_EDGE) and by the standard error of that difference besides: a lead inside
+ * the samples' own spread is no result (at the spread's floor, two samples of each need a
+ * lead of 1.31x, the edge alone 1.25x; a noisy buffered arm, more). */
 bool ft__sel_measured_direct(ft__selector *sel, int mem, bool busy, double *buf_bps,
                              double *direct_bps)
 {
     *buf_bps = *direct_bps = 0;
     uint32_t buffered = sel->buffered, all = (1u << sel->narms) - 1;
-    for (int b = FT__SEL_BUCKET_TOP; b >= 24 && !(*buf_bps > 0 && *direct_bps > 0); b--) {
+    for (int b = FT__SEL_BUCKET_TOP; b >= 24; b--) {
         ft__sel_key k = {.write = 0, .mem = (uint8_t)mem, .bucket = (uint8_t)b,
                          .cls = FT__CLS_COLD, .busy = busy};
-        double x = 0, y = 0;
-        if (ft__sel_best(sel, &k, buffered, 2, &x) >= 0 && ft__sel_best(sel, &k, all & ~buffered,
-                                                                          2, &y) >= 0) {
-            *buf_bps = x;
-            *direct_bps = y;
+        double mb, vb, md, vd;
+        if (ft__sel_best(sel, &k, buffered, 2, &mb, &vb) >= 0 &&
+            ft__sel_best(sel, &k, all & ~buffered, 2, &md, &vd) >= 0) {
+            *buf_bps = exp(mb);
+            *direct_bps = exp(md);
+            return md - mb > -log(DIRECT_EDGE) + sqrt(vb + vd);
         }
     }
-    return *buf_bps > 0 && *direct_bps > 0 && *buf_bps < DIRECT_EDGE * *direct_bps;
+    return false;
 }
 
 /* The same, remembered per selector (a filesystem), memory kind and company for a second. */

@@ -2,9 +2,10 @@
  * The selector's policy: sliding-window UCB over log-throughput.
  *
  * An arm's score for a key is  mean + C * s / sqrt(n)  of the ln(bytes/s) samples in its
- * window (the last FT__SEL_WINDOW), s its spread (at least SD_FLOOR; SD_ONE for one sample),
- * n its samples plus its trials in flight. The highest score is chosen. So:
- * - an arm never measured for the key is explored (the fallback first), unless the nearest
+ * window (the last FT__SEL_WINDOW), s its spread (at least FT__SEL_SD_FLOOR; SD_ONE for one
+ * sample), n its samples plus its trials in flight. The highest score is chosen. So:
+ * - an arm never measured for the key is explored (the fallback first, then the others in the
+ *   caller's order: ft__selector.order), unless the nearest
  *   key that measured it (the other company, then sizes up to PRIOR_REACH buckets away, then
  *   for reads the other uncached class) says what it does: then that estimate is its mean,
  *   with one sample's spread;
@@ -24,8 +25,6 @@
 /* The tunables, each with its reason. */
 #define C_UCB 1.0f       /* one standard error: a runner-up inside the leader's noise is
                             re-tried, one beyond it is not */
-#define SD_FLOOR 0.05f   /* 5%: the spread of the best engine's own second run (its twin) on
-                            the machines measured; less is not believed */
 #define SD_ONE 0.3f      /* the spread assumed of one sample or an estimate: a 30% hiccup
                             is common on a shared VM */
 #define SKIP 0.6931472f  /* ln 2: under half the best is no candidate */
@@ -180,10 +179,12 @@ static int leader(const ft__sel_entry *e, uint32_t eligible, unsigned narms)
     return best;
 }
 
-/* The arm to use: the highest score (see the file's comment). Call with the key's lock held. */
-static unsigned pick(const ft__sel_entry *e, uint32_t eligible, unsigned narms,
+/* The arm to use: the highest score (see the file's comment), the first in the selector's
+ * order of those that tie (the fallback before all). Call with the key's lock held. */
+static unsigned pick(const ft__selector *s, const ft__sel_entry *e, uint32_t eligible,
                      unsigned fallback, const estimate *est)
 {
+    unsigned narms = s->narms;
     int lead = leader(e, eligible, narms);
     float top = lead >= 0 ? e->arm[lead].mean : -INFINITY;
     for (unsigned a = 0; a < narms; a++) /* what estimates promise counts as a bar too */
@@ -191,8 +192,10 @@ static unsigned pick(const ft__sel_entry *e, uint32_t eligible, unsigned narms,
             top = est[a].mean;
     int chosen = -1;
     float best = -INFINITY;
-    for (unsigned i = 0; i < narms; i++) {
-        unsigned a = i == 0 ? fallback : i <= fallback ? i - 1 : i; /* the fallback first */
+    for (unsigned i = 0; i <= narms; i++) {
+        unsigned a = i == 0 ? fallback : s->order ? s->order[i - 1] : i - 1;
+        if (i > 0 && a == fallback)
+            continue;
         const ft__sel_arm *st = &e->arm[a];
         if (!(eligible >> a & 1))
             continue;
@@ -208,7 +211,7 @@ static unsigned pick(const ft__sel_entry *e, uint32_t eligible, unsigned narms,
         else if (st->n >= SKIP_AFTER && st->mean < top - SKIP)
             score = -INFINITY;
         else
-            score = st->mean + C_UCB * FT__MAX(st->sd, SD_FLOOR) /
+            score = st->mean + C_UCB * FT__MAX(st->sd, FT__SEL_SD_FLOOR) /
                                    sqrtf((float)(FT__MIN(st->n, (uint32_t)FT__SEL_WINDOW) +
                                                  st->pending));
         if (chosen < 0 || score > best) {
@@ -242,7 +245,7 @@ unsigned ft__sel_choose(ft__selector *s, const ft__sel_key *key, uint32_t eligib
     estimate est[FT__SEL_MAX_ARMS] = {{0, 0}};
     estimates(s, key, unmeasured, est);
     pthread_mutex_lock(&e->lock);
-    unsigned arm = pick(e, eligible, s->narms, fallback, est);
+    unsigned arm = pick(s, e, eligible, fallback, est);
     int lead = leader(e, eligible, s->narms);
     *trial = lead != (int)arm;
     if (*trial)
@@ -290,7 +293,7 @@ void ft__sel_release(ft__selector *s, const ft__sel_key *key, unsigned arm)
 }
 
 int ft__sel_best(ft__selector *s, const ft__sel_key *key, uint32_t mask, uint32_t min_n,
-                 double *bps)
+                 double *mean, double *se2)
 {
     ft__sel_entry *e = ft__sel_entry_at(s, ft__sel_key_index(key), false);
     int best = -1;
@@ -301,8 +304,12 @@ int ft__sel_best(ft__selector *s, const ft__sel_key *key, uint32_t mask, uint32_
         if ((mask >> a & 1) && e->arm[a].n >= min_n &&
             (best < 0 || e->arm[a].mean > e->arm[best].mean))
             best = (int)a;
-    if (best >= 0)
-        *bps = exp(e->arm[best].mean);
+    if (best >= 0) {
+        const ft__sel_arm *arm = &e->arm[best];
+        double sd = FT__MAX(arm->sd, FT__SEL_SD_FLOOR);
+        *mean = arm->mean;
+        *se2 = sd * sd / FT__MIN(arm->n, (uint32_t)FT__SEL_WINDOW);
+    }
     pthread_mutex_unlock(&e->lock);
     return best;
 }

@@ -23,6 +23,8 @@
 #define FT__SEL_KEYS (2 * 2 * FT__SEL_BUCKETS * FT__SEL_CLASSES * 2)
 #define FT__SEL_MAX_ARMS 16
 #define FT__SEL_WINDOW 8       /* samples kept per key and arm: drift leaves in 8 calls */
+#define FT__SEL_SD_FLOOR 0.05f /* 5%: the spread of the best engine's own second run (its
+                                  twin) on the machines measured; a smaller one is not believed */
 
 /* A selector key: (direction, memory kind, size bucket, class, company). */
 typedef struct ft__sel_key {
@@ -59,6 +61,9 @@ typedef struct ft__selector {
     uint32_t buffered;            /* arms that go through the page cache (set by the caller) */
     const char *const *labels;    /* the arms' names in profiles (set by the caller; NULL:
                                      "#0", "#1", ...) */
+    const uint8_t *order;         /* every arm once, in the order arms nothing is known of
+                                     are explored after the fallback (set by the caller;
+                                     NULL: index order) */
     _Atomic uint64_t direct_memo[4]; /* per memory kind and company (mem * 2 + busy),
                                         (ns << 1) | whether cold reads measured faster
                                         O_DIRECT */
@@ -88,9 +93,10 @@ void ft__sel_record(ft__selector *sel, const ft__sel_key *key, unsigned arm, uin
 /** A trial of @p arm ends without a sample. */
 void ft__sel_release(ft__selector *sel, const ft__sel_key *key, unsigned arm);
 /** The best arm among @p mask measured for @p key (at least @p min_n samples), its mean
- * throughput in *bps; -1 when none. */
+ * ln-throughput in *mean and the square of that mean's standard error (its spread at least
+ * FT__SEL_SD_FLOOR) in *se2; -1 when none. */
 int ft__sel_best(ft__selector *sel, const ft__sel_key *key, uint32_t mask, uint32_t min_n,
-                 double *bps);
+                 double *mean, double *se2);
 /** Work an arm's mean and spread out again (its window changed). */
 void ft__sel_arm_changed(ft__sel_arm *a);
 
