@@ -111,10 +111,13 @@ static int plain_path(const model *m, const char *path, double *wsec, double *rs
 
 /* ---- the workflow, each load in a fresh process ---- */
 
-/* In a child: a context, the checkpoint loaded with @p e, its bytes compared with @p m's.
- * Exits 0, 1 (the load failed) or 2 (bytes differ). */
-static void child_load(const model *m, const char *path, ft_engine e)
+/* In a child: a context, the checkpoint loaded with @p e, its bytes compared with @p m's; what
+ * AUTO learned kept for the next process where @p learn. Exits 0, 1 (the load failed) or 2
+ * (bytes differ). */
+static void child_load(const model *m, const char *path, ft_engine e, bool learn)
 {
+    if (!learn)
+        setenv("FASTENSOR_PROFILE", "off", 1);
     ft_ctx *ctx;
     ft_ckpt *ck = NULL;
     ft_load_opts lo = {.engine = e};
@@ -136,15 +139,16 @@ static void child_load(const model *m, const char *path, ft_engine e)
 }
 
 /* Seconds for @p procs fresh processes loading the checkpoint at once with @p e (from the
- * first fork to the last exit), or -1 with the failure said. */
-static double fresh_loads(const model *m, const char *path, ft_engine e, int procs)
+ * first fork to the last exit; AUTO's profile learning from them where @p learn), or -1 with
+ * the failure said. */
+static double fresh_loads(const model *m, const char *path, ft_engine e, int procs, bool learn)
 {
     pid_t pid[8];
     double t0 = cli_now();
     for (int i = 0; i < procs; i++) {
         fflush(NULL);
         if ((pid[i] = fork()) == 0)
-            child_load(m, path, e);
+            child_load(m, path, e, learn);
         if (pid[i] < 0) {
             cli_error("demo", "fork: %s", strerror(errno));
             procs = i;
@@ -168,11 +172,11 @@ static double fresh_loads(const model *m, const char *path, ft_engine e, int pro
 static int workflow_one(const model *m, const char *path, ft_engine e, double t[4])
 {
     cli_evict(path);
-    t[0] = fresh_loads(m, path, e, 1);
-    t[1] = t[0] < 0 ? -1 : fresh_loads(m, path, e, 1);
+    t[0] = fresh_loads(m, path, e, 1, true);
+    t[1] = t[0] < 0 ? -1 : fresh_loads(m, path, e, 1, true);
     if (t[1] >= 0)
         cli_evict(path);
-    t[2] = t[1] < 0 ? -1 : fresh_loads(m, path, e, 2);
+    t[2] = t[1] < 0 ? -1 : fresh_loads(m, path, e, 2, true);
     t[3] = t[0] + t[1] + t[2];
     return t[2] < 0 ? -1 : 0;
 }
@@ -257,13 +261,14 @@ static int workflow(const model *m, const char *path, const char *engines, int r
            rounds,
            rounds > 1 ? "s" : "", "engine", "round", "cold s", "GB/s", "2nd s", "GB/s",
            "2proc s", "GB/s", "total s");
-    /* An untimed first load of the new file (posix: AUTO's profile learns nothing from it).
-     * Whichever engine went first would pay what a first read costs apart from any engine:
-     * on the development VM a parallel read of a 498 MB file just written took 0.35-0.63 s
-     * against 0.26-0.44 for the next ones, two processes at once 1.5-2.0 s against 0.27-0.57
-     * (the host's cache below the VM; memory the VM gave back). */
+    /* An untimed first load of the new file, kept out of AUTO's profile. Whichever engine
+     * went first would pay what a first read costs apart from any engine: on the development
+     * VM a parallel read of a 498 MB file just written took 0.35-0.67 s against 0.26-0.44 for
+     * the next ones, two processes at once 1.5-2.0 s against 0.27-0.57 (the host's cache
+     * below the VM; memory the VM gave back); as a sample, posix's 0.67 s sent auto's first
+     * cold load to mmap (0.57 s). */
     cli_evict(path);
-    if (fresh_loads(m, path, FT_ENGINE_POSIX, 1) < 0)
+    if (fresh_loads(m, path, FT_ENGINE_POSIX, 1, false) < 0)
         return -1;
     /* rows: the engines, then the twin */
     static double t[DEMO_MAX_ENGINES + 1][DEMO_MAX_ROUNDS][4];
