@@ -1069,6 +1069,46 @@ static void case_explore_order(void)
     ft__sel_destroy(sel);
 }
 
+/* A setting nothing is known of is judged by its engine's default (ft__selector.family):
+ * that of an engine measured under half the best is not tried, that of the leader is. Arms:
+ * engine A (0, its setting 1), engine B (2, its setting 3). */
+static void family_tries(const uint8_t *family, unsigned seen[4])
+{
+    ft__selector *sel;
+    T_EQ(ft__sel_create(&sel, 4), 0);
+    static const uint8_t order[] = {0, 2, 1, 3};
+    sel->order = order;
+    sel->family = family;
+    ft__sel_key k = {.bucket = 20};
+    for (unsigned i = 0; i < 2; i++) {
+        ft__sel_record(sel, &k, 0, 1u << 20, 1000000, false); /* A: 1 GB/s */
+        ft__sel_record(sel, &k, 2, 1u << 20, 4000000, false); /* B: a quarter of it */
+    }
+    static const uint64_t ns[4] = {1000000, 1000000, 4000000, 4000000};
+    memset(seen, 0, 4 * sizeof *seen);
+    for (unsigned i = 0; i < 20; i++) {
+        bool trial;
+        unsigned a = ft__sel_choose(sel, &k, 0xf, 0, &trial);
+        seen[a]++;
+        ft__sel_record(sel, &k, a, 1u << 20, ns[a], trial);
+    }
+    ft__sel_destroy(sel);
+}
+
+static void case_family(void)
+{
+    static const uint8_t family[] = {0, 0, 2, 2};
+    unsigned seen[4];
+    family_tries(family, seen);
+    printf("  with families, of 20 calls: A %u, A's setting %u, B %u, B's setting %u\n", seen[0],
+           seen[1], seen[2], seen[3]);
+    T_EQ(seen[3], 0u);
+    T_TRUE(seen[1] >= 1);
+    family_tries(NULL, seen); /* without, B's setting is tried as any unknown arm is */
+    printf("  without: B's setting %u\n", seen[3]);
+    T_TRUE(seen[3] >= 1);
+}
+
 int main(void)
 {
     if (!t_have_odirect())
@@ -1102,6 +1142,7 @@ int main(void)
         {"O_DIRECT where measured well ahead, alone and beside others apart",
          case_direct_in_company},
         {"arms nothing is known of: the fallback, then the selector's order", case_explore_order},
+        {"a setting is judged by its engine's default until tried", case_family},
     };
     return t_run(cases, sizeof cases / sizeof *cases);
 }

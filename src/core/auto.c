@@ -30,6 +30,7 @@ struct ft__auto {
     _Atomic uint32_t used[2]; /* per memory kind: the engines this context has run once */
     const char *labels[FT__SEL_MAX_ARMS]; /* the arms' names in profiles */
     uint8_t order[FT__SEL_MAX_ARMS]; /* the order arms nothing is known of are explored in */
+    uint8_t family[FT__SEL_MAX_ARMS]; /* per arm, its engine's default arm */
     unsigned n;
     struct {
         dev_t dev;
@@ -66,6 +67,18 @@ int ft__auto_create(ft__auto **out)
         for (unsigned i = 0; i < ft__narms; i++)
             if ((ft__arms[i].piece != 0) == pass)
                 a->order[k++] = (uint8_t)i;
+    /* A setting is judged by its engine's default where nothing else is known of it: a
+     * fresh profile's 2-process loads tried mmap/1thread (0.93 s) after mmap had measured
+     * 0.93 s beside posix's 0.63 and fill's 0.42 (development VM, `fastensor demo`). */
+    for (unsigned i = 0; i < ft__narms; i++) {
+        a->family[i] = (uint8_t)i;
+        for (unsigned j = 0; j < ft__narms; j++)
+            if (ft__arms[j].engine == ft__arms[i].engine && ft__arms[j].piece == 0 &&
+                ft__arms[j].fill == ft__arms[i].fill) {
+                a->family[i] = (uint8_t)j;
+                break;
+            }
+    }
     *out = a;
     return 0;
 }
@@ -112,6 +125,7 @@ static ft__selector *selector_of_dev(ft__auto *a, dev_t dev)
         sel->buffered = buffered_mask();
         sel->labels = a->labels;
         sel->order = a->order;
+        sel->family = a->family;
         unsigned i = a->n++;
         a->dev[i].dev = dev;
         a->dev[i].sel = sel;

@@ -7,8 +7,10 @@
  * - an arm never measured for the key is explored (the fallback first, then the others in the
  *   caller's order: ft__selector.order), unless the nearest
  *   key that measured it (the other company, then sizes up to PRIOR_REACH buckets away, then
- *   for reads the other uncached class) says what it does: then that estimate is its mean,
- *   with one sample's spread;
+ *   for reads the other uncached class) says what it does, or else the arm whose setting it
+ *   varies measured the key (ft__selector.family): then that estimate is its mean, with one
+ *   sample's spread. So a setting of an engine that measured under half the best is not
+ *   tried, and settings are tried after the engines nothing is known of;
  * - an arm (or estimate) at under half the best mean after SKIP_AFTER samples is skipped;
  * - an arm in the lead stays there while its mean does; a leader that drifts down is
  *   overtaken as its old samples leave the window; close runners-up are re-tried while their
@@ -147,8 +149,9 @@ static bool related(const ft__sel_key *key, int d, unsigned variant, ft__sel_key
     return true;
 }
 
-/* Estimates for the arms in @p want from the nearest related keys that measured them. Takes
- * each related key's lock in turn, never two at once. */
+/* Estimates for the arms in @p want from the nearest related keys that measured them, else
+ * from the key's measure of the arm each varies. Takes each key's lock in turn, never two at
+ * once. */
 static void estimates(ft__selector *s, const ft__sel_key *key, uint32_t want, estimate *est)
 {
     for (int d = 0; d <= PRIOR_REACH && want; d++)
@@ -167,6 +170,17 @@ static void estimates(ft__selector *s, const ft__sel_key *key, uint32_t want, es
                 }
             pthread_mutex_unlock(&e->lock);
         }
+    ft__sel_entry *e = s->family && want ? ft__sel_entry_at(s, ft__sel_key_index(key), false)
+                                         : NULL;
+    if (!e)
+        return;
+    pthread_mutex_lock(&e->lock);
+    for (unsigned a = 0; a < s->narms; a++) {
+        unsigned f = s->family[a];
+        if ((want >> a & 1) && f < s->narms && f != a && e->arm[f].n)
+            est[a] = (estimate){e->arm[f].mean, e->arm[f].n};
+    }
+    pthread_mutex_unlock(&e->lock);
 }
 
 /* The eligible arm with the best measured mean (-1: none). Call with the key's lock held. */

@@ -64,6 +64,9 @@ typedef struct ft__selector {
     const uint8_t *order;         /* every arm once, in the order arms nothing is known of
                                      are explored after the fallback (set by the caller;
                                      NULL: index order) */
+    const uint8_t *family;        /* per arm, the arm whose setting it varies (its engine's
+                                     default; an arm of its own: itself), (set by the caller;
+                                     NULL: every arm its own) */
     _Atomic uint64_t direct_memo[4]; /* per memory kind and company (mem * 2 + busy),
                                         (ns << 1) | whether cold reads measured faster
                                         O_DIRECT */
