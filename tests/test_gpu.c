@@ -694,6 +694,48 @@ static void case_cachedma(void)
     free(data);
 }
 
+static unsigned lane_registrations;
+static CUresult counting_register(void *p, size_t n, unsigned flags)
+{
+    ft_config cfg;
+    ft_ctx_config(ctx, &cfg);
+    lane_registrations += n == 2 * cfg.bounce_size; /* a staging lane's two buffers */
+    return real_register(p, n, flags);
+}
+
+/* A staging lane's buffers: our memory registered with the driver, cuMemHostAlloc's where it
+ * refuses; the same bytes either way, and a context's end frees whichever it made. */
+static void case_staging_buffers(void)
+{
+    const size_t n = (40u << 20) + 3;
+    uint8_t *data;
+    ft_file *w;
+    dma_file("lanes.bin", n, 904, &data, &w);
+    T_TRUE(w);
+    ft_file_close(w);
+    real_register = ft__cu.MemHostRegister;
+    CUresult (*const how[2])(void *, size_t, unsigned) = {counting_register, refuse_register};
+    for (int k = 0; k < 2; k++) {
+        ft_ctx *own = t_ctx(0);
+        ft_file *f;
+        T_EQ(ft_file_open(own, &f, t_path("lanes.bin"), FT_OPEN_READ, 0), 0);
+        lane_registrations = 0;
+        ft__cu.MemHostRegister = how[k];
+        int64_t r;
+        dma_read(f, FT_ENGINE_POSIX, 1, n - 1, 1, data + 1,
+                 k ? "lanes of cuMemHostAlloc" : "lanes registered", &r);
+        ft__cu.MemHostRegister = real_register;
+        T_EQ(r, (int64_t)(n - 1));
+        if (k == 0) {
+            printf("  lanes registered: %u\n", lane_registrations);
+            T_TRUE(lane_registrations >= 1);
+        }
+        ft_file_close(f);
+        ft_ctx_destroy(own);
+    }
+    free(data);
+}
+
 static void case_auto_slices(void)
 {
     setenv("FASTENSOR_PROFILE", "off", 1);
@@ -1120,6 +1162,8 @@ int main(void)
         {"AUTO in trial slices into device memory", case_auto_slices},
         {"cachedma: page-cache DMA against staging, faults, shrinking file, refusal",
          case_cachedma},
+        {"staging lanes: registered memory, cuMemHostAlloc's where refused",
+         case_staging_buffers},
         {"codec streams decoded on the GPU", case_codec_decode},
         {"codec streams encoded on the GPU, the CPU encoder's bytes", case_codec_encode},
         {".fst streams coded ahead on the GPU, packed: the coding save's file",

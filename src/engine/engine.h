@@ -111,6 +111,7 @@ typedef struct ft__lane {
     struct ft__lane *next;
     int device;
     uint8_t *buf[2]; /* NULL in a bare lane */
+    bool registered; /* buf[0] (both buffers) is our memory, registered; else cuMemHostAlloc's */
     CUstream stream;
     CUevent done[2];
 } ft__lane;

@@ -2,13 +2,17 @@
  * Device memory through the host engines: a pipelined pinned staging path. The transfer is
  * cut into segments run in parallel; each segment's worker has its own stream and two
  * pinned buffers, so the disk I/O of chunk i+1 overlaps the host<->device copy of chunk i.
- * Pinned buffers (cuMemHostAlloc, 4096-aligned, so O_DIRECT works in place) are allocated
- * once per context and device, and reused; each is a bounce buffer's size (4 MiB): pinning is
- * what a fresh process's first load pays for them (H100 machine: 150 ms for 16 buffers of
- * 16 MiB, the first 256 MiB of a 4 GiB load), and 16 MiB ones copied no faster. A cached
- * 4 GiB checkpoint into a fresh process's GPU: 29.8 GB/s median with 4 MiB buffers, 14.0
- * with 16 MiB ones (3 rounds, same run). The same pool keeps bare lanes (a stream and its
- * events, no buffers) for engines that copy from memory of their own (cachedma.c).
+ * Pinned buffers (4096-aligned, so O_DIRECT works in place) are allocated once per context
+ * and device, and reused; each is a bounce buffer's size (4 MiB): pinning is what a fresh
+ * process's first load pays for them (H100 machine: 150 ms for 16 buffers of 16 MiB, the
+ * first 256 MiB of a 4 GiB load), and 16 MiB ones copied no faster. A cached 4 GiB checkpoint
+ * into a fresh process's GPU: 29.8 GB/s median with 4 MiB buffers, 14.0 with 16 MiB ones (3
+ * rounds, same run). A lane's two buffers are one piece of our memory in 2 MiB pages, touched
+ * by the lane's own thread and registered (cuMemHostRegister), cuMemHostAlloc's where the
+ * driver refuses: 64 MiB took 11-17 ms so against 24-36 ms from cuMemHostAlloc, 33-37 ms of
+ * a fresh process's first 39-44 ms 256 MiB call, and copy at the same 53 GB/s (H100 machine,
+ * docs/benchmarks/peers-h100-warm-pinning.json). The same pool keeps bare lanes (a stream and
+ * its events, no buffers) for engines that copy from memory of their own (cachedma.c).
  */
 #include "engine.h"
 #include "../gpu/cuda.h"
@@ -27,6 +31,7 @@ struct ft__stage {
     stage_slot *free[2];
     unsigned made[2];
     size_t chunk;
+    ft__bufpool *mem; /* the lanes' buffers: 2 chunks each, in 2 MiB pages, not kept */
 };
 
 int ft__stage_create(ft__stage **out, size_t chunk)
@@ -34,6 +39,11 @@ int ft__stage_create(ft__stage **out, size_t chunk)
     ft__stage *s = calloc(1, sizeof *s);
     if (!s)
         return -ENOMEM;
+    int rc = ft__bufpool_create(&s->mem, 2 * chunk, 0);
+    if (rc < 0) {
+        free(s);
+        return rc;
+    }
     pthread_mutex_init(&s->lock, NULL);
     pthread_cond_init(&s->freed, NULL);
     s->chunk = chunk;
@@ -41,9 +51,36 @@ int ft__stage_create(ft__stage **out, size_t chunk)
     return 0;
 }
 
-static void slot_free(stage_slot *sl)
+/* Lane @p sl's two buffers (its device's context current). */
+static CUresult slot_buffers(ft__stage *s, stage_slot *sl)
+{
+    uint8_t *m = ft__bufpool_get(s->mem);
+    if (m) {
+        for (size_t at = 0; at < 2 * s->chunk; at += 4096) /* in this thread, beside the
+                                                              other lanes' */
+            ((volatile uint8_t *)m)[at] = 0;
+        if (ft__cu.MemHostRegister(m, 2 * s->chunk, FT_CU_MEMHOSTREGISTER_PORTABLE) == 0) {
+            sl->buf[0] = m;
+            sl->buf[1] = m + s->chunk;
+            sl->registered = true;
+            return 0;
+        }
+        ft__bufpool_put(s->mem, m);
+    }
+    CUresult r = 0;
+    for (int i = 0; i < 2 && r == 0; i++)
+        r = ft__cu.MemHostAlloc((void **)&sl->buf[i], s->chunk, FT_CU_MEMHOSTALLOC_PORTABLE);
+    return r;
+}
+
+static void slot_free(ft__stage *s, stage_slot *sl)
 {
     if (ft__cuda_enter(sl->device) == 0) {
+        if (sl->registered) {
+            ft__cu.MemHostUnregister(sl->buf[0]);
+            ft__bufpool_put(s->mem, sl->buf[0]);
+            sl->buf[0] = sl->buf[1] = NULL;
+        }
         for (int i = 0; i < 2; i++) {
             if (sl->buf[i])
                 ft__cu.MemFreeHost(sl->buf[i]);
@@ -65,10 +102,11 @@ void ft__stage_destroy(ft__stage *s)
         while (s->free[kind]) {
             stage_slot *sl = s->free[kind];
             s->free[kind] = sl->next;
-            slot_free(sl);
+            slot_free(s, sl);
         }
     pthread_cond_destroy(&s->freed);
     pthread_mutex_destroy(&s->lock);
+    ft__bufpool_destroy(s->mem);
     free(s);
 }
 
@@ -93,7 +131,7 @@ int ft__lane_get(ft__stage *s, int device, bool buffers, ft__lane **out)
             s->free[kind] = old->next;
             s->made[kind]--;
             pthread_mutex_unlock(&s->lock);
-            slot_free(old); /* pushes and pops its own context: ours stays current */
+            slot_free(s, old); /* pushes and pops its own context: ours stays current */
             pthread_mutex_lock(&s->lock);
             continue;
         }
@@ -105,19 +143,16 @@ int ft__lane_get(ft__stage *s, int device, bool buffers, ft__lane **out)
     CUresult r = sl ? 0 : 2;
     if (sl) {
         sl->device = device;
-        for (int i = 0; i < 2 && r == 0; i++) {
-            if (buffers)
-                r = ft__cu.MemHostAlloc((void **)&sl->buf[i], s->chunk,
-                                        FT_CU_MEMHOSTALLOC_PORTABLE);
-            if (r == 0)
-                r = ft__cu.EventCreate(&sl->done[i], FT_CU_EVENT_DISABLE_TIMING);
-        }
+        if (buffers)
+            r = slot_buffers(s, sl);
+        for (int i = 0; i < 2 && r == 0; i++)
+            r = ft__cu.EventCreate(&sl->done[i], FT_CU_EVENT_DISABLE_TIMING);
         if (r == 0)
             r = ft__cu.StreamCreate(&sl->stream, FT_CU_STREAM_NON_BLOCKING);
     }
     if (r != 0) {
         if (sl)
-            slot_free(sl);
+            slot_free(s, sl);
         pthread_mutex_lock(&s->lock);
         s->made[kind]--;
         pthread_cond_broadcast(&s->freed);
