@@ -69,7 +69,7 @@ int ft__auto_create(ft__auto **out)
                 a->order[k++] = (uint8_t)i;
     /* A setting is judged by its engine's default where nothing else is known of it: a
      * fresh profile's 2-process loads tried mmap/1thread (0.93 s) after mmap had measured
-     * 0.93 s beside posix's 0.63 and fill's 0.42 (development VM, `fastensor demo`). */
+     * 0.93-1.12 s beside others, fill 0.37-0.46 (development VM, `fastensor demo`). */
     for (unsigned i = 0; i < ft__narms; i++) {
         a->family[i] = (uint8_t)i;
         for (unsigned j = 0; j < ft__narms; j++)
