@@ -149,9 +149,8 @@ static bool related(const ft__sel_key *key, int d, unsigned variant, ft__sel_key
     return true;
 }
 
-/* Estimates for the arms in @p want from the nearest related keys that measured them, else
- * from the key's measure of the arm each varies. Takes each key's lock in turn, never two at
- * once. */
+/* Estimates for the arms in @p want from the nearest related keys that measured them. Takes
+ * each related key's lock in turn, never two at once. */
 static void estimates(ft__selector *s, const ft__sel_key *key, uint32_t want, estimate *est)
 {
     for (int d = 0; d <= PRIOR_REACH && want; d++)
@@ -170,17 +169,18 @@ static void estimates(ft__selector *s, const ft__sel_key *key, uint32_t want, es
                 }
             pthread_mutex_unlock(&e->lock);
         }
-    ft__sel_entry *e = s->family && want ? ft__sel_entry_at(s, ft__sel_key_index(key), false)
-                                         : NULL;
-    if (!e)
-        return;
-    pthread_mutex_lock(&e->lock);
-    for (unsigned a = 0; a < s->narms; a++) {
+}
+
+/* Estimates of the arms in @p want that have none from related keys: the key's measure of the
+ * arm each varies (ft__selector.family). Call with the key's lock held. */
+static void family_estimates(const ft__selector *s, const ft__sel_entry *e, uint32_t want,
+                             estimate *est)
+{
+    for (unsigned a = 0; s->family && a < s->narms; a++) {
         unsigned f = s->family[a];
-        if ((want >> a & 1) && f < s->narms && f != a && e->arm[f].n)
+        if ((want >> a & 1) && !est[a].n && f < s->narms && f != a && e->arm[f].n)
             est[a] = (estimate){e->arm[f].mean, e->arm[f].n};
     }
-    pthread_mutex_unlock(&e->lock);
 }
 
 /* The eligible arm with the best measured mean (-1: none). Call with the key's lock held. */
@@ -259,6 +259,7 @@ unsigned ft__sel_choose(ft__selector *s, const ft__sel_key *key, uint32_t eligib
     estimate est[FT__SEL_MAX_ARMS] = {{0, 0}};
     estimates(s, key, unmeasured, est);
     pthread_mutex_lock(&e->lock);
+    family_estimates(s, e, unmeasured, est);
     unsigned arm = pick(s, e, eligible, fallback, est);
     int lead = leader(e, eligible, s->narms);
     *trial = lead != (int)arm;
